@@ -1,0 +1,241 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const validJob = `{"jobName":"job_a","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT",
+ "cron":"0/5 * * * * ?","shardingTotalCount":3,"cpuCount":0.5,"memoryMB":64,"scriptCommandLine":"echo hi"}`
+
+// withField returns validJob with one field replaced (or removed when value is "").
+func withField(t *testing.T, base, field, value string) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(base), &m); err != nil {
+		t.Fatal(err)
+	}
+	if value == "" {
+		delete(m, field)
+	} else {
+		m[field] = json.RawMessage(value)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodeJobAppliesDefaults(t *testing.T) {
+	j, err := DecodeJob([]byte(validJob), "Asia/Shanghai")
+	if err != nil {
+		t.Fatalf("DecodeJob(valid): %v", err)
+	}
+	want := Job{JobName: "job_a", AppName: "app", JobType: Script, JobExecutionType: Transient, Cron: "0/5 * * * * ?",
+		TimeZone: "Asia/Shanghai", ShardingTotalCount: 3, CPUCount: 0.5, MemoryMB: 64, ScriptCommandLine: "echo hi",
+		Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{}}
+	if !reflect.DeepEqual(j, want) {
+		t.Fatalf("DecodeJob = %+v; want %+v", j, want)
+	}
+}
+
+func TestDecodeJobAcceptsTheOldConsoleForms(t *testing.T) {
+	body := `{"jobName":"j","appName":"app","jobType":"SIMPLE","jobClass":"com.Foo","jobExecutionType":"DAEMON",
+	 "cron":"0 0 * * * ?","shardingTotalCount":"4","cpuCount":"1.5","memoryMB":"128","failover":"true",
+	 "misfire":"false","appURL":"http://ignored","bootstrapScript":"ignored","description":null,
+	 "shardingItemParameters":"0=a, 1 = b ,","jobProperties":{"job_exception_handler":"x"}}`
+	j, err := DecodeJob([]byte(body), "UTC")
+	if err != nil {
+		t.Fatalf("DecodeJob(%s): %v", body, err)
+	}
+	if j.ShardingTotalCount != 4 || j.CPUCount != 1.5 || j.MemoryMB != 128 || !j.Failover || j.Misfire {
+		t.Fatalf("numeric and boolean strings decoded as %+v", j)
+	}
+	p, _ := ParseShardingItemParameters(j.ShardingItemParameters, j.ShardingTotalCount)
+	if !reflect.DeepEqual(p, map[int]string{0: "a", 1: "b"}) {
+		t.Fatalf("sharding item parameters = %v", p)
+	}
+}
+
+func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
+	tests := []struct {
+		name, field, value, wantField string
+	}{
+		{"missing jobName", "jobName", "", "jobName"},
+		{"jobName too long", "jobName", `"` + strings.Repeat("a", 101) + `"`, "jobName"},
+		{"jobName with the task id delimiter", "jobName", `"a@-@b"`, "jobName"},
+		{"jobName with a slash", "jobName", `"a/b"`, "jobName"},
+		{"jobName not a string", "jobName", `7`, "jobName"},
+		{"missing appName", "appName", "", "appName"},
+		{"appName with a space", "appName", `"my app"`, "appName"},
+		{"missing jobType", "jobType", "", "jobType"},
+		{"unknown jobType", "jobType", `"JAVA"`, "jobType"},
+		{"SIMPLE without jobClass", "jobType", `"SIMPLE"`, "jobClass"},
+		{"SCRIPT without command line", "scriptCommandLine", `""`, "scriptCommandLine"},
+		{"streaming on a SCRIPT job", "streamingProcess", `true`, "streamingProcess"},
+		{"missing jobExecutionType", "jobExecutionType", "", "jobExecutionType"},
+		{"unknown jobExecutionType", "jobExecutionType", `"ONCE"`, "jobExecutionType"},
+		{"invalid cron", "cron", `"0 0 25 * * ?"`, "cron"},
+		{"Unix cron", "cron", `"*/5 * * * *"`, "cron"},
+		{"unknown time zone", "timeZone", `"Mars/Olympus"`, "timeZone"},
+		{"zero shards", "shardingTotalCount", `0`, "shardingTotalCount"},
+		{"too many shards", "shardingTotalCount", `10001`, "shardingTotalCount"},
+		{"fractional shards", "shardingTotalCount", `2.5`, "shardingTotalCount"},
+		{"non-numeric shards", "shardingTotalCount", `"many"`, "shardingTotalCount"},
+		{"item parameter out of range", "shardingItemParameters", `"3=x"`, "shardingItemParameters"},
+		{"item parameter given twice", "shardingItemParameters", `"0=x,0=y"`, "shardingItemParameters"},
+		{"item parameter without '='", "shardingItemParameters", `"0"`, "shardingItemParameters"},
+		{"item parameter key not an integer", "shardingItemParameters", `"a=b"`, "shardingItemParameters"},
+		{"cpu too small", "cpuCount", `0.0001`, "cpuCount"},
+		{"cpu missing", "cpuCount", "", "cpuCount"},
+		{"cpu NaN string", "cpuCount", `"NaN"`, "cpuCount"},
+		{"memory too small", "memoryMB", `0.5`, "memoryMB"},
+		{"unknown placement", "placement", `"RANDOM"`, "placement"},
+		{"unknown strategy", "jobShardingStrategyType", `"HASH"`, "jobShardingStrategyType"},
+		{"failover not a boolean", "failover", `"yes please"`, "failover"},
+		{"jobProperties with a number", "jobProperties", `{"a":1}`, "jobProperties"},
+		{"unknown field", "shardingTotalCnt", `3`, "shardingTotalCnt"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body := withField(t, validJob, tc.field, tc.value)
+			_, err := DecodeJob(body, "UTC")
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.wantField {
+				t.Fatalf("DecodeJob(%s) error = %v; want a FieldError for %q", body, err, tc.wantField)
+			}
+			if !strings.Contains(fe.Message, tc.wantField) {
+				t.Fatalf("message %q does not name the field %q", fe.Message, tc.wantField)
+			}
+		})
+	}
+}
+
+func TestDecodeJobDaemonNeedsCron(t *testing.T) {
+	body := withField(t, string(withField(t, validJob, "jobExecutionType", `"DAEMON"`)), "cron", "")
+	var fe *FieldError
+	if _, err := DecodeJob(body, "UTC"); !errors.As(err, &fe) || fe.Field != "cron" {
+		t.Fatalf("DAEMON without cron: error = %v; want FieldError for cron", err)
+	}
+	if _, err := DecodeJob(withField(t, validJob, "cron", ""), "UTC"); err != nil {
+		t.Fatalf("TRANSIENT without cron must be valid (trigger-only): %v", err)
+	}
+}
+
+func TestDecodeRejectsNonObjects(t *testing.T) {
+	for _, body := range []string{``, `[]`, `"job"`, `null`, `{"jobName":"a"} {}`, `{`} {
+		var fe *FieldError
+		if _, err := DecodeJob([]byte(body), "UTC"); !errors.As(err, &fe) {
+			t.Errorf("DecodeJob(%q) error = %v; want a FieldError", body, err)
+		}
+		if _, err := DecodeApp([]byte(body)); !errors.As(err, &fe) {
+			t.Errorf("DecodeApp(%q) error = %v; want a FieldError", body, err)
+		}
+	}
+}
+
+const validApp = `{"appName":"app","appURL":"http://127.0.0.1/app.tar.gz","bootstrapScript":"bin/start.sh"}`
+
+func TestDecodeAppAppliesDefaults(t *testing.T) {
+	a, err := DecodeApp([]byte(validApp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := App{AppName: "app", AppURL: "http://127.0.0.1/app.tar.gz", BootstrapScript: "bin/start.sh", CPUCount: 1, MemoryMB: 128, AppCacheEnable: true}
+	if a != want {
+		t.Fatalf("DecodeApp = %+v; want %+v", a, want)
+	}
+	if !a.IsArchive() {
+		t.Fatalf("%q should be an archive", a.AppURL)
+	}
+}
+
+func TestDecodeAppRejectsEachRuleNamingTheField(t *testing.T) {
+	tests := []struct{ name, field, value string }{
+		{"missing appName", "appName", ""},
+		{"bad appName", "appName", `"a@-@b"`},
+		{"missing appURL", "appURL", ""},
+		{"relative appURL", "appURL", `"app.tar.gz"`},
+		{"ftp appURL", "appURL", `"ftp://h/app.tar.gz"`},
+		{"missing bootstrapScript", "bootstrapScript", ""},
+		{"blank bootstrapScript", "bootstrapScript", `"  "`},
+		{"zero cpuCount", "cpuCount", `0`},
+		{"memory below 32", "memoryMB", `"31"`},
+		{"negative sampling", "eventTraceSamplingCount", `-1`},
+		{"fractional sampling", "eventTraceSamplingCount", `1.5`},
+		{"cache flag not a boolean", "appCacheEnable", `"sometimes"`},
+		{"unknown field", "appUrl", `"http://h/x"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body := withField(t, validApp, tc.field, tc.value)
+			var fe *FieldError
+			if _, err := DecodeApp(body); !errors.As(err, &fe) || fe.Field != tc.field {
+				t.Fatalf("DecodeApp(%s) error = %v; want a FieldError for %q", body, err, tc.field)
+			}
+		})
+	}
+}
+
+func TestPatchAppKeepsAbsentFields(t *testing.T) {
+	base, err := DecodeApp([]byte(`{"appName":"app","appURL":"/opt/app","bootstrapScript":"./app","cpuCount":2,"memoryMB":256,"appCacheEnable":false,"eventTraceSamplingCount":5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := PatchApp(base, []byte(`{"appName":"app","memoryMB":"512"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base
+	want.MemoryMB = 512
+	if got != want {
+		t.Fatalf("PatchApp = %+v; want %+v", got, want)
+	}
+	if got, err := PatchApp(base, []byte(`{"memoryMB":1}`)); err == nil || got != base {
+		t.Fatalf("an invalid patch must fail and return the base unchanged, got %+v, %v", got, err)
+	}
+}
+
+func TestRestartsTasks(t *testing.T) {
+	j, err := DecodeJob([]byte(validJob), "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Job)
+		want   bool
+	}{
+		{"cron change only reschedules", func(j *Job) { j.Cron = "0 0 * * * ?" }, false},
+		{"zone change only reschedules", func(j *Job) { j.TimeZone = "Asia/Tokyo" }, false},
+		{"shard total change does not kill", func(j *Job) { j.ShardingTotalCount = 9 }, false},
+		{"memory change kills", func(j *Job) { j.MemoryMB = 65 }, true},
+		{"command change kills", func(j *Job) { j.ScriptCommandLine = "echo bye" }, true},
+		{"app change kills", func(j *Job) { j.AppName = "other" }, true},
+	} {
+		next := j
+		tc.change(&next)
+		if got := j.RestartsTasks(next); got != tc.want {
+			t.Errorf("%s: RestartsTasks = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestStoredFormRoundTrips(t *testing.T) {
+	j, err := DecodeJob([]byte(validJob), "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(j)
+	back, err := ParseJob(data)
+	if err != nil || !reflect.DeepEqual(back, j) {
+		t.Fatalf("ParseJob(Marshal(j)) = %+v, %v; want %+v", back, err, j)
+	}
+	if again, err := DecodeJob(data, "UTC"); err != nil || !reflect.DeepEqual(again, j) {
+		t.Fatalf("the stored form must be accepted by the API again: %+v, %v", again, err)
+	}
+}

@@ -1,0 +1,229 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ejcloud/ejcloud/cron"
+)
+
+// Job types, execution types, placements and sharding strategies of SPEC §3.2.
+const (
+	Simple   = "SIMPLE"
+	Dataflow = "DATAFLOW"
+	Script   = "SCRIPT"
+
+	Transient = "TRANSIENT"
+	Daemon    = "DAEMON"
+
+	Spread  = "SPREAD"
+	Binpack = "BINPACK"
+
+	AvgAllocation = "AVG_ALLOCATION"
+	Odevity       = "ODEVITY"
+	RoundRobin    = "ROUND_ROBIN"
+)
+
+// MaxShards is the largest shardingTotalCount.
+const MaxShards = 10000
+
+// Job is a named unit of scheduled work (SPEC §3.2).
+type Job struct {
+	JobName                 string            `json:"jobName"`
+	AppName                 string            `json:"appName"`
+	JobType                 string            `json:"jobType"`
+	JobClass                string            `json:"jobClass"`
+	JobExecutionType        string            `json:"jobExecutionType"`
+	Cron                    string            `json:"cron"`
+	TimeZone                string            `json:"timeZone"`
+	ShardingTotalCount      int               `json:"shardingTotalCount"`
+	ShardingItemParameters  string            `json:"shardingItemParameters"`
+	JobParameter            string            `json:"jobParameter"`
+	CPUCount                float64           `json:"cpuCount"`
+	MemoryMB                float64           `json:"memoryMB"`
+	Failover                bool              `json:"failover"`
+	Misfire                 bool              `json:"misfire"`
+	StreamingProcess        bool              `json:"streamingProcess"`
+	ScriptCommandLine       string            `json:"scriptCommandLine"`
+	Placement               string            `json:"placement"`
+	JobShardingStrategyType string            `json:"jobShardingStrategyType"`
+	Description             string            `json:"description"`
+	JobProperties           map[string]string `json:"jobProperties"`
+	BeanName                string            `json:"beanName"`
+	ApplicationContext      string            `json:"applicationContext"`
+}
+
+// DecodeJob decodes and validates a whole job config from a request body (registration and
+// PUT /api/job/update alike). A job without timeZone gets defaultZone.
+func DecodeJob(body []byte, defaultZone string) (Job, error) {
+	j := Job{Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{}}
+	err := decodeObject(body, map[string]setter{
+		"jobName":                 str(&j.JobName),
+		"appName":                 str(&j.AppName),
+		"jobType":                 str(&j.JobType),
+		"jobClass":                str(&j.JobClass),
+		"jobExecutionType":        str(&j.JobExecutionType),
+		"cron":                    str(&j.Cron),
+		"timeZone":                str(&j.TimeZone),
+		"shardingTotalCount":      integer(&j.ShardingTotalCount),
+		"shardingItemParameters":  str(&j.ShardingItemParameters),
+		"jobParameter":            str(&j.JobParameter),
+		"cpuCount":                float(&j.CPUCount),
+		"memoryMB":                float(&j.MemoryMB),
+		"failover":                boolean(&j.Failover),
+		"misfire":                 boolean(&j.Misfire),
+		"streamingProcess":        boolean(&j.StreamingProcess),
+		"scriptCommandLine":       str(&j.ScriptCommandLine),
+		"placement":               str(&j.Placement),
+		"jobShardingStrategyType": str(&j.JobShardingStrategyType),
+		"description":             str(&j.Description),
+		"jobProperties":           stringMap(&j.JobProperties),
+		"beanName":                str(&j.BeanName),
+		"applicationContext":      str(&j.ApplicationContext),
+		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
+		"appURL":          ignored,
+		"bootstrapScript": ignored,
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	if j.TimeZone == "" {
+		j.TimeZone = defaultZone
+	}
+	if j.JobProperties == nil {
+		j.JobProperties = map[string]string{}
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Validate checks every rule of SPEC §3.2 that needs no other config (the app's existence is
+// checked by the state layer, atomically with the write). The error is a *FieldError.
+func (j Job) Validate() error {
+	if err := validName("jobName", j.JobName); err != nil {
+		return err
+	}
+	if err := validName("appName", j.AppName); err != nil {
+		return err
+	}
+	switch j.JobType {
+	case Simple, Dataflow:
+		if strings.TrimSpace(j.JobClass) == "" {
+			return fieldErr("jobClass", "is required for %s jobs", j.JobType)
+		}
+	case Script:
+		if strings.TrimSpace(j.ScriptCommandLine) == "" {
+			return fieldErr("scriptCommandLine", "is required for SCRIPT jobs")
+		}
+	case "":
+		return fieldErr("jobType", "is required")
+	default:
+		return fieldErr("jobType", "must be SIMPLE, DATAFLOW or SCRIPT, got %q", j.JobType)
+	}
+	if j.StreamingProcess && j.JobType != Dataflow {
+		return fieldErr("streamingProcess", "applies to DATAFLOW jobs only")
+	}
+	switch j.JobExecutionType {
+	case Transient:
+	case Daemon:
+		if j.Cron == "" {
+			return fieldErr("cron", "is required for DAEMON jobs")
+		}
+	case "":
+		return fieldErr("jobExecutionType", "is required")
+	default:
+		return fieldErr("jobExecutionType", "must be TRANSIENT or DAEMON, got %q", j.JobExecutionType)
+	}
+	if j.Cron != "" {
+		if _, err := cron.Parse(j.Cron); err != nil {
+			return fieldErr("cron", "is not a valid Quartz expression: %v", err)
+		}
+	}
+	if j.TimeZone == "" {
+		return fieldErr("timeZone", "is required")
+	}
+	if _, err := time.LoadLocation(j.TimeZone); err != nil || j.TimeZone == "Local" {
+		return fieldErr("timeZone", "must be an IANA time zone name such as Asia/Shanghai, got %q", j.TimeZone)
+	}
+	if j.ShardingTotalCount < 1 || j.ShardingTotalCount > MaxShards {
+		return fieldErr("shardingTotalCount", "must be 1 to %d, got %d", MaxShards, j.ShardingTotalCount)
+	}
+	if _, err := ParseShardingItemParameters(j.ShardingItemParameters, j.ShardingTotalCount); err != nil {
+		return fieldErr("shardingItemParameters", "%v", err)
+	}
+	if !(j.CPUCount >= 0.001) {
+		return fieldErr("cpuCount", "must be at least 0.001, got %v", j.CPUCount)
+	}
+	if !(j.MemoryMB >= 1) {
+		return fieldErr("memoryMB", "must be at least 1, got %v", j.MemoryMB)
+	}
+	if j.Placement != Spread && j.Placement != Binpack {
+		return fieldErr("placement", "must be SPREAD or BINPACK, got %q", j.Placement)
+	}
+	switch j.JobShardingStrategyType {
+	case AvgAllocation, Odevity, RoundRobin:
+	default:
+		return fieldErr("jobShardingStrategyType", "must be AVG_ALLOCATION, ODEVITY or ROUND_ROBIN, got %q", j.JobShardingStrategyType)
+	}
+	return nil
+}
+
+// Schedule parses the job's cron; it is nil for a TRANSIENT job that runs only when triggered.
+func (j Job) Schedule() (*cron.Schedule, error) {
+	if j.Cron == "" {
+		return nil, nil
+	}
+	return cron.Parse(j.Cron)
+}
+
+// Location returns the job's time zone.
+func (j Job) Location() (*time.Location, error) { return time.LoadLocation(j.TimeZone) }
+
+// ParseShardingItemParameters parses "0=a,1=b": keys are integers in [0,total), each at most
+// once; values are trimmed. Empty entries are skipped.
+func ParseShardingItemParameters(s string, total int) (map[int]string, error) {
+	out := map[int]string{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(entry, "=")
+		if !ok {
+			return nil, fmt.Errorf("entry %q is not of the form item=parameter", entry)
+		}
+		item, err := strconv.Atoi(strings.TrimSpace(k))
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: item %q is not an integer", entry, strings.TrimSpace(k))
+		}
+		if item < 0 || item >= total {
+			return nil, fmt.Errorf("entry %q: item %d is outside [0,%d)", entry, item, total)
+		}
+		if _, dup := out[item]; dup {
+			return nil, fmt.Errorf("item %d is given more than once", item)
+		}
+		out[item] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
+// ParseJob reads a job as stored in ZooKeeper, tolerating fields it does not know.
+func ParseJob(data []byte) (Job, error) {
+	var j Job
+	err := json.Unmarshal(data, &j)
+	return j, err
+}
+
+// RestartsTasks reports whether replacing j by next must kill j's running tasks (SPEC §3.2):
+// only changes to what a running task is made of do; cron and zone changes only reschedule.
+func (j Job) RestartsTasks(next Job) bool {
+	return j.AppName != next.AppName || j.JobType != next.JobType ||
+		j.JobExecutionType != next.JobExecutionType || j.CPUCount != next.CPUCount ||
+		j.MemoryMB != next.MemoryMB || j.ScriptCommandLine != next.ScriptCommandLine ||
+		j.JobClass != next.JobClass
+}

@@ -1,0 +1,198 @@
+// Package cron parses Quartz cron expressions (the syntax Elastic-Job users write) and computes
+// their fire times. It validates every field itself, then hands a normalised expression to
+// github.com/hashicorp/cronexpr, whose behaviour on malformed input is undefined and whose
+// conventions differ from Quartz: it reads six fields as "min … year" and numbers days of the
+// week from 0 = Sunday, where Quartz reads six fields as "sec … day-of-week" and numbers them
+// from 1 = Sunday.
+package cron
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/cronexpr"
+)
+
+// ErrInvalid is wrapped by every parse error.
+var ErrInvalid = errors.New("invalid cron expression")
+
+// Schedule is a parsed expression.
+type Schedule struct {
+	text string
+	expr *cronexpr.Expression
+}
+
+// String returns the expression as it was given.
+func (s *Schedule) String() string { return s.text }
+
+// Next returns the first fire time strictly after t, evaluated in t's location, or the zero
+// time when the expression never fires again.
+func (s *Schedule) Next(t time.Time) time.Time { return s.expr.Next(t) }
+
+// NextN returns up to n fire times after t, evaluated in t's location.
+func (s *Schedule) NextN(t time.Time, n int) []time.Time {
+	out := make([]time.Time, 0, n)
+	for len(out) < n {
+		t = s.expr.Next(t)
+		if t.IsZero() {
+			break
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+type field struct {
+	name     string
+	min, max int
+	names    map[string]int // three-letter names, upper case
+	// shift is added to every value when translating to cronexpr's numbering.
+	shift int
+}
+
+var (
+	months = map[string]int{"JAN": 1, "FEB": 2, "MAR": 3, "APR": 4, "MAY": 5, "JUN": 6, "JUL": 7, "AUG": 8, "SEP": 9, "OCT": 10, "NOV": 11, "DEC": 12}
+	days   = map[string]int{"SUN": 1, "MON": 2, "TUE": 3, "WED": 4, "THU": 5, "FRI": 6, "SAT": 7}
+
+	second     = &field{name: "second", min: 0, max: 59}
+	minute     = &field{name: "minute", min: 0, max: 59}
+	hour       = &field{name: "hour", min: 0, max: 23}
+	dayOfMonth = &field{name: "day-of-month", min: 1, max: 31}
+	month      = &field{name: "month", min: 1, max: 12, names: months}
+	dayOfWeek  = &field{name: "day-of-week", min: 1, max: 7, names: days, shift: -1}
+	year       = &field{name: "year", min: 1970, max: 2099}
+)
+
+// Parse parses a Quartz expression: "sec min hour day-of-month month day-of-week [year]", with
+// exactly one of day-of-month and day-of-week set to "?", as Quartz requires.
+func Parse(text string) (*Schedule, error) {
+	fs := strings.Fields(text)
+	if len(fs) != 6 && len(fs) != 7 {
+		return nil, fmt.Errorf("%w %q: want 6 or 7 fields (sec min hour day-of-month month day-of-week [year]), got %d", ErrInvalid, text, len(fs))
+	}
+	domQ, dowQ := fs[3] == "?", fs[5] == "?"
+	if domQ == dowQ {
+		return nil, fmt.Errorf("%w %q: exactly one of day-of-month and day-of-week must be '?'", ErrInvalid, text)
+	}
+	out := make([]string, 7)
+	out[6] = "*"
+	specs := []*field{second, minute, hour, dayOfMonth, month, dayOfWeek, year}
+	for i, f := range fs {
+		norm, err := specs[i].normalise(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: %v", ErrInvalid, text, err)
+		}
+		out[i] = norm
+	}
+	expr, err := cronexpr.Parse(strings.Join(out, " "))
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", ErrInvalid, text, err)
+	}
+	return &Schedule{text: text, expr: expr}, nil
+}
+
+// normalise validates one field and rewrites it with numbers in cronexpr's numbering.
+func (f *field) normalise(s string) (string, error) {
+	if s == "?" {
+		if f != dayOfMonth && f != dayOfWeek {
+			return "", fmt.Errorf("'?' is only allowed in day-of-month and day-of-week")
+		}
+		return "?", nil
+	}
+	elems := strings.Split(strings.ToUpper(s), ",")
+	for i, e := range elems {
+		n, err := f.element(e)
+		if err != nil {
+			return "", fmt.Errorf("%s field %q: %v", f.name, s, err)
+		}
+		elems[i] = n
+	}
+	return strings.Join(elems, ","), nil
+}
+
+func (f *field) element(e string) (string, error) {
+	switch {
+	case e == "":
+		return "", errors.New("empty list element")
+	case f == dayOfMonth && (e == "L" || e == "LW"):
+		return e, nil
+	case f == dayOfMonth && strings.HasPrefix(e, "L-"):
+		return "", errors.New("offsets from the last day (L-n) are not supported")
+	case f == dayOfMonth && strings.HasSuffix(e, "W"):
+		v, err := f.value(strings.TrimSuffix(e, "W"))
+		return strconv.Itoa(v) + "W", err
+	case f == dayOfWeek && e == "L":
+		return strconv.Itoa(f.max + f.shift), nil // Quartz: "L" alone is the last day of the week, Saturday
+	case f == dayOfWeek && strings.HasSuffix(e, "L"):
+		v, err := f.value(strings.TrimSuffix(e, "L"))
+		return strconv.Itoa(v+f.shift) + "L", err
+	case f == dayOfWeek && strings.Contains(e, "#"):
+		d, nth, _ := strings.Cut(e, "#")
+		v, err := f.value(d)
+		if err != nil {
+			return "", err
+		}
+		k, err := strconv.Atoi(nth)
+		if err != nil || k < 1 || k > 5 {
+			return "", fmt.Errorf("%q: the week after '#' must be 1 to 5", e)
+		}
+		return fmt.Sprintf("%d#%d", v+f.shift, k), nil
+	}
+	base, step, hasStep := strings.Cut(e, "/")
+	var out string
+	switch {
+	case base == "*":
+		out = "*"
+		if hasStep { // cronexpr's "*/n" starts at its own minimum, which differs for day-of-week
+			out = fmt.Sprintf("%d-%d", f.min+f.shift, f.max+f.shift)
+		}
+	case strings.Contains(base, "-"):
+		a, b, _ := strings.Cut(base, "-")
+		lo, err := f.value(a)
+		if err != nil {
+			return "", err
+		}
+		hi, err := f.value(b)
+		if err != nil {
+			return "", err
+		}
+		if lo > hi {
+			return "", fmt.Errorf("range %q runs backwards", base)
+		}
+		out = fmt.Sprintf("%d-%d", lo+f.shift, hi+f.shift)
+	default:
+		v, err := f.value(base)
+		if err != nil {
+			return "", err
+		}
+		out = strconv.Itoa(v + f.shift)
+		if hasStep { // Quartz "5/15": from 5 to the end of the range, every 15
+			out = fmt.Sprintf("%d-%d", v+f.shift, f.max+f.shift)
+		}
+	}
+	if hasStep {
+		n, err := strconv.Atoi(step)
+		if err != nil || n < 1 || n > f.max-f.min+1 {
+			return "", fmt.Errorf("%q: the step after '/' must be 1 to %d", e, f.max-f.min+1)
+		}
+		out += "/" + strconv.Itoa(n)
+	}
+	return out, nil
+}
+
+func (f *field) value(s string) (int, error) {
+	if v, ok := f.names[s]; ok {
+		return v, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || s == "" || s[0] == '+' || s[0] == '-' {
+		return 0, fmt.Errorf("%q is not a number or name", s)
+	}
+	if v < f.min || v > f.max {
+		return 0, fmt.Errorf("%d is outside %d-%d", v, f.min, f.max)
+	}
+	return v, nil
+}
