@@ -1,0 +1,300 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ejcloud/ejcloud/config"
+)
+
+// CreateApp stores a new app. Of concurrent creates of one name exactly one succeeds; the
+// others get ErrExists.
+func (s *Store) CreateApp(ctx context.Context, a config.App) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	if err := s.multi(ctx, s.createOp(s.path(appsDir, a.AppName), data)); err != nil {
+		return fmt.Errorf("create app %q: %w", a.AppName, err)
+	}
+	return nil
+}
+
+// App reads one app.
+func (s *Store) App(ctx context.Context, name string) (config.App, error) {
+	a, _, err := s.readApp(ctx, name)
+	return a, err
+}
+
+func (s *Store) readApp(ctx context.Context, name string) (config.App, int32, error) {
+	n, err := s.get(ctx, s.path(appsDir, name))
+	if err != nil {
+		return config.App{}, 0, err
+	}
+	if !n.exists {
+		return config.App{}, 0, fmt.Errorf("app %q: %w", name, ErrNotFound)
+	}
+	a, err := config.ParseApp(n.data)
+	if err != nil {
+		return config.App{}, 0, fmt.Errorf("%w: app %q: %v", ErrCorrupt, name, err)
+	}
+	return a, n.version, nil
+}
+
+// Apps reads every app, sorted by name.
+func (s *Store) Apps(ctx context.Context) ([]config.App, error) {
+	nodes, err := s.readDir(ctx, appsDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]config.App, 0, len(nodes))
+	for _, n := range nodes {
+		a, err := config.ParseApp(n.data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: app %q: %v", ErrCorrupt, n.name, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// UpdateApp applies change to the stored app and writes the result if the app did not change
+// meanwhile (read-modify-write under a version check, retried on conflict). change must not
+// rename the app.
+func (s *Store) UpdateApp(ctx context.Context, name string, change func(config.App) (config.App, error)) (config.App, error) {
+	var out config.App
+	err := retry(ctx, func() error {
+		cur, version, err := s.readApp(ctx, name)
+		if err != nil {
+			return err
+		}
+		next, err := change(cur)
+		if err != nil {
+			return err
+		}
+		if next.AppName != name {
+			return fmt.Errorf("update app %q: the name cannot change", name)
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		if err := s.multi(ctx, setOp(s.path(appsDir, name), data, version)); err != nil {
+			return fmt.Errorf("update app %q: %w", name, err)
+		}
+		out = next
+		return nil
+	})
+	return out, err
+}
+
+// DeleteApp removes an app, its disable marker and every job of the app with the job's
+// queue entries and markers, in one multi. It returns the names of the deleted jobs, whose
+// running tasks the caller must kill. Running nodes stay until those tasks end.
+func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
+	var deleted []string
+	err := retry(ctx, func() error {
+		_, version, err := s.readApp(ctx, name)
+		if err != nil {
+			return err
+		}
+		jobs, err := s.readDir(ctx, jobsDir)
+		if err != nil {
+			return err
+		}
+		ops := []any{deleteOp(s.path(appsDir, name), version)}
+		marker, err := s.stat(ctx, s.path(disableAppDir, name))
+		if err != nil {
+			return err
+		}
+		if marker != nil {
+			ops = append(ops, deleteOp(s.path(disableAppDir, name), marker.Version))
+		}
+		deleted = deleted[:0]
+		for _, n := range jobs {
+			j, err := config.ParseJob(n.data)
+			if err != nil || j.AppName != name {
+				continue
+			}
+			jobOps, err := s.deleteJobOps(ctx, n.name, n.version)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, jobOps...)
+			deleted = append(deleted, n.name)
+		}
+		if err := s.multi(ctx, ops...); err != nil {
+			return fmt.Errorf("delete app %q: %w", name, err)
+		}
+		return nil
+	})
+	return deleted, err
+}
+
+// CreateJob stores a new job. The job's app must exist, checked in the same transaction so
+// that a job can never be created for an app being deleted. Of concurrent creates of one name
+// exactly one succeeds; the others get ErrExists. An unknown app is ErrAppNotFound.
+func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	err = s.multi(ctx, checkOp(s.path(appsDir, j.AppName), -1), s.createOp(s.path(jobsDir, j.JobName), data))
+	if err != nil {
+		return fmt.Errorf("create job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
+	}
+	return nil
+}
+
+// appMissing turns a failed check of the app's node into ErrAppNotFound.
+func appMissing(err error, appPath string) error {
+	var op *OpError
+	if errors.As(err, &op) && op.Path == appPath && errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%w %q", ErrAppNotFound, base(appPath))
+	}
+	return err
+}
+
+// Job reads one job.
+func (s *Store) Job(ctx context.Context, name string) (config.Job, error) {
+	j, _, err := s.readJob(ctx, name)
+	return j, err
+}
+
+func (s *Store) readJob(ctx context.Context, name string) (config.Job, int32, error) {
+	n, err := s.get(ctx, s.path(jobsDir, name))
+	if err != nil {
+		return config.Job{}, 0, err
+	}
+	if !n.exists {
+		return config.Job{}, 0, fmt.Errorf("job %q: %w", name, ErrNotFound)
+	}
+	j, err := config.ParseJob(n.data)
+	if err != nil {
+		return config.Job{}, 0, fmt.Errorf("%w: job %q: %v", ErrCorrupt, name, err)
+	}
+	return j, n.version, nil
+}
+
+// Jobs reads every job, sorted by name.
+func (s *Store) Jobs(ctx context.Context) ([]config.Job, error) {
+	nodes, err := s.readDir(ctx, jobsDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]config.Job, 0, len(nodes))
+	for _, n := range nodes {
+		j, err := config.ParseJob(n.data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %q: %v", ErrCorrupt, n.name, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// UpdateJob replaces a job's config and returns the previous one, which the caller compares
+// (config.Job.RestartsTasks) to decide whether running tasks must be killed. The job must
+// exist (ErrNotFound) and its app too (ErrAppNotFound).
+func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error) {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return config.Job{}, err
+	}
+	var prev config.Job
+	err = retry(ctx, func() error {
+		cur, version, err := s.readJob(ctx, j.JobName)
+		if err != nil {
+			return err
+		}
+		err = s.multi(ctx, checkOp(s.path(appsDir, j.AppName), -1), setOp(s.path(jobsDir, j.JobName), data, version))
+		if err != nil {
+			return fmt.Errorf("update job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
+		}
+		prev = cur
+		return nil
+	})
+	return prev, err
+}
+
+// DeleteJob removes a job's config, ready entry, failover entries and disable marker in one
+// multi. Its running nodes stay until the caller's kills end the tasks (SPEC §5.9).
+func (s *Store) DeleteJob(ctx context.Context, name string) error {
+	return retry(ctx, func() error {
+		_, version, err := s.readJob(ctx, name)
+		if err != nil {
+			return err
+		}
+		ops, err := s.deleteJobOps(ctx, name, version)
+		if err != nil {
+			return err
+		}
+		if err := s.multi(ctx, ops...); err != nil {
+			return fmt.Errorf("delete job %q: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
+func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
+	ops := []any{deleteOp(s.path(jobsDir, name), version)}
+	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name)} {
+		st, err := s.stat(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			ops = append(ops, deleteOp(p, st.Version))
+		}
+	}
+	parent := s.path(failoverDir, name)
+	items, err := s.children(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range items {
+		ops = append(ops, deleteOp(parent+"/"+item, -1))
+	}
+	if items != nil {
+		ops = append(ops, deleteOp(parent, -1))
+		s.parents.Delete(parent)
+	}
+	return ops, nil
+}
+
+// namedNode is a child read by readDir.
+type namedNode struct {
+	name string
+	node
+}
+
+// readDir reads every child of a directory, sorted by name, skipping children deleted
+// between the listing and the read.
+func (s *Store) readDir(ctx context.Context, dir string) ([]namedNode, error) {
+	return s.readChildren(ctx, s.path(dir))
+}
+
+func (s *Store) readChildren(ctx context.Context, p string) ([]namedNode, error) {
+	names, err := s.children(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = p + "/" + n
+	}
+	nodes, err := s.getMany(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]namedNode, 0, len(nodes))
+	for i, n := range nodes {
+		if n.exists {
+			out = append(out, namedNode{name: names[i], node: n})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,187 @@
+package state_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+func TestConcurrentRegistrationsOfOneJobGiveOneSuccess(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	const n = 20
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j := testJob("job", "app")
+			j.Description = string(rune('a' + i))
+			errs[i] = s.CreateJob(ctx, j)
+		}()
+	}
+	wg.Wait()
+	ok, exists := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, state.ErrExists):
+			exists++
+		default:
+			t.Fatalf("CreateJob: unexpected error %v", err)
+		}
+	}
+	if ok != 1 || exists != n-1 {
+		t.Fatalf("%d concurrent registrations: %d succeeded, %d got ErrExists; want 1 and %d", n, ok, exists, n-1)
+	}
+	jobs, err := s.Jobs(ctx)
+	must(t, err, "Jobs")
+	if len(jobs) != 1 {
+		t.Fatalf("Jobs = %v; want exactly one", jobs)
+	}
+}
+
+func TestConcurrentAppCreatesGiveOneSuccess(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.CreateApp(ctx, testApp("app")) }()
+	}
+	a, b := <-errs, <-errs
+	if (a == nil) == (b == nil) || !(errors.Is(a, state.ErrExists) || errors.Is(b, state.ErrExists)) {
+		t.Fatalf("two creates of one app gave %v and %v; want one nil and one ErrExists", a, b)
+	}
+}
+
+func TestCreateJobNeedsItsApp(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	err := s.CreateJob(ctx, testJob("job", "missing"))
+	mustIs(t, err, state.ErrAppNotFound, "CreateJob for a missing app")
+	mustIs(t, err, state.ErrNotFound, "ErrAppNotFound is a kind of ErrNotFound")
+	if _, err := s.Job(ctx, "job"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("a refused job must not be stored: Job = %v", err)
+	}
+}
+
+func TestAppLifecycle(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("b")), "CreateApp b")
+	must(t, s.CreateApp(ctx, testApp("a")), "CreateApp a")
+	apps, err := s.Apps(ctx)
+	must(t, err, "Apps")
+	if len(apps) != 2 || apps[0].AppName != "a" || apps[1].AppName != "b" {
+		t.Fatalf("Apps = %+v; want a, b", apps)
+	}
+	got, err := s.UpdateApp(ctx, "a", func(a config.App) (config.App, error) { a.MemoryMB = 512; return a, nil })
+	must(t, err, "UpdateApp")
+	if back, _ := s.App(ctx, "a"); back != got || back.MemoryMB != 512 || back.BootstrapScript != "bin/start.sh" {
+		t.Fatalf("after UpdateApp, App = %+v; want %+v", back, got)
+	}
+	if _, err := s.UpdateApp(ctx, "nope", func(a config.App) (config.App, error) { return a, nil }); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("UpdateApp of a missing app: %v; want ErrNotFound", err)
+	}
+	if _, err := s.UpdateApp(ctx, "a", func(a config.App) (config.App, error) { a.AppName = "c"; return a, nil }); err == nil {
+		t.Fatal("UpdateApp must refuse a rename")
+	}
+}
+
+func TestUpdateJobReturnsThePreviousConfig(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	j := testJob("job", "app")
+	must(t, s.CreateJob(ctx, j), "CreateJob")
+	next := j
+	next.MemoryMB = 64
+	prev, err := s.UpdateJob(ctx, next)
+	must(t, err, "UpdateJob")
+	if prev.MemoryMB != 32 || !prev.RestartsTasks(next) {
+		t.Fatalf("UpdateJob returned %+v; want the old config", prev)
+	}
+	if back, _ := s.Job(ctx, "job"); back.MemoryMB != 64 {
+		t.Fatalf("stored job = %+v; want memory 64", back)
+	}
+	missing := testJob("other", "app")
+	if _, err := s.UpdateJob(ctx, missing); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("UpdateJob of a missing job: %v; want ErrNotFound", err)
+	}
+	moved := next
+	moved.AppName = "gone"
+	if _, err := s.UpdateJob(ctx, moved); !errors.Is(err, state.ErrAppNotFound) {
+		t.Fatalf("UpdateJob to a missing app: %v; want ErrAppNotFound", err)
+	}
+}
+
+func TestDeleteAppRemovesItsJobsAndTheirQueueEntries(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateApp(ctx, testApp("other")), "CreateApp other")
+	must(t, s.CreateJob(ctx, testJob("j1", "app")), "CreateJob j1")
+	must(t, s.CreateJob(ctx, testJob("j2", "app")), "CreateJob j2")
+	must(t, s.CreateJob(ctx, testJob("keep", "other")), "CreateJob keep")
+	must(t, s.AddReady(ctx, "j1", true), "AddReady j1")
+	must(t, s.AddReady(ctx, "keep", true), "AddReady keep")
+	must(t, s.DisableJob(ctx, "j2"), "DisableJob j2")
+	must(t, s.DisableApp(ctx, "app"), "DisableApp")
+	_, err := s.AddFailover(ctx, taskid.New(taskid.Meta{JobName: "j2", Item: 1}, taskid.Ready, "S0"))
+	must(t, err, "AddFailover")
+
+	deleted, err := s.DeleteApp(ctx, "app")
+	must(t, err, "DeleteApp")
+	if len(deleted) != 2 || deleted[0] != "j1" || deleted[1] != "j2" {
+		t.Fatalf("DeleteApp deleted jobs %v; want [j1 j2]", deleted)
+	}
+	jobs, _ := s.Jobs(ctx)
+	if len(jobs) != 1 || jobs[0].JobName != "keep" {
+		t.Fatalf("Jobs after DeleteApp = %+v; want only keep", jobs)
+	}
+	ready, _ := s.Ready(ctx)
+	if len(ready) != 1 || ready[0].JobName != "keep" {
+		t.Fatalf("Ready after DeleteApp = %+v; want only keep", ready)
+	}
+	fo, _ := s.Failovers(ctx)
+	apps, jobsOff, _ := s.Disabled(ctx)
+	if len(fo) != 0 || len(apps) != 0 || len(jobsOff) != 0 {
+		t.Fatalf("after DeleteApp: failover %v, disabled apps %v, jobs %v; want none", fo, apps, jobsOff)
+	}
+	if _, err := s.DeleteApp(ctx, "app"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("second DeleteApp: %v; want ErrNotFound", err)
+	}
+}
+
+func TestDeleteJobLeavesRunningNodesForTheKills(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	run := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{run}}), "RecordLaunch")
+	must(t, s.AddReady(ctx, "job", false), "AddReady")
+	must(t, s.DeleteJob(ctx, "job"), "DeleteJob")
+	if _, err := s.Job(ctx, "job"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("Job after DeleteJob: %v; want ErrNotFound", err)
+	}
+	if r, _ := s.ReadyOf(ctx, "job"); r.Count != 0 {
+		t.Fatalf("ready entry survived DeleteJob: %+v", r)
+	}
+	running, _ := s.RunningOf(ctx, "job")
+	if len(running) != 1 {
+		t.Fatalf("running nodes after DeleteJob = %v; want the one task, removed when its kill is reported", running)
+	}
+	ended, err := s.EndTask(ctx, run, state.NoFollowUp)
+	must(t, err, "EndTask")
+	if !ended.Removed {
+		t.Fatal("EndTask did not remove the running node of the deleted job")
+	}
+}

@@ -1,0 +1,198 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+const sessionTimeout = time.Second
+
+func withTimeout(c *state.Config) { c.SessionTimeout = sessionTimeout }
+
+// campaign runs Campaign in the background and returns a channel for its result.
+func campaign(ctx context.Context, s *state.Store, addr string) <-chan *state.Leadership {
+	ch := make(chan *state.Leadership, 1)
+	go func() {
+		l, err := s.Campaign(ctx, addr)
+		if err != nil {
+			close(ch)
+			return
+		}
+		ch <- l
+	}()
+	return ch
+}
+
+func lead(t *testing.T, ctx context.Context, s *state.Store, addr string) *state.Leadership {
+	t.Helper()
+	l, err := s.Campaign(ctx, addr)
+	must(t, err, "Campaign "+addr)
+	return l
+}
+
+func awaitLeader(t *testing.T, ch <-chan *state.Leadership, within time.Duration, who string) *state.Leadership {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s stopped campaigning", who)
+		}
+		return l
+	case <-time.After(within):
+		t.Fatalf("%s did not become leader within %v", who, within)
+	}
+	return nil
+}
+
+func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:8899")
+	if addr, err := b.Leader(ctx); err != nil || addr != "a:8899" {
+		t.Fatalf("Leader() = %q, %v; want a:8899", addr, err)
+	}
+	bch := campaign(ctx, b, "b:8899")
+	eventually(t, 5*time.Second, "b's candidacy visible", func() bool { return candidates(t, env) == 2 })
+	select {
+	case <-bch:
+		t.Fatal("b became leader while a leads")
+	default:
+	}
+	a.Close() // a's session ends
+	lb := awaitLeader(t, bch, sessionTimeout, "b")
+	if addr, _ := b.Leader(ctx); addr != "b:8899" {
+		t.Fatalf("Leader() = %q after failover; want b:8899", addr)
+	}
+	eventually(t, 2*sessionTimeout, "a's leadership reported lost", func() bool {
+		select {
+		case <-la.Lost():
+			return true
+		default:
+			return false
+		}
+	})
+	lb.Resign(ctx)
+	if _, err := b.Leader(ctx); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("Leader() after the only leader resigned: %v; want ErrNotFound", err)
+	}
+}
+
+func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	a := open(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace}, withTimeout)
+	b := open(t, env, withTimeout)
+	ctx := ctxT(t)
+
+	la := lead(t, ctx, a, "a:1")
+	must(t, la.Store().AddReady(ctx, "job", true), "leader's fenced write")
+	bch := campaign(ctx, b, "b:1")
+	expired := a.SessionExpired()
+
+	proxy.Cut() // a is partitioned from ZooKeeper; the server expires its session
+	select {
+	case <-la.Lost():
+	case <-time.After(2 * sessionTimeout):
+		t.Fatal("a partitioned leader did not give up leadership within its session timeout")
+	}
+	if !errors.Is(la.Err(), state.ErrDisconnectedTooLong) {
+		t.Fatalf("a's leadership ended with %v; want ErrDisconnectedTooLong", la.Err())
+	}
+	// The server needs one session timeout to expire a's session, then b leads at once.
+	lb := awaitLeader(t, bch, 2*sessionTimeout+time.Second, "b")
+	if err := la.Store().AddReady(ctx, "job", true); err == nil {
+		t.Fatal("the deposed leader completed a fenced write while partitioned")
+	}
+
+	proxy.Restore()
+	select {
+	case <-expired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session expiry was not surfaced after reconnecting")
+	}
+	err := la.Store().AddReady(ctx, "job", true)
+	mustIs(t, err, state.ErrNotLeader, "the deposed leader's fenced write after its session expired")
+	must(t, lb.Store().AddReady(ctx, "job", true), "the new leader's fenced write")
+	if r, _ := b.ReadyOf(ctx, "job"); r.Count != 2 {
+		t.Fatalf("ready count = %d; want 2 (the old leader's write before the partition and the new leader's)", r.Count)
+	}
+
+	// a rejoins the election with a new session and leads once b steps down.
+	ach := campaign(ctx, a, "a:1")
+	lb.Resign(ctx)
+	la2 := awaitLeader(t, ach, 5*time.Second, "a, rejoining")
+	must(t, la2.Store().AddReady(ctx, "job", true), "the re-elected leader's fenced write")
+	mustIs(t, lb.Store().AddReady(ctx, "job", true), state.ErrNotLeader, "a resigned leader's fenced write")
+}
+
+func TestDeposedLeaderWhoseNodeWasDeletedIsFenced(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:1")
+	bch := campaign(ctx, b, "b:1")
+
+	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	must(t, err, "zk.Connect")
+	defer raw.Close()
+	eventually(t, 10*time.Second, "operator's delete of the election node", func() bool {
+		return raw.Delete(la.Path(), -1) == nil
+	})
+
+	select {
+	case <-la.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("leadership not lost after its election node was deleted")
+	}
+	if !errors.Is(la.Err(), state.ErrElectionNodeGone) {
+		t.Fatalf("leadership ended with %v; want ErrElectionNodeGone", la.Err())
+	}
+	mustIs(t, la.Store().AddReady(ctx, "job", true), state.ErrNotLeader, "fenced write of the deposed leader")
+	lb := awaitLeader(t, bch, 5*time.Second, "b")
+	must(t, lb.Store().AddReady(ctx, "job", true), "fenced write of the new leader")
+}
+
+func TestCampaignStopsWithItsContext(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:1")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := b.Campaign(cctx, "b:1"); done <- err }()
+	eventually(t, 5*time.Second, "b's candidacy visible", func() bool {
+		return candidates(t, env) == 2
+	})
+	cancel()
+	select {
+	case err := <-done:
+		mustIs(t, err, context.Canceled, "Campaign after cancel")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Campaign did not return after its context was cancelled")
+	}
+	eventually(t, 5*time.Second, "b's election node removed", func() bool { return candidates(t, env) == 1 })
+	la.Resign(ctx)
+}
+
+func candidates(t *testing.T, env statetest.Env) int {
+	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	must(t, err, "zk.Connect")
+	defer raw.Close()
+	names, _, err := raw.Children("/" + env.Namespace + "/ha/election")
+	if err != nil {
+		return -1
+	}
+	return len(names)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}

@@ -1,0 +1,155 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// Launch is what one offer cycle is about to launch (SPEC §5.4 step 4).
+type Launch struct {
+	Tasks []taskid.ID
+	// Ready holds, for each READY job launched, its entry as read when the cycle chose it; the
+	// count drops by one (the node goes at ≤ 1), checked against that version.
+	Ready []ReadyEntry
+	// Failover holds the failover entries relaunched, as read; each is deleted, checked
+	// against that version.
+	Failover []FailoverEntry
+}
+
+// RecordLaunch writes a launch ahead of telling Mesos, as one multi: it creates the running
+// node of every task, deletes the relaunched failover entries and decrements the ready counts.
+// If anything changed since the caller read it (a version check fails, a shard is already
+// running), nothing is written and the error says which node; the caller must then launch
+// nothing this cycle.
+func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
+	ops := make([]any, 0, len(l.Tasks)+len(l.Ready)+len(l.Failover))
+	for _, id := range l.Tasks {
+		parent := s.path(runningDir, id.JobName)
+		if err := s.ensureParent(ctx, parent); err != nil {
+			return fmt.Errorf("record launch: %w", err)
+		}
+		ops = append(ops, s.createOp(parent+"/"+id.Meta.String(), []byte(id.String())))
+	}
+	failoverJobs := map[string]bool{}
+	for _, f := range l.Failover {
+		ops = append(ops, deleteOp(s.path(failoverDir, f.Meta.JobName, f.Meta.String()), f.Version))
+		failoverJobs[f.Meta.JobName] = true
+	}
+	for _, r := range l.Ready {
+		p := s.path(readyDir, r.JobName)
+		if r.Count <= 1 {
+			ops = append(ops, deleteOp(p, r.Version))
+		} else {
+			ops = append(ops, setOp(p, []byte(strconv.Itoa(r.Count-1)), r.Version))
+		}
+	}
+	if err := s.multi(ctx, ops...); err != nil {
+		var op *OpError
+		if errors.As(err, &op) && op.Op == "create" && errors.Is(err, ErrNotFound) {
+			s.parents.Delete(parentOf(op.Path)) // the job's running node went away
+		}
+		return fmt.Errorf("record launch of %d tasks: %w", len(l.Tasks), err)
+	}
+	for job := range failoverJobs {
+		s.bestEffortDelete(ctx, s.path(failoverDir, job))
+	}
+	return nil
+}
+
+func parentOf(p string) string {
+	for i := len(p) - 1; i >= 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return p
+}
+
+// FollowUp says what happens to a shard after its task ended (SPEC §5.7).
+type FollowUp int
+
+const (
+	// NoFollowUp: the task finished, failed by the job's own fault, or is not to be relaunched.
+	NoFollowUp FollowUp = iota
+	// Failover: the task died of an infrastructure failure; queue its shard for relaunch.
+	Failover
+	// Rerun: a killed DAEMON task; set the job's ready count to 1.
+	Rerun
+)
+
+// Ended reports what EndTask did.
+type Ended struct {
+	// Removed is false when the running node did not hold this task (already ended, or a
+	// newer task runs the shard): a duplicate or stale update, and nothing was written.
+	Removed bool
+	// Requeued is true when the follow-up was written; it is false when the shard was queued
+	// already or the queue was full (logged as a warning).
+	Requeued bool
+}
+
+// EndTask records the end of a task as one multi: its running node goes and, with Failover,
+// its shard joins the failover queue unless queued already, or, with Rerun, the job's ready
+// count becomes 1. The caller decides the follow-up from the job's config and disable state.
+func (s *Store) EndTask(ctx context.Context, id taskid.ID, next FollowUp) (Ended, error) {
+	var out Ended
+	parent := s.path(runningDir, id.JobName)
+	p := parent + "/" + id.Meta.String()
+	err := retry(ctx, func() error {
+		out = Ended{}
+		n, err := s.get(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !n.exists || string(n.data) != id.String() {
+			return nil
+		}
+		ops := []any{deleteOp(p, n.version)}
+		var follow []any
+		switch next {
+		case Failover:
+			var queued bool
+			follow, queued, err = s.failoverOps(ctx, id)
+			if queued {
+				follow = nil
+			}
+		case Rerun:
+			follow, err = s.rerunOps(ctx, id.JobName)
+		}
+		if errors.Is(err, ErrQueueFull) {
+			follow, err = nil, nil // refused and logged by admit; the task still ended
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.multi(ctx, append(ops, follow...)...); err != nil {
+			return conflictIfExists(err)
+		}
+		out = Ended{Removed: true, Requeued: len(follow) > 0}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("end task %s: %w", id, err)
+	}
+	if out.Removed {
+		s.bestEffortDelete(ctx, parent)
+	}
+	return out, nil
+}
+
+// rerunOps returns the ops that set a job's ready count to at least 1.
+func (s *Store) rerunOps(ctx context.Context, job string) ([]any, error) {
+	p := s.path(readyDir, job)
+	st, err := s.stat(ctx, p)
+	if err != nil || st != nil {
+		return nil, err // already pending
+	}
+	admit, err := s.admit(ctx, readyDir)
+	if err != nil {
+		return nil, err
+	}
+	return []any{admit, s.createOp(p, []byte("1"))}, nil
+}

@@ -1,0 +1,267 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// ReadyEntry is a job's pending whole-job runs, with the node version it was read at (for the
+// version checks of RecordLaunch).
+type ReadyEntry struct {
+	JobName string
+	Count   int
+	Version int32
+}
+
+// RunningEntry is a launched task: the running node of its shard.
+type RunningEntry struct {
+	Meta    taskid.Meta
+	TaskID  string
+	Version int32
+}
+
+// FailoverEntry is a shard waiting to be relaunched, with the id of the task that failed.
+type FailoverEntry struct {
+	Meta    taskid.Meta
+	TaskID  string
+	Version int32
+}
+
+// admit enforces the queue-size limit before a new child is created under a queue root and
+// returns an op that makes the check part of the same multi: it bumps the root's version, so
+// concurrent adds cannot both pass a check made against the same count.
+func (s *Store) admit(ctx context.Context, dir string) (any, error) {
+	root := s.path(dir)
+	st, err := s.stat(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, fmt.Errorf("%s: %w", root, ErrNotFound)
+	}
+	if int(st.NumChildren) >= s.queueLimit {
+		s.log.WithField("queue", root).WithField("limit", s.queueLimit).
+			Warn("queue is full (job-state-queue-size); refusing the add")
+		return nil, fmt.Errorf("%w: %s has %d children (job-state-queue-size %d)", ErrQueueFull, root, st.NumChildren, s.queueLimit)
+	}
+	return setOp(root, nil, st.Version), nil
+}
+
+// conflictIfExists turns "already exists" into a conflict, for creates that lost a race and
+// must be retried as updates.
+func conflictIfExists(err error) error {
+	if errors.Is(err, ErrExists) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
+}
+
+// AddReady records one fire of a job (SPEC §5.3): with misfire the pending count grows by one
+// (created at 1), without it the count becomes 1. Updates are version-checked and retried, so
+// concurrent fires never lose a count. A new entry is refused with ErrQueueFull when the ready
+// root already has job-state-queue-size children.
+func (s *Store) AddReady(ctx context.Context, job string, misfire bool) error {
+	p := s.path(readyDir, job)
+	err := retry(ctx, func() error {
+		n, err := s.get(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !n.exists {
+			admit, err := s.admit(ctx, readyDir)
+			if err != nil {
+				return err
+			}
+			return conflictIfExists(s.multi(ctx, admit, s.createOp(p, []byte("1"))))
+		}
+		count := s.parseCount(p, n.data)
+		next := 1
+		if misfire {
+			next = count + 1
+		}
+		if next == count {
+			return nil
+		}
+		return s.multi(ctx, setOp(p, []byte(strconv.Itoa(next)), n.version))
+	})
+	if err != nil {
+		return fmt.Errorf("add job %q to ready queue: %w", job, err)
+	}
+	return nil
+}
+
+// parseCount reads a ready count. Garbage counts as one pending run, so that a damaged node
+// neither blocks the queue nor loses the run.
+func (s *Store) parseCount(p string, data []byte) int {
+	n, err := strconv.Atoi(string(data))
+	if err != nil || n < 1 {
+		s.log.WithField("path", p).WithField("value", string(data)).Warn("ready count is not a positive integer; counting it as 1")
+		return 1
+	}
+	return n
+}
+
+// Ready returns every ready entry, sorted by job name.
+func (s *Store) Ready(ctx context.Context) ([]ReadyEntry, error) {
+	nodes, err := s.readDir(ctx, readyDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReadyEntry, len(nodes))
+	for i, n := range nodes {
+		out[i] = ReadyEntry{JobName: n.name, Count: s.parseCount(s.path(readyDir, n.name), n.data), Version: n.version}
+	}
+	return out, nil
+}
+
+// ReadyOf returns a job's ready entry; Count is 0 when it has none.
+func (s *Store) ReadyOf(ctx context.Context, job string) (ReadyEntry, error) {
+	p := s.path(readyDir, job)
+	n, err := s.get(ctx, p)
+	if err != nil || !n.exists {
+		return ReadyEntry{JobName: job}, err
+	}
+	return ReadyEntry{JobName: job, Count: s.parseCount(p, n.data), Version: n.version}, nil
+}
+
+// RemoveReady drops a job's pending runs.
+func (s *Store) RemoveReady(ctx context.Context, job string) error {
+	err := s.multi(ctx, deleteOp(s.path(readyDir, job), -1))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("remove job %q from ready queue: %w", job, err)
+	}
+	return nil
+}
+
+// Running returns every running task, by job name then item.
+func (s *Store) Running(ctx context.Context) ([]RunningEntry, error) {
+	entries, err := s.readQueue(ctx, runningDir)
+	out := make([]RunningEntry, len(entries))
+	for i, e := range entries {
+		out[i] = RunningEntry(e)
+	}
+	return out, err
+}
+
+// RunningOf returns a job's running tasks.
+func (s *Store) RunningOf(ctx context.Context, job string) ([]RunningEntry, error) {
+	entries, err := s.readJobQueue(ctx, runningDir, job)
+	out := make([]RunningEntry, len(entries))
+	for i, e := range entries {
+		out[i] = RunningEntry(e)
+	}
+	return out, err
+}
+
+// Failovers returns every failover entry, by job name then item.
+func (s *Store) Failovers(ctx context.Context) ([]FailoverEntry, error) {
+	entries, err := s.readQueue(ctx, failoverDir)
+	out := make([]FailoverEntry, len(entries))
+	for i, e := range entries {
+		out[i] = FailoverEntry(e)
+	}
+	return out, err
+}
+
+// queueEntry is the shape shared by the running and failover queues.
+type queueEntry struct {
+	Meta    taskid.Meta
+	TaskID  string
+	Version int32
+}
+
+// readQueue reads a two-level queue (root/job/job@-@item → task id).
+func (s *Store) readQueue(ctx context.Context, dir string) ([]queueEntry, error) {
+	jobs, err := s.children(ctx, s.path(dir))
+	if err != nil {
+		return nil, err
+	}
+	var out []queueEntry
+	for _, job := range jobs {
+		entries, err := s.readJobQueue(ctx, dir, job)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, entries...)
+	}
+	return out, nil
+}
+
+func (s *Store) readJobQueue(ctx context.Context, dir, job string) ([]queueEntry, error) {
+	parent := s.path(dir, job)
+	nodes, err := s.readChildren(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) > 0 {
+		s.parents.Store(parent, struct{}{})
+	}
+	out := make([]queueEntry, 0, len(nodes))
+	for _, n := range nodes {
+		meta, err := taskid.ParseMeta(n.name)
+		if err != nil || meta.JobName != job {
+			s.log.WithField("path", parent+"/"+n.name).Warn("queue node name is not {job}@-@{item}; ignoring it")
+			continue
+		}
+		out = append(out, queueEntry{Meta: meta, TaskID: string(n.data), Version: n.version})
+	}
+	return out, nil
+}
+
+// AddFailover queues a shard for relaunch, unless it is queued already (then it returns
+// false). A job new to the failover queue is refused with ErrQueueFull when the failover root
+// already has job-state-queue-size children.
+func (s *Store) AddFailover(ctx context.Context, id taskid.ID) (bool, error) {
+	var added bool
+	err := retry(ctx, func() error {
+		ops, queued, err := s.failoverOps(ctx, id)
+		if err != nil || queued {
+			return err
+		}
+		if err := s.multi(ctx, ops...); err != nil {
+			return conflictIfExists(err)
+		}
+		added = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("add task %s to failover queue: %w", id, err)
+	}
+	return added, nil
+}
+
+// failoverOps returns the ops that queue id's shard for failover, or queued = true if it is
+// queued already.
+func (s *Store) failoverOps(ctx context.Context, id taskid.ID) (ops []any, queued bool, err error) {
+	parent := s.path(failoverDir, id.JobName)
+	item := parent + "/" + id.Meta.String()
+	st, err := s.stat(ctx, parent)
+	if err != nil {
+		return nil, false, err
+	}
+	if st == nil {
+		admit, err := s.admit(ctx, failoverDir)
+		if err != nil {
+			return nil, false, err
+		}
+		ops = append(ops, admit, s.createOp(parent, nil))
+	} else if existing, err := s.stat(ctx, item); err != nil || existing != nil {
+		return nil, existing != nil, err
+	}
+	return append(ops, s.createOp(item, []byte(id.String()))), false, nil
+}
+
+// RemoveFailover drops a shard from the failover queue.
+func (s *Store) RemoveFailover(ctx context.Context, meta taskid.Meta) error {
+	parent := s.path(failoverDir, meta.JobName)
+	err := s.multi(ctx, deleteOp(parent+"/"+meta.String(), -1))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("remove %s from failover queue: %w", meta, err)
+	}
+	s.bestEffortDelete(ctx, parent)
+	return nil
+}

@@ -1,0 +1,75 @@
+package state
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// session follows the connection's session state from go-zookeeper's event callback, which,
+// unlike its event channel, never drops an event.
+type session struct {
+	mu        sync.Mutex // guards the fields below
+	state     zk.State
+	since     time.Time     // when state last changed between having and not having a session
+	changed   chan struct{} // closed and replaced at every state change
+	expired   chan struct{} // closed and replaced at every expiry
+	expiries  int
+	connected bool
+}
+
+func newSession() *session {
+	return &session{changed: make(chan struct{}), expired: make(chan struct{}), since: time.Now()}
+}
+
+// observe is the zk event callback; it must not block.
+func (s *session) observe(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = ev.State
+	has := ev.State == zk.StateHasSession
+	if has != s.connected {
+		s.connected = has
+		s.since = time.Now()
+	}
+	if ev.State == zk.StateExpired {
+		s.expiries++
+		close(s.expired)
+		s.expired = make(chan struct{})
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// snapshot returns whether the session is usable, since when, the number of expiries so far
+// and a channel closed at the next change.
+func (s *session) snapshot() (connected bool, since time.Time, expiries int, changed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connected, s.since, s.expiries, s.changed
+}
+
+func (s *session) nextExpiry() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expired
+}
+
+func (s *session) waitConnected(ctx context.Context) error {
+	for {
+		ok, _, _, changed := s.snapshot()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

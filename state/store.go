@@ -1,0 +1,405 @@
+// Package state keeps ejcloud's state in ZooKeeper (SPEC §4): app and job configs, the ready,
+// running and failover queues, disable markers, the FrameworkID and leader election. It is the
+// only package that imports the ZooKeeper client.
+//
+// Every change that touches more than one node is one ZooKeeper multi, and a Store returned by
+// Leadership.Store adds a version check of its own election node to every write, so that a
+// deposed leader's writes fail (fencing). ZooKeeper errors are translated to this package's
+// sentinels; a session expiry is never swallowed: it ends any Leadership and surfaces as
+// ErrSessionExpired.
+//
+//	POST /api/job/register → config.DecodeJob → Store.CreateJob: /config/job/<job>
+//	producer: cron fire    → Store.AddReady: /state/ready/<job>
+//	offer cycle            → Store.RecordLaunch: one multi (running+, failover−, ready−)
+//	status update          → Store.EndTask: one multi (running−, failover+ or ready=1)
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
+)
+
+// Sentinel errors. Errors returned by this package wrap one of them (errors.Is), and the
+// ZooKeeper error beneath where there is one.
+var (
+	ErrNotFound       = errors.New("state: not found")
+	ErrExists         = errors.New("state: already exists")
+	ErrConflict       = errors.New("state: changed concurrently")
+	ErrNotLeader      = errors.New("state: not the leader (fenced write refused)")
+	ErrQueueFull      = errors.New("state: queue full")
+	ErrUnavailable    = errors.New("state: ZooKeeper unavailable")
+	ErrSessionExpired = errors.New("state: ZooKeeper session expired")
+	ErrCorrupt        = errors.New("state: unreadable node")
+
+	// ErrAppNotFound is returned when a job names an app that does not exist.
+	ErrAppNotFound = fmt.Errorf("%w: app", ErrNotFound)
+)
+
+// Config says how to reach ZooKeeper.
+type Config struct {
+	Servers        []string      // host:port, at least one
+	Namespace      string        // root node, without slashes; default "elastic-job-cloud"
+	SessionTimeout time.Duration // default 10s
+	// Digest "user:password" enables digest authentication; nodes are then created with a
+	// creator-only ACL.
+	Digest string
+	// QueueSizeLimit is --job-state-queue-size: adds to ready, failover or disable are refused
+	// when the root already has this many children. Default 10000.
+	QueueSizeLimit int
+	Logger         logrus.FieldLogger
+}
+
+// Store is a handle on ejcloud's state. It is safe for concurrent use.
+type Store struct {
+	*shared
+	fence *Fence // non-nil on a leader's fenced view
+}
+
+// shared is the part of a Store that its fenced views share.
+type shared struct {
+	conn       *zk.Conn
+	root       string
+	acl        []zk.ACL
+	queueLimit int
+	timeout    time.Duration
+	log        logrus.FieldLogger
+	sess       *session
+	roundTrips atomic.Uint64
+	// parents caches the running/failover job nodes known to exist, so that a launch does not
+	// pay a round trip to create them; an entry is dropped when a write finds it wrong.
+	parents sync.Map
+}
+
+// Fence is a leader's election node: every write of a fenced Store checks that it still exists
+// at this version.
+type Fence struct {
+	Path    string
+	Version int32
+}
+
+// Connect opens a session and creates the layout's parent nodes. It fails if no session is
+// established before ctx ends.
+func Connect(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("state: no ZooKeeper servers configured")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "elastic-job-cloud"
+	}
+	if strings.Contains(cfg.Namespace, "/") {
+		return nil, fmt.Errorf("state: namespace %q must not contain '/'", cfg.Namespace)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.QueueSizeLimit <= 0 {
+		cfg.QueueSizeLimit = 10000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.StandardLogger()
+	}
+	sess := newSession()
+	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
+		zk.WithEventCallback(sess.observe))
+	if err != nil {
+		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
+	}
+	s := &Store{shared: &shared{
+		conn: conn, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
+		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
+	}}
+	if err := sess.waitConnected(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
+	}
+	if cfg.Digest != "" {
+		if err := conn.AddAuth("digest", []byte(cfg.Digest)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("authenticate to ZooKeeper: %w", err)
+		}
+		s.acl = zk.AuthACL(zk.PermAll)
+	}
+	if err := s.ensureLayout(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close ends the session; its ephemeral nodes (an election node) go at once.
+func (s *Store) Close() { s.conn.Close() }
+
+// RoundTrips counts the ZooKeeper requests this Store and its views have made.
+func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
+
+// Namespace returns the root path, e.g. "/elastic-job-cloud".
+func (s *Store) Namespace() string { return s.root }
+
+// SessionExpired returns a channel closed the next time the session expires.
+func (s *Store) SessionExpired() <-chan struct{} { return s.sess.nextExpiry() }
+
+// Fenced returns a view of s whose writes all check f first.
+func (s *Store) Fenced(f Fence) *Store { return &Store{shared: s.shared, fence: &f} }
+
+// Layout, relative to the namespace root (SPEC §4).
+const (
+	appsDir        = "config/app"
+	jobsDir        = "config/job"
+	readyDir       = "state/ready"
+	runningDir     = "state/running"
+	failoverDir    = "state/failover"
+	disableAppDir  = "state/disable/app"
+	disableJobDir  = "state/disable/job"
+	frameworkIDKey = "ha/framework_id"
+	electionDir    = "ha/election"
+)
+
+func (s *Store) path(parts ...string) string { return s.root + "/" + strings.Join(parts, "/") }
+
+func (s *Store) ensureLayout(ctx context.Context) error {
+	dirs := []string{"", "config", appsDir, jobsDir, "state", readyDir, runningDir, failoverDir,
+		"state/disable", disableAppDir, disableJobDir, "ha", electionDir}
+	for _, d := range dirs {
+		p := strings.TrimSuffix(s.path(d), "/")
+		if err := s.ensure(ctx, p); err != nil {
+			return fmt.Errorf("create %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// ensure creates an empty node if it is missing (not fenced: layout nodes are not state).
+func (s *Store) ensure(ctx context.Context, p string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.roundTrips.Add(1)
+	_, err := s.conn.Create(p, nil, 0, s.acl)
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return translate(err)
+	}
+	return nil
+}
+
+// translate maps a ZooKeeper error to this package's sentinel, keeping the original.
+func translate(err error) error {
+	var sentinel error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		sentinel = ErrNotFound
+	case errors.Is(err, zk.ErrNodeExists):
+		sentinel = ErrExists
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNotEmpty):
+		sentinel = ErrConflict
+	case errors.Is(err, zk.ErrSessionExpired):
+		sentinel = ErrSessionExpired
+	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
+		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionMoved):
+		sentinel = ErrUnavailable
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// node is one read: data and version, or absent.
+type node struct {
+	data    []byte
+	version int32
+	exists  bool
+	stat    *zk.Stat
+}
+
+func (s *Store) get(ctx context.Context, p string) (node, error) {
+	if err := ctx.Err(); err != nil {
+		return node{}, err
+	}
+	s.roundTrips.Add(1)
+	data, stat, err := s.conn.Get(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return node{}, nil
+	}
+	if err != nil {
+		return node{}, fmt.Errorf("read %s: %w", p, translate(err))
+	}
+	return node{data: data, version: stat.Version, exists: true, stat: stat}, nil
+}
+
+func (s *Store) stat(ctx context.Context, p string) (*zk.Stat, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.roundTrips.Add(1)
+	ok, stat, err := s.conn.Exists(p)
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", p, translate(err))
+	}
+	if !ok {
+		return nil, nil
+	}
+	return stat, nil
+}
+
+// children lists a node's children, sorted; a missing node has none.
+func (s *Store) children(ctx context.Context, p string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.roundTrips.Add(1)
+	names, _, err := s.conn.Children(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", p, translate(err))
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// getMany reads many nodes at once. go-zookeeper pipelines concurrent requests over the one
+// connection, so n reads cost about one round trip of latency instead of n.
+func (s *Store) getMany(ctx context.Context, paths []string) ([]node, error) {
+	out := make([]node, len(paths))
+	errs := make([]error, len(paths))
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = s.get(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// OpError says which operation of a multi failed.
+type OpError struct {
+	Op   string // create, set, delete or check
+	Path string
+	Err  error // wraps a sentinel
+}
+
+func (e *OpError) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
+func (e *OpError) Unwrap() error { return e.Err }
+
+// multi runs ops as one transaction, behind the fence check on a fenced Store. A failed fence
+// check is ErrNotLeader; another failed op is an *OpError wrapping its sentinel.
+func (s *Store) multi(ctx context.Context, ops ...any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.fence != nil {
+		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	s.roundTrips.Add(1)
+	res, err := s.conn.Multi(ops...)
+	if err == nil {
+		return nil
+	}
+	for i, r := range res {
+		if r.Error == nil {
+			continue
+		}
+		if i == 0 && s.fence != nil {
+			return fmt.Errorf("%w: election node %s: %w", ErrNotLeader, s.fence.Path, r.Error)
+		}
+		op, p := describe(ops[i])
+		return &OpError{Op: op, Path: p, Err: translate(r.Error)}
+	}
+	// No per-op result: the request itself failed (connection loss, expiry).
+	return fmt.Errorf("multi of %d ops: %w", len(ops), translate(err))
+}
+
+func describe(op any) (string, string) {
+	switch o := op.(type) {
+	case *zk.CreateRequest:
+		return "create", o.Path
+	case *zk.SetDataRequest:
+		return "set", o.Path
+	case *zk.DeleteRequest:
+		return "delete", o.Path
+	case *zk.CheckVersionRequest:
+		return "check", o.Path
+	}
+	return "?", ""
+}
+
+func (s *Store) createOp(p string, data []byte) *zk.CreateRequest {
+	return &zk.CreateRequest{Path: p, Data: data, Acl: s.acl}
+}
+
+func setOp(p string, data []byte, version int32) *zk.SetDataRequest {
+	return &zk.SetDataRequest{Path: p, Data: data, Version: version}
+}
+
+func deleteOp(p string, version int32) *zk.DeleteRequest {
+	return &zk.DeleteRequest{Path: p, Version: version}
+}
+
+func checkOp(p string, version int32) *zk.CheckVersionRequest {
+	return &zk.CheckVersionRequest{Path: p, Version: version}
+}
+
+// retry runs attempt until it does not fail with ErrConflict: the read-modify-write loop of
+// every version-checked update. Conflicts come only from concurrent writers, so this ends.
+func retry(ctx context.Context, attempt func() error) error {
+	for {
+		err := attempt()
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// bestEffortDelete removes an empty parent node; it is fine if it has children or is gone.
+func (s *Store) bestEffortDelete(ctx context.Context, p string) {
+	s.parents.Delete(p)
+	err := s.multi(ctx, deleteOp(p, -1))
+	if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+		s.log.WithError(err).WithField("path", p).Debug("could not remove empty queue node")
+	}
+}
+
+// ensureParent creates a job's node under a queue root if it is not known to exist.
+func (s *Store) ensureParent(ctx context.Context, p string) error {
+	if _, ok := s.parents.Load(p); ok {
+		return nil
+	}
+	if err := s.ensure(ctx, p); err != nil {
+		return err
+	}
+	s.parents.Store(p, struct{}{})
+	return nil
+}
+
+func base(p string) string { return path.Base(p) }
+
+type zkLogger struct{ log logrus.FieldLogger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.WithField("component", "zk").Debugf(format, args...)
+}
