@@ -1,0 +1,42 @@
+# ejcloud — see README.md. `make run` starts a local system, `make test` runs every test.
+GO      ?= go
+BIN     := bin
+ZK_JAR  := /usr/share/java/zookeeper.jar
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+BINARIES := ./scheduler/cmd/ejcloud-scheduler
+
+.PHONY: build test run bench fuzz lint zookeeper clean
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(BINARIES)
+
+# Tests need a real ZooKeeper (Debian's zookeeper package); install it when it is missing.
+test: zookeeper
+	$(GO) test -race -count=1 -timeout 14m ./...
+
+run: build zookeeper
+	./docker/run-local.sh
+
+bench: zookeeper
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# A short fuzzing pass over every fuzz target; the seed corpora run in `make test` already.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 30s $$pkg; \
+	  done; done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+zookeeper:
+	@if [ ! -f $(ZK_JAR) ]; then \
+	  echo "ZooKeeper is missing: installing Debian's zookeeper package"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q zookeeper; \
+	fi
+
+clean:
+	rm -rf $(BIN)

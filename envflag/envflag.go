@@ -1,0 +1,57 @@
+// Package envflag lets every flag of a command also be set from the environment (SPEC §2):
+// --zk-servers reads EJCLOUD_ZK_SERVERS. A flag given on the command line wins.
+package envflag
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// Prefix is the environment prefix of ejcloud's commands.
+const Prefix = "EJCLOUD_"
+
+// Name returns the variable that sets a flag: "zk-servers" → "EJCLOUD_ZK_SERVERS".
+func Name(flagName string) string {
+	return Prefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Parse parses args, then sets each flag not given there from its variable, read through
+// getenv (os.Getenv in main; a map in tests). Every bad variable is reported in one error.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v := getenv(Name(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Sprintf("%s=%q: %v", Name(f.Name), v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid environment: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Usage installs a usage function that lists every flag with its default and variable.
+func Usage(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "%s\n\nFlags (each can also be set by the environment variable shown):\n", synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := f.DefValue
+			if def == "" {
+				def = "none"
+			}
+			fmt.Fprintf(out, "  --%s (%s)  [default %s]\n      %s\n", f.Name, Name(f.Name), def, f.Usage)
+		})
+	}
+}

@@ -1,0 +1,51 @@
+// Command ejcloud-scheduler is ejcloud's Mesos framework, REST API and console.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/envflag"
+	"github.com/ejcloud/ejcloud/scheduler"
+)
+
+func main() {
+	fs := flag.NewFlagSet("ejcloud-scheduler", flag.ContinueOnError)
+	cfg := scheduler.Flags(fs)
+	envflag.Usage(fs, "ejcloud-scheduler: Elastic-Job-Cloud for Go, a Mesos framework for scheduled jobs.")
+	if err := envflag.Parse(fs, os.Args[1:], os.Getenv); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err)
+		os.Exit(2)
+	}
+	log := logrus.New()
+	level, err := logrus.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ejcloud-scheduler: --log-level:", err)
+		os.Exit(2)
+	}
+	log.SetLevel(level)
+	switch cfg.LogFormat {
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	default:
+		fmt.Fprintln(os.Stderr, "ejcloud-scheduler: --log-format must be text or json")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := scheduler.Run(ctx, *cfg, log); err != nil {
+		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,130 @@
+package scheduler
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is the scheduler's configuration: the flags of SPEC §2.
+type Config struct {
+	ZKServers          []string
+	ZKNamespace        string
+	ZKDigest           string
+	MesosURL           string
+	MesosRole          string
+	MesosUser          string
+	FrameworkName      string
+	FailoverTimeout    time.Duration
+	Hostname           string
+	HTTPAddr           string
+	AuthRoot           string
+	AuthGuest          string
+	JobStateQueueSize  int
+	ReconcileInterval  time.Duration
+	UnreachableTimeout time.Duration
+	EventTraceDB       string
+	ExecutorBinary     string
+	LogLevel           string
+	LogFormat          string
+
+	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
+	ZKConnectTimeout time.Duration
+}
+
+// Flags registers every flag on fs and returns the Config they fill.
+func Flags(fs *flag.FlagSet) *Config {
+	c := &Config{}
+	fs.Func("zk-servers", "ZooKeeper servers, host:port[,host:port…] (default 127.0.0.1:2181)", func(s string) error {
+		c.ZKServers = splitList(s)
+		if len(c.ZKServers) == 0 {
+			return fmt.Errorf("empty server list")
+		}
+		return nil
+	})
+	c.ZKServers = []string{"127.0.0.1:2181"}
+	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
+	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
+	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL (leader redirects are followed)")
+	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
+	fs.StringVar(&c.MesosUser, "mesos-user", currentUser(), "user tasks run as")
+	fs.StringVar(&c.FrameworkName, "framework-name", "Elastic-Job-Cloud", "Mesos framework name")
+	fs.DurationVar(&c.FailoverTimeout, "failover-timeout", 168*time.Hour, "how long Mesos keeps the framework's tasks while no scheduler is connected")
+	fs.StringVar(&c.Hostname, "hostname", osHostname(), "advertised host name")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8899", "REST API and console address")
+	fs.StringVar(&c.AuthRoot, "auth-root", "", "user:password of the administrator (HTTP Basic)")
+	fs.StringVar(&c.AuthGuest, "auth-guest", "", "user:password of the read-only guest (HTTP Basic)")
+	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
+	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
+	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database DSN (sqlite://, postgres://, mysql://)")
+	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	return c
+}
+
+// Validate checks what the flags alone cannot.
+func (c *Config) Validate() error {
+	if c.JobStateQueueSize < 1 {
+		return fmt.Errorf("--job-state-queue-size must be at least 1, got %d", c.JobStateQueueSize)
+	}
+	for name, cred := range map[string]string{"--auth-root": c.AuthRoot, "--auth-guest": c.AuthGuest, "--zk-digest": c.ZKDigest} {
+		if cred != "" && !strings.Contains(cred, ":") {
+			return fmt.Errorf("%s must be user:password", name)
+		}
+	}
+	host, _, err := net.SplitHostPort(c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err)
+	}
+	if c.AuthRoot == "" && !isLoopback(host) {
+		return fmt.Errorf("refusing to serve the API on non-loopback address %s without credentials: set --auth-root user:password", c.HTTPAddr)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func currentUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "root"
+}
+
+func osHostname() string {
+	if h, err := os.Hostname(); err == nil {
+		return h
+	}
+	return "localhost"
+}
+
+func defaultExecutor() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "ejcloud-executor"
+	}
+	return filepath.Join(filepath.Dir(exe), "ejcloud-executor")
+}

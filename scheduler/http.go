@@ -1,0 +1,55 @@
+package scheduler
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+func (s *instance) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
+	}))
+	return mux
+}
+
+// readyz is 200 only on a leader subscribed to Mesos (SPEC §5.1).
+func (s *instance) readyz(w http.ResponseWriter, r *http.Request) {
+	leader, subscribed := s.status()
+	switch {
+	case !leader:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"leader": false, "subscribed": false, "error": "standby: not the leader"})
+	case !subscribed:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"leader": true, "subscribed": false, "error": "not subscribed to Mesos"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"leader": true, "subscribed": true})
+	}
+}
+
+// notLeaderOr serves next on the leader; a standby answers 307 to the leader's URL.
+func (s *instance) notLeaderOr(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if leader, _ := s.status(); leader {
+			next(w, r)
+			return
+		}
+		addr, err := s.store.Leader(r.Context())
+		if err != nil || addr == s.advertised {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no leader elected"})
+			return
+		}
+		u := *r.URL
+		u.Scheme, u.Host = "http", addr
+		http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,143 @@
+// Package scheduler is ejcloud's Mesos framework. Run owns every goroutine of a scheduler
+// instance: the HTTP server and the election loop, and, while this instance leads, the
+// leader's work.
+//
+//	Run → state.Connect → HTTP server (/healthz, /readyz; standbys 307 to the leader)
+//	    → loop: state.Campaign → lead until Leadership.Lost → campaign again
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// Run runs a scheduler instance until ctx ends, then stops cleanly and returns nil. A fatal
+// start-up error (ZooKeeper unreachable, address in use) is returned as one line naming it.
+func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	timeout := cfg.ZKConnectTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	connectCtx, cancel := context.WithTimeout(ctx, timeout)
+	store, err := state.Connect(connectCtx, state.Config{
+		Servers: cfg.ZKServers, Namespace: cfg.ZKNamespace, Digest: cfg.ZKDigest,
+		QueueSizeLimit: cfg.JobStateQueueSize, Logger: log,
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer store.Close()
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port))}
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.WithError(err).Error("HTTP server stopped")
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.elect(ctx)
+	}()
+	log.WithFields(logrus.Fields{"http": "http://" + ln.Addr().String(), "zk": strings.Join(cfg.ZKServers, ","),
+		"namespace": cfg.ZKNamespace}).Info("scheduler started")
+
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	log.Info("scheduler stopped")
+	return nil
+}
+
+// instance is one scheduler process.
+type instance struct {
+	cfg        Config
+	log        logrus.FieldLogger
+	store      *state.Store
+	advertised string // host:port of this instance's HTTP server, as other instances reach it
+
+	mu         sync.Mutex // guards leader and subscribed
+	leader     bool
+	subscribed bool
+}
+
+func (s *instance) status() (leader, subscribed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader, s.subscribed
+}
+
+func (s *instance) setLeader(v bool) {
+	s.mu.Lock()
+	s.leader = v
+	if !v {
+		s.subscribed = false
+	}
+	s.mu.Unlock()
+}
+
+// elect campaigns, leads while elected, and campaigns again after losing leadership, until
+// ctx ends.
+func (s *instance) elect(ctx context.Context) {
+	for ctx.Err() == nil {
+		l, err := s.store.Campaign(ctx, s.advertised)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.WithError(err).Error("election failed; retrying")
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		s.log.WithField("node", l.Path()).Info("elected leader")
+		s.setLeader(true)
+		s.lead(ctx, l)
+		s.setLeader(false)
+		if ctx.Err() != nil {
+			l.Resign(context.Background())
+			return
+		}
+		s.log.WithError(l.Err()).Warn("lost leadership; stopped leader work, rejoining the election")
+	}
+}
+
+// lead holds the leadership until it is lost or ctx ends. The leader's work is done through
+// l.Store(), whose writes are fenced.
+func (s *instance) lead(ctx context.Context, l *state.Leadership) {
+	select {
+	case <-l.Lost():
+	case <-ctx.Done():
+	}
+}

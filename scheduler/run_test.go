@@ -1,0 +1,158 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(statetest.Main(m)) }
+
+func quietLog() *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+func testConfig(t *testing.T, env statetest.Env) Config {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg := Flags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ZKServers, cfg.ZKNamespace, cfg.Hostname = env.Servers, env.Namespace, "127.0.0.1"
+	cfg.HTTPAddr = freeAddr(t)
+	return *cfg
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type running struct {
+	cfg  Config
+	stop context.CancelFunc
+	done chan error
+}
+
+func start(t *testing.T, cfg Config) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cfg: cfg, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- Run(ctx, cfg, quietLog()) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+var noRedirect = &http.Client{
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	Timeout:       5 * time.Second,
+}
+
+func get(t *testing.T, addr, path string) (*http.Response, map[string]any) {
+	t.Helper()
+	resp, err := noRedirect.Get("http://" + addr + path)
+	if err != nil {
+		return nil, nil
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp, body
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// isLeader tells a leader from a standby by /readyz, which names the role.
+func isLeader(t *testing.T, addr string) bool {
+	_, body := get(t, addr, "/readyz")
+	return body["leader"] == true
+}
+
+func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a := start(t, testConfig(t, env))
+	waitFor(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
+	b := start(t, testConfig(t, env))
+	waitFor(t, 20*time.Second, "b serves /healthz", func() bool {
+		resp, _ := get(t, b.cfg.HTTPAddr, "/healthz")
+		return resp != nil && resp.StatusCode == http.StatusOK
+	})
+	if isLeader(t, b.cfg.HTTPAddr) {
+		t.Fatal("two leaders")
+	}
+	resp, _ := get(t, b.cfg.HTTPAddr, "/api/job/jobs?x=1")
+	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "http://"+a.cfg.HTTPAddr+"/api/job/jobs?x=1" {
+		t.Fatalf("standby answered %d Location %q; want 307 to the leader", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, body := get(t, a.cfg.HTTPAddr, "/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable || body["subscribed"] != false {
+		t.Fatalf("/readyz on a leader not subscribed to Mesos = %d %v; want 503", resp.StatusCode, body)
+	}
+
+	a.stop()
+	if err := <-a.done; err != nil {
+		t.Fatalf("Run returned %v after a clean stop; want nil", err)
+	}
+	a.done <- nil // for the cleanup
+	waitFor(t, 10*time.Second, "b takes over after a stops", func() bool { return isLeader(t, b.cfg.HTTPAddr) })
+}
+
+func TestRunFailsWithOneLineWhenZooKeeperIsUnreachable(t *testing.T) {
+	cfg := testConfig(t, statetest.Env{Servers: []string{freeAddr(t)}, Namespace: "x"})
+	cfg.ZKConnectTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg, quietLog())
+	if err == nil || !strings.HasPrefix(err.Error(), "cannot reach ZooKeeper at "+cfg.ZKServers[0]) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run with no ZooKeeper = %v; want one line naming the servers", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
+	for _, tc := range []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"loopback without credentials is fine", func(c *Config) {}, ""},
+		{"non-loopback without credentials is refused", func(c *Config) { c.HTTPAddr = "0.0.0.0:8899" }, "--auth-root"},
+		{"non-loopback with credentials is fine", func(c *Config) { c.HTTPAddr = "0.0.0.0:8899"; c.AuthRoot = "root:pw" }, ""},
+		{"credentials need a colon", func(c *Config) { c.AuthGuest = "guest" }, "--auth-guest"},
+		{"queue size must be positive", func(c *Config) { c.JobStateQueueSize = 0 }, "--job-state-queue-size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			tc.change(&c)
+			err := c.Validate()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Validate() = %v; want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
