@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -76,17 +77,6 @@ func get(t *testing.T, addr, path string) (*http.Response, map[string]any) {
 	return resp, body
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // isLeader tells a leader from a standby by /readyz, which names the role.
 func isLeader(t *testing.T, addr string) bool {
 	_, body := get(t, addr, "/readyz")
@@ -96,9 +86,9 @@ func isLeader(t *testing.T, addr string) bool {
 func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	a := start(t, testConfig(t, env))
-	waitFor(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
+	await.True(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
 	b := start(t, testConfig(t, env))
-	waitFor(t, 20*time.Second, "b serves /healthz", func() bool {
+	await.True(t, 20*time.Second, "b serves /healthz", func() bool {
 		resp, _ := get(t, b.cfg.HTTPAddr, "/healthz")
 		return resp != nil && resp.StatusCode == http.StatusOK
 	})
@@ -119,7 +109,7 @@ func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
 		t.Fatalf("Run returned %v after a clean stop; want nil", err)
 	}
 	a.done <- nil // for the cleanup
-	waitFor(t, 10*time.Second, "b takes over after a stops", func() bool { return isLeader(t, b.cfg.HTTPAddr) })
+	await.True(t, 10*time.Second, "b takes over after a stops", func() bool { return isLeader(t, b.cfg.HTTPAddr) })
 }
 
 func TestRunFailsWithOneLineWhenZooKeeperIsUnreachable(t *testing.T) {

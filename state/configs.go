@@ -29,33 +29,44 @@ func (s *Store) App(ctx context.Context, name string) (config.App, error) {
 }
 
 func (s *Store) readApp(ctx context.Context, name string) (config.App, int32, error) {
-	n, err := s.get(ctx, s.path(appsDir, name))
-	if err != nil {
-		return config.App{}, 0, err
-	}
-	if !n.exists {
-		return config.App{}, 0, fmt.Errorf("app %q: %w", name, ErrNotFound)
-	}
-	a, err := config.ParseApp(n.data)
-	if err != nil {
-		return config.App{}, 0, fmt.Errorf("%w: app %q: %v", ErrCorrupt, name, err)
-	}
-	return a, n.version, nil
+	return readConfig(ctx, s, appsDir, "app", name, config.ParseApp)
 }
 
 // Apps reads every app, sorted by name.
 func (s *Store) Apps(ctx context.Context) ([]config.App, error) {
-	nodes, err := s.readDir(ctx, appsDir)
+	return readConfigs(ctx, s, appsDir, "app", config.ParseApp)
+}
+
+// readConfig reads and parses one config node with its version.
+func readConfig[T any](ctx context.Context, s *Store, dir, kind, name string, parse func([]byte) (T, error)) (T, int32, error) {
+	var zero T
+	n, err := s.get(ctx, s.path(dir, name))
+	if err != nil {
+		return zero, 0, err
+	}
+	if !n.exists {
+		return zero, 0, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
+	c, err := parse(n.data)
+	if err != nil {
+		return zero, 0, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, kind, name, err)
+	}
+	return c, n.version, nil
+}
+
+// readConfigs reads and parses every config node of a directory, sorted by name.
+func readConfigs[T any](ctx context.Context, s *Store, dir, kind string, parse func([]byte) (T, error)) ([]T, error) {
+	nodes, err := s.readDir(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]config.App, 0, len(nodes))
+	out := make([]T, 0, len(nodes))
 	for _, n := range nodes {
-		a, err := config.ParseApp(n.data)
+		c, err := parse(n.data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: app %q: %v", ErrCorrupt, n.name, err)
+			return nil, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, kind, n.name, err)
 		}
-		out = append(out, a)
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -164,35 +175,12 @@ func (s *Store) Job(ctx context.Context, name string) (config.Job, error) {
 }
 
 func (s *Store) readJob(ctx context.Context, name string) (config.Job, int32, error) {
-	n, err := s.get(ctx, s.path(jobsDir, name))
-	if err != nil {
-		return config.Job{}, 0, err
-	}
-	if !n.exists {
-		return config.Job{}, 0, fmt.Errorf("job %q: %w", name, ErrNotFound)
-	}
-	j, err := config.ParseJob(n.data)
-	if err != nil {
-		return config.Job{}, 0, fmt.Errorf("%w: job %q: %v", ErrCorrupt, name, err)
-	}
-	return j, n.version, nil
+	return readConfig(ctx, s, jobsDir, "job", name, config.ParseJob)
 }
 
 // Jobs reads every job, sorted by name.
 func (s *Store) Jobs(ctx context.Context) ([]config.Job, error) {
-	nodes, err := s.readDir(ctx, jobsDir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]config.Job, 0, len(nodes))
-	for _, n := range nodes {
-		j, err := config.ParseJob(n.data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: job %q: %v", ErrCorrupt, n.name, err)
-		}
-		out = append(out, j)
-	}
-	return out, nil
+	return readConfigs(ctx, s, jobsDir, "job", config.ParseJob)
 }
 
 // UpdateJob replaces a job's config and returns the previous one, which the caller compares

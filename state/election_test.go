@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
@@ -60,7 +61,7 @@ func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *t
 		t.Fatalf("Leader() = %q, %v; want a:8899", addr, err)
 	}
 	bch := campaign(ctx, b, "b:8899")
-	eventually(t, 5*time.Second, "b's candidacy visible", func() bool { return candidates(t, env) == 2 })
+	await.True(t, 5*time.Second, "b's candidacy visible", func() bool { return candidates(t, env) == 2 })
 	select {
 	case <-bch:
 		t.Fatal("b became leader while a leads")
@@ -71,7 +72,7 @@ func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *t
 	if addr, _ := b.Leader(ctx); addr != "b:8899" {
 		t.Fatalf("Leader() = %q after failover; want b:8899", addr)
 	}
-	eventually(t, 2*sessionTimeout, "a's leadership reported lost", func() bool {
+	await.True(t, 2*sessionTimeout, "a's leadership reported lost", func() bool {
 		select {
 		case <-la.Lost():
 			return true
@@ -143,7 +144,7 @@ func TestDeposedLeaderWhoseNodeWasDeletedIsFenced(t *testing.T) {
 	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	must(t, err, "zk.Connect")
 	defer raw.Close()
-	eventually(t, 10*time.Second, "operator's delete of the election node", func() bool {
+	await.True(t, 10*time.Second, "operator's delete of the election node", func() bool {
 		return raw.Delete(la.Path(), -1) == nil
 	})
 
@@ -168,7 +169,7 @@ func TestCampaignStopsWithItsContext(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := b.Campaign(cctx, "b:1"); done <- err }()
-	eventually(t, 5*time.Second, "b's candidacy visible", func() bool {
+	await.True(t, 5*time.Second, "b's candidacy visible", func() bool {
 		return candidates(t, env) == 2
 	})
 	cancel()
@@ -178,7 +179,7 @@ func TestCampaignStopsWithItsContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Campaign did not return after its context was cancelled")
 	}
-	eventually(t, 5*time.Second, "b's election node removed", func() bool { return candidates(t, env) == 1 })
+	await.True(t, 5*time.Second, "b's election node removed", func() bool { return candidates(t, env) == 1 })
 	la.Resign(ctx)
 }
 

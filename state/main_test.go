@@ -85,18 +85,6 @@ func testJob(name, app string) config.Job {
 		JobProperties: map[string]string{}}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func mustIs(t *testing.T, err, target error, what string) {
 	t.Helper()
 	if !errors.Is(err, target) {
