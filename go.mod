@@ -8,4 +8,9 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 )
 
-require golang.org/x/sys v0.13.0 // indirect
+require (
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/mesos/mesos-go v0.0.11 // indirect
+	github.com/pquerna/ffjson v0.0.0-20190930134022-aa0246cd15f7 // indirect
+	golang.org/x/sys v0.13.0 // indirect
+)

@@ -1,0 +1,257 @@
+package mesoslocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	executorapi "github.com/mesos/mesos-go/api/v1/lib/executor"
+	"github.com/sirupsen/logrus"
+)
+
+// agentState is the agent as the master sees it (MESOS.md §5.1).
+type agentState int
+
+const (
+	agentUp          agentState = iota // registered and connected
+	agentPartitioned                   // link to the master broken; not yet marked unreachable
+	agentDown                          // agent process killed; the master has not noticed yet
+	agentUnreachable                   // marked unreachable by the master
+	agentGone                          // marked gone by the operator
+)
+
+func (s agentState) String() string {
+	return [...]string{"up", "partitioned", "down", "unreachable", "gone"}[s]
+}
+
+// agent is one Mesos agent: its executor endpoint, its executors and its status update
+// manager. All of its state is guarded by the cluster's mutex.
+type agent struct {
+	c        *Cluster
+	n        int
+	id       string
+	ip       string
+	hostname string
+	port     int
+	total    mesos.Resources
+	log      logrus.FieldLogger
+
+	state         agentState
+	recovering    bool // restarted, waiting for executors to re-subscribe
+	unreachableAt float64
+	pingTimer     Timer // marks the agent unreachable when the master's pings have failed long enough
+	recoverTimer  Timer
+	pendingKills  []pendingKill // kills for this agent while it was not connected
+	executors     map[execKey]*executor
+	streams       map[taskKey]*updateStream
+	frameworks    map[string]mesos.FrameworkInfo // frameworks with executors here
+
+	ln  net.Listener
+	srv *http.Server
+}
+
+type execKey struct{ framework, executor string }
+type taskKey struct{ framework, task string }
+
+type pendingKill struct {
+	framework string
+	task      string
+	policy    *mesos.KillPolicy
+}
+
+func (c *Cluster) newAgent(i int, total mesos.Resources) (*agent, error) {
+	a := &agent{
+		c: c, n: i, id: fmt.Sprintf("%s-S%d", c.masterID, i), total: total,
+		executors: map[execKey]*executor{}, streams: map[taskKey]*updateStream{}, frameworks: map[string]mesos.FrameworkInfo{},
+	}
+	// Each agent gets its own loopback address where the system allows it, so that agents have
+	// distinct hostnames as on a real cluster.
+	var err error
+	for _, ip := range []string{fmt.Sprintf("127.0.0.%d", 2+i%250), "127.0.0.1"} {
+		if a.ln, err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mesoslocal: agent %d: listen: %w", i, err)
+	}
+	addr := a.ln.Addr().(*net.TCPAddr)
+	a.ip, a.port = addr.IP.String(), addr.Port
+	a.hostname = a.ip
+	a.log = c.log.WithField("agent", a.id)
+	a.startServer()
+	return a, nil
+}
+
+func (a *agent) startServer() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/executor", a.executorAPI)
+	mux.HandleFunc("GET /state", a.stateJSON)
+	mux.HandleFunc("GET /slave(1)/state", a.stateJSON)
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.c.serve(a.srv, a.ln)
+}
+
+// stopServer closes the executor endpoint and every connection to it, as the agent process
+// dying does. It must not be called with c.mu held (the handlers take it).
+func (a *agent) stopServer(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+	srv.Close()
+}
+
+func (a *agent) endpoint() string { return net.JoinHostPort(a.ip, strconv.Itoa(a.port)) }
+func (a *agent) pid() string      { return "slave(1)@" + a.endpoint() }
+
+// linked reports whether the master and the agent can talk.
+func (a *agent) linked() bool { return a.state == agentUp && !a.recovering }
+
+// offerable reports whether the agent's resources are in the allocator.
+func (a *agent) offerable() bool { return a.linked() }
+
+func (a *agent) info() mesos.AgentInfo {
+	port := int32(a.port)
+	return mesos.AgentInfo{Hostname: a.hostname, Port: &port, ID: &mesos.AgentID{Value: a.id}, Resources: a.total.Clone()}
+}
+
+// liveExecutors are the agent's executors that hold resources, in id order.
+func (a *agent) liveExecutors() []*executor {
+	var out []*executor
+	for _, e := range a.executors {
+		if e.state != execTerminated {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+func (a *agent) executorInfo(frameworkID, executorID string) *mesos.ExecutorInfo {
+	if e := a.executors[execKey{frameworkID, executorID}]; e != nil && e.state != execTerminated {
+		return &e.info
+	}
+	return nil
+}
+
+// runTask is the agent receiving a task from the master (MESOS.md §7.2).
+func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
+	a.frameworks[f.id] = f.info
+	if t.Command != nil {
+		a.runCommandTask(f, t)
+		return
+	}
+	key := execKey{f.id, t.Executor.ExecutorID.Value}
+	e := a.executors[key]
+	if e == nil {
+		e = a.newExecutor(f, *t.Executor)
+	}
+	switch e.state {
+	case execTerminating, execTerminated:
+		state := mesos.TASK_LOST
+		if f.partitionAware() {
+			state = mesos.TASK_DROPPED
+		}
+		a.agentUpdate(f.id, t.TaskID.Value, e.id, state, mesos.REASON_EXECUTOR_TERMINATED, "Executor terminating")
+		return
+	}
+	e.tasks[t.TaskID.Value] = &agentTask{info: t, state: mesos.TASK_STAGING}
+	if e.state == execRunning && e.stream != nil {
+		e.deliver(t)
+	} else {
+		e.queue = append(e.queue, t)
+	}
+}
+
+// kill is the agent's side of KILL (MESOS.md §3.5).
+func (a *agent) kill(f *framework, taskID string, policy *mesos.KillPolicy) {
+	if !a.linked() {
+		a.pendingKills = append(a.pendingKills, pendingKill{f.id, taskID, policy})
+		return
+	}
+	var e *executor
+	for k, x := range a.executors {
+		if k.framework == f.id && x.tasks[taskID] != nil {
+			e = x
+		}
+	}
+	if e == nil {
+		state := mesos.TASK_LOST
+		if f.partitionAware() {
+			state = mesos.TASK_DROPPED
+		}
+		a.agentUpdate(f.id, taskID, "", state, mesos.REASON_EXECUTOR_TERMINATED, "Cannot find executor")
+		return
+	}
+	t := e.tasks[taskID]
+	switch {
+	case e.state == execTerminating || e.state == execTerminated:
+		return // the task fails when the executor ends
+	case terminal(t.state):
+		return
+	case !t.delivered:
+		e.dequeue(taskID)
+		t.state = mesos.TASK_KILLED
+		a.agentUpdate(f.id, taskID, e.id, mesos.TASK_KILLED, mesos.REASON_TASK_KILLED_DURING_LAUNCH, "Killed before delivery to the executor")
+		if !e.everSent && len(e.queue) == 0 {
+			a.shutdownExecutor(e, true)
+		}
+	case e.command != nil:
+		e.command.kill(policy)
+	default:
+		e.send(&executorapi.Event{Type: executorapi.Event_KILL, Kill: &executorapi.Event_Kill{TaskID: mesos.TaskID{Value: taskID}, KillPolicy: policy}})
+	}
+}
+
+// message delivers a framework message to a subscribed executor; otherwise it is dropped.
+func (a *agent) message(frameworkID, executorID string, data []byte) {
+	if e := a.executors[execKey{frameworkID, executorID}]; e != nil && e.state == execRunning && e.stream != nil {
+		e.send(&executorapi.Event{Type: executorapi.Event_MESSAGE, Message: &executorapi.Event_Message{Data: data}})
+	}
+}
+
+// removeFramework shuts down a removed framework's executors without status updates and
+// forgets its pending updates.
+func (a *agent) removeFramework(frameworkID string) {
+	for k, e := range a.executors {
+		if k.framework == frameworkID {
+			e.silent = true
+			a.shutdownExecutor(e, false)
+		}
+	}
+	for k, s := range a.streams {
+		if k.framework == frameworkID {
+			s.stop()
+			delete(a.streams, k)
+		}
+	}
+	delete(a.frameworks, frameworkID)
+}
+
+// shutdown kills everything the agent runs; used when the cluster closes.
+func (a *agent) shutdown() {
+	for _, e := range a.executors {
+		e.silent = true
+		e.destroy(nil, "")
+	}
+	for _, s := range a.streams {
+		s.stop()
+	}
+	for _, t := range []Timer{a.pingTimer, a.recoverTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if a.srv != nil {
+		srv := a.srv
+		go a.stopServer(srv) // handlers need c.mu, which the caller holds
+	}
+}
+
+var errNoExecutor = errors.New("executor cannot be found")

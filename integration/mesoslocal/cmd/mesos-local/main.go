@@ -1,0 +1,74 @@
+// Command mesos-local runs a single-host Mesos master with agents that speak the real v1
+// scheduler and executor HTTP APIs, for development and tests (SPEC §10).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/envflag"
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+)
+
+func main() {
+	fs := flag.NewFlagSet("mesos-local", flag.ContinueOnError)
+	var o mesoslocal.Options
+	fs.StringVar(&o.Addr, "addr", "127.0.0.1:5050", "master address (loopback)")
+	fs.IntVar(&o.Agents, "agents", 1, "number of agents")
+	fs.StringVar(&o.AgentResources, "agent-resources", "cpus:4;mem:4096;disk:10000;ports:[31000-32000]", "resources of each agent")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "sandboxes and fetcher cache (default: a new temporary directory)")
+	fs.StringVar(&o.StandbyAddr, "standby-addr", "", "also listen here as a non-leading master that answers 307")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", 0, "scheduler HEARTBEAT interval (Mesos: 15s)")
+	fs.DurationVar(&o.AllocationInterval, "allocation-interval", 0, "allocation interval (Mesos: 1s)")
+	fs.DurationVar(&o.OfferTimeout, "offer-timeout", 0, "rescind offers held this long (Mesos: never)")
+	fs.DurationVar(&o.AgentPingTimeout, "agent-ping-timeout", 0, "agent ping timeout (Mesos: 15s)")
+	fs.IntVar(&o.MaxAgentPingTimeouts, "max-agent-ping-timeouts", 0, "missed pings before an agent is unreachable (Mesos: 5)")
+	fs.DurationVar(&o.StatusUpdateRetryMin, "status-update-retry", 0, "first status update retry interval (Mesos: 10s)")
+	fs.DurationVar(&o.StatusUpdateRetryMax, "status-update-retry-max", 0, "largest status update retry interval (Mesos: 10m)")
+	fs.DurationVar(&o.ExecutorRegistrationTimeout, "executor-registration-timeout", 0, "(Mesos: 1m)")
+	fs.DurationVar(&o.ExecutorShutdownGracePeriod, "executor-shutdown-grace-period", 0, "(Mesos: 5s)")
+	fs.DurationVar(&o.ExecutorReregistrationTimeout, "executor-reregistration-timeout", 0, "(Mesos: 2s)")
+	fs.DurationVar(&o.RecoveryTimeout, "recovery-timeout", 0, "how long executors wait for a restarted agent (Mesos: 15m)")
+	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
+		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone}; state: GET /master/state.")
+	if err := envflag.Parse(fs, os.Args[1:], os.Getenv); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "mesos-local:", err)
+		os.Exit(2)
+	}
+	log := logrus.New()
+	level, err := logrus.ParseLevel(*logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mesos-local: --log-level:", err)
+		os.Exit(2)
+	}
+	log.SetLevel(level)
+	o.Logger = log
+	if o.WorkDir == "" {
+		if o.WorkDir, err = os.MkdirTemp("", "mesos-local-"); err != nil {
+			fmt.Fprintln(os.Stderr, "mesos-local:", err)
+			os.Exit(1)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := mesoslocal.New(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mesos-local:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("mesos-local: master %s with %d agents %v, work dir %s\n", c.URL(), len(c.AgentIDs()), c.AgentIDs(), o.WorkDir)
+	<-ctx.Done()
+	c.Close()
+	fmt.Println("mesos-local: stopped")
+}

@@ -1,0 +1,217 @@
+package mesoslocal
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	executorapi "github.com/mesos/mesos-go/api/v1/lib/executor"
+)
+
+// executorAPI serves POST /api/v1/executor with the checks of MESOS.md §6.1, in order.
+func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
+		return
+	}
+	if ct != mediaJSON && ct != mediaProtobuf {
+		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		plain(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var call executorapi.Call
+	if err := decode(ct, body, &call); err != nil {
+		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
+		return
+	}
+	if err := validateExecutorCall(&call); err != nil {
+		plain(w, http.StatusBadRequest, "Received invalid Call: "+err.Error())
+		return
+	}
+	media := ""
+	if call.Type == executorapi.Call_SUBSCRIBE {
+		if media = negotiate(r.Header.Get("Accept")); media == "" {
+			plain(w, http.StatusNotAcceptable, "Expecting 'Accept' to allow application/json or application/x-protobuf")
+			return
+		}
+	}
+	if call.Type == executorapi.Call_HEARTBEAT {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	c := a.c
+	c.mu.Lock()
+	if a.recovering && call.Type != executorapi.Call_SUBSCRIBE {
+		c.mu.Unlock()
+		plain(w, http.StatusServiceUnavailable, "Agent has not finished recovery")
+		return
+	}
+	if _, ok := a.frameworks[call.FrameworkID.Value]; !ok {
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, "Framework cannot be found")
+		return
+	}
+	e := a.executors[execKey{call.FrameworkID.Value, call.ExecutorID.Value}]
+	if e == nil {
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, "Executor cannot be found")
+		return
+	}
+	if call.Type != executorapi.Call_SUBSCRIBE && e.stream == nil {
+		c.mu.Unlock()
+		plain(w, http.StatusForbidden, "Executor is not subscribed")
+		return
+	}
+	switch call.Type {
+	case executorapi.Call_SUBSCRIBE:
+		st := newStream(media, "")
+		a.executorSubscribed(e, call.Subscribe, st)
+		c.mu.Unlock()
+		st.serve(w, r)
+		c.mu.Lock()
+		if e.stream == st {
+			e.stream = nil // the connection is gone; the process may re-subscribe
+		}
+		c.mu.Unlock()
+		return
+	case executorapi.Call_UPDATE:
+		st := call.Update.Status
+		if st.AgentID != nil && st.AgentID.Value != a.id {
+			break // silently dropped, as Mesos does
+		}
+		a.executorUpdate(e, st)
+	case executorapi.Call_MESSAGE:
+		c.messageFromExecutor(a, e.frameworkID, e.id, call.Message.Data)
+	}
+	c.mu.Unlock()
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func validateExecutorCall(call *executorapi.Call) error {
+	if call.ExecutorID.Value == "" {
+		return fmt.Errorf("Expecting 'executor_id' to be present")
+	}
+	if call.FrameworkID.Value == "" {
+		return fmt.Errorf("Expecting 'framework_id' to be present")
+	}
+	switch call.Type {
+	case executorapi.Call_SUBSCRIBE:
+		if call.Subscribe == nil {
+			return fmt.Errorf("Expecting 'subscribe' to be present")
+		}
+	case executorapi.Call_UPDATE:
+		if call.Update == nil {
+			return fmt.Errorf("Expecting 'update' to be present")
+		}
+		st := call.Update.Status
+		if len(st.UUID) != 16 {
+			return fmt.Errorf("'uuid' must be a valid UUID (16 bytes)")
+		}
+		if st.ExecutorID != nil && st.ExecutorID.Value != call.ExecutorID.Value {
+			return fmt.Errorf("ExecutorID in Call: %s does not match ExecutorID in TaskStatus: %s", call.ExecutorID.Value, st.ExecutorID.Value)
+		}
+		if st.Source == nil || *st.Source != mesos.SOURCE_EXECUTOR {
+			return fmt.Errorf("Received Call from executor with invalid source")
+		}
+		if st.State == nil || *st.State == mesos.TASK_STAGING {
+			return fmt.Errorf("Received TASK_STAGING from executor which is not allowed")
+		}
+	case executorapi.Call_MESSAGE:
+		if call.Message == nil {
+			return fmt.Errorf("Expecting 'message' to be present")
+		}
+	case executorapi.Call_HEARTBEAT:
+	default:
+		return fmt.Errorf("Expecting 'type' to be present")
+	}
+	return nil
+}
+
+// executorSubscribed is the agent's SUBSCRIBE (MESOS.md §6.3). Caller holds c.mu.
+func (a *agent) executorSubscribed(e *executor, sub *executorapi.Call_Subscribe, st *stream) {
+	if e.state == execTerminating || e.state == execTerminated {
+		st.send(&executorapi.Event{Type: executorapi.Event_SHUTDOWN})
+		st.close()
+		return
+	}
+	if e.stream != nil {
+		e.stream.close() // a re-subscription replaces the previous connection
+	}
+	e.stream = st
+	for _, u := range sub.UnacknowledgedUpdates {
+		u.Status.Source = mesos.SOURCE_EXECUTOR.Enum()
+		a.executorUpdate(e, u.Status)
+	}
+	if a.recovering {
+		e.reregistered = true
+		listed := map[string]bool{}
+		for _, t := range sub.UnacknowledgedTasks {
+			listed[t.TaskID.Value] = true
+		}
+		for _, id := range sortedKeys(e.tasks) {
+			t := e.tasks[id]
+			if t.state == mesos.TASK_STAGING && t.delivered && !listed[id] {
+				state := mesos.TASK_LOST
+				if e.pa {
+					state = mesos.TASK_DROPPED
+				}
+				t.state = state
+				a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_AGENT_RESTARTED, "Task launched during agent restart")
+			}
+		}
+	}
+	if !e.everSent && len(e.queue) == 0 && e.state == execRegistering {
+		a.shutdownExecutor(e, true) // every task was killed before delivery
+		return
+	}
+	e.state = execRunning
+	if e.regTimer != nil {
+		e.regTimer.Stop()
+	}
+	st.send(&executorapi.Event{Type: executorapi.Event_SUBSCRIBED, Subscribed: &executorapi.Event_Subscribed{
+		ExecutorInfo: e.info, FrameworkInfo: a.frameworks[e.frameworkID], AgentInfo: a.info(),
+		ContainerID: &mesos.ContainerID{Value: e.containerID},
+	}})
+	queue := e.queue
+	e.queue = nil
+	for _, t := range queue {
+		e.deliver(t)
+	}
+	a.executorHeartbeat(e, st)
+}
+
+// executorHeartbeat sends HEARTBEAT every interval while st is the executor's stream.
+func (a *agent) executorHeartbeat(e *executor, st *stream) {
+	if e.heartbeat != nil {
+		e.heartbeat.Stop()
+	}
+	e.heartbeat = a.c.clock.AfterFunc(a.c.opts.ExecutorHeartbeatInterval, func() {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		if e.stream == st {
+			st.send(&executorapi.Event{Type: executorapi.Event_HEARTBEAT})
+			a.executorHeartbeat(e, st)
+		}
+	})
+}
+
+// executorUpdate takes an executor's UPDATE into the task's stream and acknowledges it to the
+// executor (the agent's ACKNOWLEDGED, not the scheduler's).
+func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
+	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil {
+		t.state = *st.State
+	}
+	a.statusUpdate(e.frameworkID, e.id, st)
+	e.send(&executorapi.Event{Type: executorapi.Event_ACKNOWLEDGED, Acknowledged: &executorapi.Event_Acknowledged{TaskID: st.TaskID, UUID: st.UUID}})
+}

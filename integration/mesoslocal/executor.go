@@ -1,0 +1,367 @@
+package mesoslocal
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	executorapi "github.com/mesos/mesos-go/api/v1/lib/executor"
+	"github.com/sirupsen/logrus"
+)
+
+type execState int
+
+const (
+	execRegistering execState = iota // launched, not yet subscribed
+	execRunning                      // subscribed
+	execTerminating                  // shutting down
+	execTerminated
+)
+
+// executor is an executor process on an agent.
+type executor struct {
+	a            *agent
+	frameworkID  string
+	id           string
+	info         mesos.ExecutorInfo
+	resources    mesos.Resources
+	checkpoint   bool
+	pa           bool
+	state        execState
+	containerID  string
+	dir          string
+	stream       *stream
+	queue        []mesos.TaskInfo      // tasks waiting for SUBSCRIBED
+	tasks        map[string]*agentTask // tasks until their terminal update is acknowledged
+	everSent     bool
+	reregistered bool // re-subscribed since the agent restarted
+
+	proc      *os.Process
+	started   bool // the process was started (or failed to start)
+	destroyed bool
+	// failReason says why the container ended, for the updates of its live tasks.
+	failReason *mesos.TaskStatus_Reason
+	failMsg    string
+	silent     bool // no status updates: the framework is being removed
+	orphaned   bool // its non-checkpointing framework lost it with the agent connection
+
+	regTimer, killTimer, heartbeat Timer
+	command                        *commandTask // set for the built-in command executor
+}
+
+type agentTask struct {
+	info      mesos.TaskInfo
+	state     mesos.TaskState
+	delivered bool
+}
+
+func (a *agent) newExecutor(f *framework, info mesos.ExecutorInfo) *executor {
+	e := &executor{
+		a: a, frameworkID: f.id, id: info.ExecutorID.Value, info: info, resources: normalise(info.Resources),
+		checkpoint: f.checkpoint(), pa: f.partitionAware(), containerID: newUUID(), tasks: map[string]*agentTask{},
+	}
+	a.executors[execKey{f.id, e.id}] = e
+	runs := filepath.Join(a.c.opts.WorkDir, "slaves", a.id, "frameworks", f.id, "executors", e.id, "runs")
+	e.dir = filepath.Join(runs, e.containerID)
+	e.log().Info("launching executor")
+	// The registration timeout counts from the launch request, fetch included.
+	e.regTimer = a.c.clock.AfterFunc(a.c.opts.ExecutorRegistrationTimeout, func() {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		if e.state == execRegistering {
+			e.destroy(mesos.REASON_EXECUTOR_REGISTRATION_TIMEOUT.Enum(),
+				"Executor did not register within "+StoutDuration(a.c.opts.ExecutorRegistrationTimeout))
+		}
+	})
+	env := a.executorEnv(f, e)
+	cmdInfo := *info.Command
+	workDir, cache := a.c.opts.WorkDir, cmdInfo.URIs
+	a.c.wg.Add(1)
+	go func() { // fetch and start without holding the lock: fetching may be slow
+		defer a.c.wg.Done()
+		err := prepareSandbox(e.dir, runs)
+		if err == nil {
+			err = fetchAll(e.dir, workDir, cache)
+		}
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		if e.destroyed {
+			return
+		}
+		if err == nil {
+			err = e.start(cmdInfo, env)
+		}
+		if err != nil {
+			e.log().WithError(err).Warn("executor container launch failed")
+			e.failReason, e.failMsg = mesos.REASON_CONTAINER_LAUNCH_FAILED.Enum(), "Failed to launch container: "+err.Error()
+			e.started = true
+			a.executorExited(e, -1)
+		}
+	}()
+	return e
+}
+
+func (e *executor) log() logrus.FieldLogger {
+	return e.a.log.WithFields(logrus.Fields{"framework": e.frameworkID, "executor": e.id})
+}
+
+func prepareSandbox(dir, runs string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	latest := filepath.Join(runs, "latest")
+	os.Remove(latest)
+	return os.Symlink(filepath.Base(dir), latest)
+}
+
+// executorEnv is exactly the environment of MESOS.md §6.2: nothing is inherited from us.
+func (a *agent) executorEnv(f *framework, e *executor) []string {
+	grace := a.c.opts.ExecutorShutdownGracePeriod
+	if g := e.info.ShutdownGracePeriod; g != nil {
+		grace = time.Duration(g.Nanoseconds)
+	}
+	checkpoint := "0"
+	if e.checkpoint {
+		checkpoint = "1"
+	}
+	env := map[string]string{
+		"MESOS_FRAMEWORK_ID":                   f.id,
+		"MESOS_EXECUTOR_ID":                    e.id,
+		"MESOS_DIRECTORY":                      e.dir,
+		"MESOS_SANDBOX":                        e.dir,
+		"MESOS_AGENT_ENDPOINT":                 a.endpoint(),
+		"MESOS_SLAVE_ID":                       a.id,
+		"MESOS_SLAVE_PID":                      a.pid(),
+		"MESOS_CHECKPOINT":                     checkpoint,
+		"MESOS_HTTP_COMMAND_EXECUTOR":          "0",
+		"MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": StoutDuration(grace),
+		"LIBPROCESS_PORT":                      "0",
+		"PATH":                                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	}
+	if e.checkpoint {
+		env["MESOS_RECOVERY_TIMEOUT"] = StoutDuration(a.c.opts.RecoveryTimeout)
+		env["MESOS_SUBSCRIPTION_BACKOFF_MAX"] = StoutDuration(a.c.opts.ExecutorReregistrationTimeout)
+	}
+	if ce := e.info.Command.Environment; ce != nil {
+		for _, v := range ce.Variables {
+			if (v.Type == nil || *v.Type == mesos.Environment_Variable_VALUE) && v.Value != nil {
+				env[v.Name] = *v.Value // CommandInfo.environment wins over everything above
+			}
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// start runs the executor's command in its sandbox, in its own process group, with stdout and
+// stderr in sandbox files. Caller holds c.mu.
+func (e *executor) start(ci mesos.CommandInfo, env []string) error {
+	cmd, err := command(ci, e.dir, env)
+	if err != nil {
+		return err
+	}
+	stdout, err := os.OpenFile(filepath.Join(e.dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	stderr, err := os.OpenFile(filepath.Join(e.dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		stdout.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Pdeathsig: executors never outlive mesos-local itself, even if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if ci.User != nil {
+		e.log().WithField("user", *ci.User).Debug("mesos-local runs executors as its own user")
+	}
+	err = cmd.Start()
+	stdout.Close()
+	stderr.Close()
+	if err != nil {
+		return err
+	}
+	e.proc, e.started = cmd.Process, true
+	c := e.a.c
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		cmd.Wait()
+		status := int32(-1)
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			status = int32(ws) // the raw wait(2) status word, as Mesos reports it
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		e.a.executorExited(e, status)
+	}()
+	return nil
+}
+
+// command builds the process of a CommandInfo (MESOS.md §7.1): shell=true (the default) runs
+// "/bin/sh -c value"; shell=false execs value with argv = arguments verbatim, looking a
+// relative value up in the sandbox and then in PATH.
+func command(ci mesos.CommandInfo, dir string, env []string) (*exec.Cmd, error) {
+	value := ""
+	if ci.Value != nil {
+		value = *ci.Value
+	}
+	var cmd *exec.Cmd
+	if ci.Shell == nil || *ci.Shell {
+		cmd = exec.Command("/bin/sh", "-c", value)
+	} else {
+		path := value
+		if !filepath.IsAbs(path) {
+			if p := filepath.Join(dir, path); fileExists(p) {
+				path = p
+			} else if p, err := lookPath(path, env); err == nil {
+				path = p
+			} else {
+				return nil, fmt.Errorf("cannot find %q in the sandbox or PATH", value)
+			}
+		}
+		cmd = &exec.Cmd{Path: path, Args: ci.Arguments}
+		if len(cmd.Args) == 0 {
+			cmd.Args = []string{value}
+		}
+	}
+	cmd.Dir, cmd.Env = dir, env
+	return cmd, nil
+}
+
+func lookPath(name string, env []string) (string, error) {
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for _, d := range filepath.SplitList(p) {
+				if full := filepath.Join(d, name); fileExists(full) {
+					return full, nil
+				}
+			}
+		}
+	}
+	return "", os.ErrNotExist
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// send queues an event on the executor's stream, if it is subscribed.
+func (e *executor) send(ev *executorapi.Event) {
+	if e.stream != nil {
+		e.stream.send(ev)
+	}
+}
+
+// deliver sends LAUNCH for a task. Caller holds c.mu.
+func (e *executor) deliver(t mesos.TaskInfo) {
+	if at := e.tasks[t.TaskID.Value]; at != nil {
+		at.delivered = true
+	}
+	e.everSent = true
+	e.send(&executorapi.Event{Type: executorapi.Event_LAUNCH, Launch: &executorapi.Event_Launch{Task: t}})
+}
+
+func (e *executor) dequeue(taskID string) {
+	for i, t := range e.queue {
+		if t.TaskID.Value == taskID {
+			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// shutdownExecutor sends SHUTDOWN and kills the executor after its grace period
+// (MESOS.md §6.5). Caller holds c.mu.
+func (a *agent) shutdownExecutor(e *executor, updates bool) {
+	if e.state == execTerminating || e.state == execTerminated {
+		return
+	}
+	if !updates {
+		e.silent = true
+	}
+	e.state = execTerminating
+	e.send(&executorapi.Event{Type: executorapi.Event_SHUTDOWN})
+	grace := a.c.opts.ExecutorShutdownGracePeriod
+	if g := e.info.ShutdownGracePeriod; g != nil {
+		grace = time.Duration(g.Nanoseconds)
+	}
+	e.killTimer = a.c.clock.AfterFunc(grace, func() {
+		a.c.mu.Lock()
+		defer a.c.mu.Unlock()
+		if e.state != execTerminated {
+			e.destroy(nil, "")
+		}
+	})
+}
+
+// destroy kills the executor's process group; the process waiter then reports the exit.
+// If the process never started, the exit is reported at once. Caller holds c.mu.
+func (e *executor) destroy(reason *mesos.TaskStatus_Reason, msg string) {
+	if e.destroyed {
+		return
+	}
+	e.destroyed = true
+	if reason != nil && e.failReason == nil {
+		e.failReason, e.failMsg = reason, msg
+	}
+	if e.command != nil {
+		e.command.destroy()
+		return
+	}
+	if e.proc != nil {
+		syscall.Kill(-e.proc.Pid, syscall.SIGKILL)
+		return
+	}
+	if !e.started {
+		e.started = true
+		e.a.executorExited(e, -1)
+	}
+}
+
+// executorExited handles the end of an executor process (MESOS.md §6.5): its live tasks
+// fail, the framework gets FAILURE, its resources are freed and its id is free again.
+func (a *agent) executorExited(e *executor, status int32) {
+	if e.state == execTerminated {
+		return
+	}
+	e.state = execTerminated
+	e.destroyed = true
+	for _, t := range []Timer{e.regTimer, e.killTimer, e.heartbeat} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if e.stream != nil {
+		e.stream.close()
+		e.stream = nil
+	}
+	e.log().WithField("status", status).Info("executor exited")
+	if !e.silent {
+		reason, msg := mesos.REASON_EXECUTOR_TERMINATED, "Executor terminated"
+		if e.failReason != nil {
+			reason, msg = *e.failReason, e.failMsg
+		}
+		for _, id := range sortedKeys(e.tasks) {
+			if t := e.tasks[id]; !terminal(t.state) {
+				t.state = mesos.TASK_FAILED
+				a.agentUpdate(e.frameworkID, id, e.id, mesos.TASK_FAILED, reason, msg)
+			}
+		}
+		if f := a.c.frameworks[e.frameworkID]; f != nil && a.linked() && e.command == nil {
+			f.send(failureEvent(a.id, e.id, status))
+		}
+	}
+	if a.executors[execKey{e.frameworkID, e.id}] == e {
+		delete(a.executors, execKey{e.frameworkID, e.id})
+	}
+}

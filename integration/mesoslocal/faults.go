@@ -1,0 +1,356 @@
+package mesoslocal
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+)
+
+// Fault injection (MESOS.md §5): what Mesos does when an agent is partitioned, comes back,
+// dies, restarts or is marked gone by an operator. Each method answers an error for an
+// unknown agent or an action its state does not allow.
+
+// PartitionAgent breaks the agent's link to the master. The agent keeps running its
+// executors; the master rescinds its offers at once, fails the tasks of non-checkpointing
+// frameworks there, and marks it unreachable after the ping timeouts.
+func (c *Cluster) PartitionAgent(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.agent(id)
+	switch {
+	case a == nil:
+		return fmt.Errorf("no agent %q", id)
+	case a.state != agentUp:
+		return fmt.Errorf("agent %s is %s", id, a.state)
+	}
+	a.state = agentPartitioned
+	c.agentDisconnected(a)
+	return nil
+}
+
+// agentDisconnected is the master noticing a broken agent socket (MESOS.md §5.2).
+func (c *Cluster) agentDisconnected(a *agent) {
+	a.log.Info("agent disconnected from the master")
+	c.rescindAgentOffers(a)
+	for _, f := range c.frameworks {
+		if f.checkpoint() {
+			continue
+		}
+		for _, id := range sortedKeys(f.tasks) {
+			if t := f.tasks[id]; t.agent == a {
+				delete(f.tasks, id)
+				c.masterUpdate(f, id, a.id, t.executorID, mesos.TASK_LOST, mesos.REASON_AGENT_DISCONNECTED,
+					"Agent "+a.hostname+" disconnected", nil)
+			}
+		}
+		for _, e := range a.executors { // killed by the agent when it comes back
+			if e.frameworkID == f.id {
+				e.orphaned = true
+			}
+		}
+	}
+	if a.pingTimer != nil {
+		a.pingTimer.Stop()
+	}
+	d := c.opts.AgentPingTimeout * time.Duration(c.opts.MaxAgentPingTimeouts)
+	a.pingTimer = c.clock.AfterFunc(d, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if a.state == agentPartitioned || a.state == agentDown {
+			c.markUnreachable(a)
+		}
+	})
+}
+
+// markUnreachable is the master giving up on an agent (MESOS.md §5.3).
+func (c *Cluster) markUnreachable(a *agent) {
+	a.log.Info("agent marked unreachable")
+	a.state = agentUnreachable
+	a.unreachableAt = c.now()
+	at := a.unreachableAt
+	c.rescindAgentOffers(a)
+	for _, fid := range sortedKeys(c.frameworks) {
+		f := c.frameworks[fid]
+		for _, id := range sortedKeys(f.tasks) {
+			t := f.tasks[id]
+			if t.agent != a {
+				continue
+			}
+			delete(f.tasks, id)
+			f.unreachable[id] = t
+			t.unreachedAt = at
+			state := mesos.TASK_LOST
+			if f.partitionAware() {
+				state = mesos.TASK_UNREACHABLE
+			}
+			t.state = state
+			c.masterUpdate(f, id, a.id, t.executorID, state, mesos.REASON_AGENT_REMOVED, "health check timed out",
+				func(s *mesos.TaskStatus) {
+					if f.partitionAware() {
+						s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)}
+					}
+				})
+		}
+		f.send(failureEvent(a.id, "", 0))
+	}
+}
+
+// HealAgent restores the link: the agent re-registers (MESOS.md §5.4).
+func (c *Cluster) HealAgent(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.agent(id)
+	switch {
+	case a == nil:
+		return fmt.Errorf("no agent %q", id)
+	case a.state == agentGone:
+		a.killAll()
+		return fmt.Errorf("agent %s was marked gone; its re-registration is refused and it shuts down", id)
+	case a.state == agentDown:
+		return fmt.Errorf("agent %s is down; restart it instead", id)
+	case a.state == agentUp:
+		return nil
+	}
+	c.reregister(a)
+	return nil
+}
+
+// reregister is an agent registering again with the master: tasks it runs come back (with an
+// update for a framework that had them as unreachable), tasks it no longer has are dropped,
+// pending kills are re-issued and held updates flow again.
+func (c *Cluster) reregister(a *agent) {
+	wasUnreachable := a.state == agentUnreachable
+	a.state = agentUp
+	if a.pingTimer != nil {
+		a.pingTimer.Stop()
+		a.pingTimer = nil
+	}
+	a.log.WithField("was_unreachable", wasUnreachable).Info("agent re-registered")
+	reported := map[taskKey]*agentTask{}
+	for k, e := range a.executors {
+		if e.orphaned || c.frameworks[k.framework] == nil {
+			e.silent = true
+			a.shutdownExecutor(e, false)
+			continue
+		}
+		for id, t := range e.tasks {
+			reported[taskKey{k.framework, id}] = t
+		}
+	}
+	for _, fid := range sortedKeys(c.frameworks) {
+		f := c.frameworks[fid]
+		for _, id := range sortedKeys(f.unreachable) {
+			t := f.unreachable[id]
+			if t.agent != a {
+				continue
+			}
+			delete(f.unreachable, id)
+			at := reported[taskKey{fid, id}]
+			if at == nil {
+				state := mesos.TASK_LOST
+				if f.partitionAware() {
+					state = mesos.TASK_DROPPED
+				}
+				a.agentUpdate(fid, id, t.executorID, state, mesos.REASON_RECONCILIATION, "Task is unknown to the agent")
+				continue
+			}
+			f.tasks[id] = t
+			t.state = at.state
+			c.masterUpdate(f, id, a.id, t.executorID, at.state, mesos.REASON_AGENT_REREGISTERED,
+				"Unreachable agent re-reregistered", nil)
+		}
+	}
+	kills := a.pendingKills
+	a.pendingKills = nil
+	for _, k := range kills {
+		if f := c.frameworks[k.framework]; f != nil {
+			a.kill(f, k.task, k.policy)
+		}
+	}
+	a.resumeUpdates("")
+}
+
+// MarkAgentGone is the operator's MARK_AGENT_GONE (MESOS.md §5.5).
+func (c *Cluster) MarkAgentGone(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.agent(id)
+	switch {
+	case a == nil:
+		return fmt.Errorf("no agent %q", id)
+	case a.state == agentGone:
+		return nil
+	}
+	wasRegistered := a.state == agentUp || a.state == agentPartitioned
+	a.state = agentGone
+	if a.pingTimer != nil {
+		a.pingTimer.Stop()
+	}
+	c.rescindAgentOffers(a)
+	a.killAll()
+	for _, fid := range sortedKeys(c.frameworks) {
+		f := c.frameworks[fid]
+		state, reason := mesos.TASK_LOST, mesos.REASON_AGENT_REMOVED
+		if f.partitionAware() {
+			state, reason = mesos.TASK_GONE_BY_OPERATOR, mesos.REASON_AGENT_REMOVED_BY_OPERATOR
+		}
+		for _, set := range []map[string]*task{f.tasks, f.unreachable} {
+			for _, tid := range sortedKeys(set) {
+				if t := set[tid]; t.agent == a {
+					delete(set, tid)
+					c.masterUpdate(f, tid, a.id, t.executorID, state, reason, "Agent "+a.hostname+" was marked as gone", nil)
+				}
+			}
+		}
+		if wasRegistered {
+			f.send(failureEvent(a.id, "", 0))
+		}
+	}
+	return nil
+}
+
+// killAll destroys every executor of the agent without status updates (the agent shuts down).
+func (a *agent) killAll() {
+	for _, e := range a.executors {
+		e.silent = true
+		e.destroy(nil, "")
+	}
+	for k, s := range a.streams {
+		s.stop()
+		delete(a.streams, k)
+	}
+}
+
+// KillAgent stops the agent process: its executor endpoint closes, executors lose their
+// connections (and keep running), and the master notices as for a partition.
+func (c *Cluster) KillAgent(id string) error {
+	c.mu.Lock()
+	a := c.agent(id)
+	switch {
+	case a == nil:
+		c.mu.Unlock()
+		return fmt.Errorf("no agent %q", id)
+	case a.state == agentDown || a.state == agentGone:
+		c.mu.Unlock()
+		return fmt.Errorf("agent %s is %s", id, a.state)
+	}
+	wasLinked := a.state == agentUp
+	a.state = agentDown
+	srv := a.srv
+	a.srv = nil
+	for _, e := range a.executors {
+		if e.regTimer != nil && e.state == execRegistering {
+			e.regTimer.Stop()
+		}
+		if e.stream != nil {
+			e.stream.close()
+			e.stream = nil
+		}
+	}
+	for _, s := range a.streams {
+		s.stop()
+	}
+	if wasLinked {
+		c.agentDisconnected(a)
+	}
+	c.mu.Unlock()
+	a.stopServer(srv)
+	return nil
+}
+
+// RestartAgent restarts a killed (or running) agent on the same address (MESOS.md §5.6):
+// executors of checkpointing frameworks may re-subscribe within the re-registration timeout,
+// the others are killed; then the agent re-registers with the master.
+func (c *Cluster) RestartAgent(id string) error {
+	c.mu.Lock()
+	a := c.agent(id)
+	if a == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("no agent %q", id)
+	}
+	state := a.state
+	c.mu.Unlock()
+	if state == agentGone {
+		return fmt.Errorf("agent %s was marked gone", id)
+	}
+	if state != agentDown {
+		if err := c.KillAgent(id); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", a.endpoint())
+	if err != nil {
+		return fmt.Errorf("restart agent %s: %w", id, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a.ln = ln
+	a.recovering = true
+	for _, e := range a.executors {
+		if !e.checkpoint {
+			e.silent = true
+			e.destroy(nil, "")
+		}
+		e.reregistered = false
+	}
+	a.startServer()
+	a.log.Info("agent restarted; waiting for executors to re-subscribe")
+	a.recoverTimer = c.clock.AfterFunc(c.opts.ExecutorReregistrationTimeout, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.recovered(a)
+	})
+	return nil
+}
+
+// recovered ends an agent's recovery: executors that did not re-subscribe are destroyed and
+// their tasks gone, then the agent re-registers.
+func (c *Cluster) recovered(a *agent) {
+	if !a.recovering {
+		return
+	}
+	for _, e := range a.executors {
+		if e.reregistered || e.state == execTerminated || e.command != nil {
+			continue
+		}
+		state := mesos.TASK_LOST
+		if e.pa {
+			state = mesos.TASK_GONE
+		}
+		for _, id := range sortedKeys(e.tasks) {
+			if t := e.tasks[id]; !terminal(t.state) {
+				t.state = state
+				a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT,
+					"Executor did not re-register within "+StoutDuration(c.opts.ExecutorReregistrationTimeout))
+			}
+		}
+		e.destroy(nil, "")
+	}
+	a.recovering = false
+	if a.state == agentDown {
+		a.state = agentPartitioned // re-registering from here
+	}
+	c.reregister(a)
+}
+
+// agentAction serves POST /local/agents/{id}/{partition|heal|kill|restart|gone}.
+func (c *Cluster) agentAction(w http.ResponseWriter, r *http.Request) {
+	id, action := r.PathValue("id"), r.PathValue("action")
+	actions := map[string]func(string) error{
+		"partition": c.PartitionAgent, "heal": c.HealAgent, "kill": c.KillAgent,
+		"restart": c.RestartAgent, "gone": c.MarkAgentGone,
+	}
+	do, ok := actions[action]
+	if !ok {
+		plain(w, http.StatusNotFound, "unknown action "+action+": use partition, heal, kill, restart or gone")
+		return
+	}
+	if err := do(id); err != nil {
+		plain(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

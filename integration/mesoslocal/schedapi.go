@@ -1,0 +1,223 @@
+package mesoslocal
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+)
+
+// schedulerAPI serves POST /api/v1/scheduler with the checks of MESOS.md §1.2, in order.
+func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
+		return
+	}
+	if ct != mediaJSON && ct != mediaProtobuf {
+		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		plain(w, http.StatusBadRequest, "Failed to read body: "+err.Error())
+		return
+	}
+	var call scheduler.Call
+	if err := decode(ct, body, &call); err != nil {
+		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
+		return
+	}
+	if err := validateCall(&call); err != nil {
+		plain(w, http.StatusBadRequest, "Failed to validate scheduler::Call: "+err.Error())
+		return
+	}
+	if call.Type == scheduler.Call_SUBSCRIBE {
+		media := negotiate(r.Header.Get("Accept"))
+		if media == "" {
+			plain(w, http.StatusNotAcceptable, "Expecting 'Accept' to allow application/json or application/x-protobuf")
+			return
+		}
+		if r.Header.Get("Mesos-Stream-Id") != "" {
+			plain(w, http.StatusBadRequest, "Subscribe calls should not include the 'Mesos-Stream-Id' header")
+			return
+		}
+		c.subscribe(w, r, &call, media)
+		return
+	}
+
+	c.mu.Lock()
+	f := c.frameworks[call.FrameworkID.Value]
+	switch {
+	case f == nil:
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, "Framework cannot be found")
+		return
+	case f.stream == nil:
+		c.mu.Unlock()
+		plain(w, http.StatusForbidden, "Framework is not subscribed")
+		return
+	}
+	switch sid := r.Header.Get("Mesos-Stream-Id"); {
+	case sid == "":
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, "All non-subscribe calls should include the 'Mesos-Stream-Id' header")
+		return
+	case sid != f.stream.id:
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, "The stream ID '"+sid+"' included in this request didn't match the stream ID currently associated with framework ID "+f.id)
+		return
+	}
+	if call.Type == scheduler.Call_UNKNOWN {
+		c.mu.Unlock()
+		plain(w, http.StatusNotImplemented, "Received 'UNKNOWN' call")
+		return
+	}
+	if call.Type == scheduler.Call_UPDATE_FRAMEWORK {
+		err := c.updateFramework(f, call.UpdateFramework)
+		c.mu.Unlock()
+		if err != nil {
+			plain(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		// Real Mesos answers 200 with no body and no Content-Type (MESOS.md §1.7).
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	c.dispatch(f, &call)
+	c.mu.Unlock()
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// dispatch applies an accepted call; the caller holds c.mu. Effects show up as events.
+func (c *Cluster) dispatch(f *framework, call *scheduler.Call) {
+	switch call.Type {
+	case scheduler.Call_TEARDOWN:
+		c.removeFramework(f, "Framework was torn down")
+	case scheduler.Call_ACCEPT:
+		c.accept(f, call.Accept)
+	case scheduler.Call_DECLINE:
+		c.decline(f, call.Decline.OfferIDs, call.Decline.Filters)
+	case scheduler.Call_REVIVE:
+		c.revive(f, call.Revive.Roles)
+	case scheduler.Call_SUPPRESS:
+		c.suppress(f, call.Suppress.Roles)
+	case scheduler.Call_KILL:
+		c.killTask(f, call.Kill)
+	case scheduler.Call_SHUTDOWN:
+		c.shutdownExecutor(f, call.Shutdown.AgentID.Value, call.Shutdown.ExecutorID.Value)
+	case scheduler.Call_ACKNOWLEDGE:
+		c.acknowledge(f, call.Acknowledge)
+	case scheduler.Call_RECONCILE:
+		c.reconcile(f, call.Reconcile.Tasks)
+	case scheduler.Call_MESSAGE:
+		c.messageToExecutor(f, call.Message)
+	case scheduler.Call_ACCEPT_INVERSE_OFFERS, scheduler.Call_DECLINE_INVERSE_OFFERS,
+		scheduler.Call_REQUEST, scheduler.Call_ACKNOWLEDGE_OPERATION_STATUS, scheduler.Call_RECONCILE_OPERATIONS:
+		// No maintenance, no operation feedback, and the default allocator ignores REQUEST.
+	}
+}
+
+// validateCall is validation::scheduler::call::validate (MESOS.md §1.2).
+func validateCall(call *scheduler.Call) error {
+	if call.Type != scheduler.Call_SUBSCRIBE && call.FrameworkID == nil {
+		return fmt.Errorf("Expecting 'framework_id' to be present")
+	}
+	missing := func(name string) error { return fmt.Errorf("Expecting '%s' to be present", name) }
+	switch call.Type {
+	case scheduler.Call_SUBSCRIBE:
+		if call.Subscribe == nil || call.Subscribe.FrameworkInfo == nil {
+			return missing("subscribe")
+		}
+		infoID := call.Subscribe.FrameworkInfo.ID
+		if (call.FrameworkID == nil) != (infoID == nil) || call.FrameworkID != nil && call.FrameworkID.Value != infoID.Value {
+			return fmt.Errorf("'framework_id' differs from 'subscribe.framework_info.id'")
+		}
+	case scheduler.Call_ACCEPT:
+		if call.Accept == nil {
+			return missing("accept")
+		}
+	case scheduler.Call_DECLINE:
+		if call.Decline == nil {
+			return missing("decline")
+		}
+	case scheduler.Call_ACCEPT_INVERSE_OFFERS:
+		if call.AcceptInverseOffers == nil {
+			return missing("accept_inverse_offers")
+		}
+	case scheduler.Call_DECLINE_INVERSE_OFFERS:
+		if call.DeclineInverseOffers == nil {
+			return missing("decline_inverse_offers")
+		}
+	case scheduler.Call_REVIVE:
+		if call.Revive == nil {
+			call.Revive = &scheduler.Call_Revive{}
+		}
+	case scheduler.Call_SUPPRESS:
+		if call.Suppress == nil {
+			call.Suppress = &scheduler.Call_Suppress{}
+		}
+	case scheduler.Call_KILL:
+		if call.Kill == nil {
+			return missing("kill")
+		}
+	case scheduler.Call_SHUTDOWN:
+		if call.Shutdown == nil {
+			return missing("shutdown")
+		}
+	case scheduler.Call_ACKNOWLEDGE:
+		if call.Acknowledge == nil {
+			return missing("acknowledge")
+		}
+		if len(call.Acknowledge.UUID) != 16 {
+			return fmt.Errorf("'acknowledge.uuid' must be a valid UUID (16 bytes), got %d bytes", len(call.Acknowledge.UUID))
+		}
+	case scheduler.Call_ACKNOWLEDGE_OPERATION_STATUS:
+		a := call.AcknowledgeOperationStatus
+		if a == nil {
+			return missing("acknowledge_operation_status")
+		}
+		if len(a.UUID) != 16 || a.AgentID == nil {
+			return fmt.Errorf("'acknowledge_operation_status' needs a 16-byte uuid and an agent_id")
+		}
+	case scheduler.Call_RECONCILE:
+		if call.Reconcile == nil {
+			return missing("reconcile")
+		}
+	case scheduler.Call_RECONCILE_OPERATIONS:
+		if call.ReconcileOperations == nil {
+			return missing("reconcile_operations")
+		}
+	case scheduler.Call_MESSAGE:
+		if call.Message == nil {
+			return missing("message")
+		}
+	case scheduler.Call_REQUEST:
+		if call.Request == nil {
+			return missing("request")
+		}
+	case scheduler.Call_UPDATE_FRAMEWORK:
+		u := call.UpdateFramework
+		if u == nil {
+			return missing("update_framework")
+		}
+		if u.FrameworkInfo.ID == nil || u.FrameworkInfo.ID.Value != call.FrameworkID.Value {
+			return fmt.Errorf("'framework_id' differs from 'update_framework.framework_info.id'")
+		}
+	}
+	return nil
+}
+
+func plain(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	io.WriteString(w, msg)
+}

@@ -1,0 +1,227 @@
+package mesoslocal
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+)
+
+// The /master/state document, in the shape of the real master's (the fields a framework or an
+// operator reads), plus executor sandbox directories, which the real master leaves to the
+// agents' /state.
+
+type stateDoc struct {
+	Version             string           `json:"version"`
+	ID                  string           `json:"id"`
+	PID                 string           `json:"pid"`
+	Hostname            string           `json:"hostname"`
+	ActivatedSlaves     int              `json:"activated_slaves"`
+	Frameworks          []frameworkDoc   `json:"frameworks"`
+	CompletedFrameworks []map[string]any `json:"completed_frameworks"`
+	Slaves              []slaveDoc       `json:"slaves"`
+}
+
+type frameworkDoc struct {
+	ID               string        `json:"id"`
+	Name             string        `json:"name"`
+	User             string        `json:"user"`
+	Hostname         string        `json:"hostname"`
+	WebuiURL         string        `json:"webui_url"`
+	Active           bool          `json:"active"`
+	Connected        bool          `json:"connected"`
+	Checkpoint       bool          `json:"checkpoint"`
+	FailoverTimeout  float64       `json:"failover_timeout"`
+	Roles            []string      `json:"roles"`
+	Capabilities     []string      `json:"capabilities"`
+	Tasks            []taskDoc     `json:"tasks"`
+	UnreachableTasks []taskDoc     `json:"unreachable_tasks"`
+	Executors        []executorDoc `json:"executors"`
+	Offers           []offerDoc    `json:"offers"`
+}
+
+type taskDoc struct {
+	ID          string           `json:"id"`
+	Name        string           `json:"name"`
+	FrameworkID string           `json:"framework_id"`
+	ExecutorID  string           `json:"executor_id"`
+	SlaveID     string           `json:"slave_id"`
+	State       string           `json:"state"`
+	Resources   map[string]any   `json:"resources"`
+	Statuses    []map[string]any `json:"statuses"`
+}
+
+type executorDoc struct {
+	ExecutorID  string         `json:"executor_id"`
+	Name        string         `json:"name"`
+	FrameworkID string         `json:"framework_id"`
+	SlaveID     string         `json:"slave_id"`
+	Directory   string         `json:"directory"`
+	ContainerID string         `json:"container_id"`
+	Resources   map[string]any `json:"resources"`
+}
+
+type offerDoc struct {
+	ID          string         `json:"id"`
+	FrameworkID string         `json:"framework_id"`
+	SlaveID     string         `json:"slave_id"`
+	Resources   map[string]any `json:"resources"`
+}
+
+type slaveDoc struct {
+	ID               string         `json:"id"`
+	Hostname         string         `json:"hostname"`
+	Port             int            `json:"port"`
+	PID              string         `json:"pid"`
+	Active           bool           `json:"active"`
+	State            string         `json:"local_state"`
+	Resources        map[string]any `json:"resources"`
+	UsedResources    map[string]any `json:"used_resources"`
+	OfferedResources map[string]any `json:"offered_resources"`
+	Attributes       map[string]any `json:"attributes"`
+}
+
+// resourceDoc renders resources as the master does: {"cpus":1.0,"mem":128.0,"ports":"[31000-32000]"}.
+func resourceDoc(rs mesos.Resources) map[string]any {
+	out := map[string]any{"cpus": 0.0, "mem": 0.0, "disk": 0.0, "gpus": 0.0}
+	for _, r := range rs {
+		switch {
+		case r.Scalar != nil:
+			v, _ := out[r.Name].(float64)
+			out[r.Name] = v + r.Scalar.Value
+		case r.Ranges != nil:
+			out[r.Name] = mesos.Resources{r}.String()
+		}
+	}
+	return out
+}
+
+func (c *Cluster) state() stateDoc {
+	doc := stateDoc{Version: Version, ID: c.masterID, PID: *c.masterInfo.PID, Hostname: c.host,
+		CompletedFrameworks: []map[string]any{}}
+	for _, id := range sortedKeys(c.frameworks) {
+		f := c.frameworks[id]
+		fd := frameworkDoc{ID: f.id, Name: f.info.Name, User: f.info.User, Hostname: ptrVal(f.info.Hostname),
+			WebuiURL: ptrVal(f.info.WebUiURL), Active: f.stream != nil, Connected: f.stream != nil,
+			Checkpoint: f.checkpoint(), Roles: f.roles(), Tasks: []taskDoc{}, UnreachableTasks: []taskDoc{},
+			Executors: []executorDoc{}, Offers: []offerDoc{}}
+		if f.info.FailoverTimeout != nil {
+			fd.FailoverTimeout = *f.info.FailoverTimeout
+		}
+		for _, cp := range f.info.Capabilities {
+			fd.Capabilities = append(fd.Capabilities, cp.Type.String())
+		}
+		for _, tid := range sortedKeys(f.tasks) {
+			fd.Tasks = append(fd.Tasks, taskDocOf(f.id, f.tasks[tid]))
+		}
+		for _, tid := range sortedKeys(f.unreachable) {
+			fd.UnreachableTasks = append(fd.UnreachableTasks, taskDocOf(f.id, f.unreachable[tid]))
+		}
+		for _, a := range c.agents {
+			for _, e := range a.liveExecutors() {
+				if e.frameworkID == f.id && e.command == nil {
+					fd.Executors = append(fd.Executors, executorDoc{ExecutorID: e.id, Name: ptrVal(e.info.Name),
+						FrameworkID: f.id, SlaveID: a.id, Directory: e.dir, ContainerID: e.containerID, Resources: resourceDoc(e.resources)})
+				}
+			}
+		}
+		for _, o := range c.offers {
+			if o.framework == f {
+				fd.Offers = append(fd.Offers, offerDoc{ID: o.id, FrameworkID: f.id, SlaveID: o.agent.id, Resources: resourceDoc(o.resources)})
+			}
+		}
+		sort.Slice(fd.Offers, func(i, j int) bool { return fd.Offers[i].ID < fd.Offers[j].ID })
+		doc.Frameworks = append(doc.Frameworks, fd)
+	}
+	for _, a := range c.agents {
+		offered := mesos.Resources{}
+		for _, o := range c.offers {
+			if o.agent == a {
+				offered.Add(o.resources...)
+			}
+		}
+		if a.state == agentUp {
+			doc.ActivatedSlaves++
+		}
+		doc.Slaves = append(doc.Slaves, slaveDoc{ID: a.id, Hostname: a.hostname, Port: a.port, PID: a.pid(),
+			Active: a.linked(), State: a.state.String(), Resources: resourceDoc(a.total), UsedResources: resourceDoc(c.used(a)),
+			OfferedResources: resourceDoc(offered), Attributes: map[string]any{}})
+	}
+	if doc.Frameworks == nil {
+		doc.Frameworks = []frameworkDoc{}
+	}
+	return doc
+}
+
+func taskDocOf(frameworkID string, t *task) taskDoc {
+	return taskDoc{ID: t.info.TaskID.Value, Name: t.info.Name, FrameworkID: frameworkID, ExecutorID: t.executorID,
+		SlaveID: t.agent.id, State: t.state.String(), Resources: resourceDoc(t.resources), Statuses: []map[string]any{}}
+}
+
+func (c *Cluster) masterState(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	doc := c.state()
+	c.mu.Unlock()
+	writeJSON(w, doc)
+}
+
+// State returns the /master/state document, for tests.
+func (c *Cluster) State() ([]byte, error) {
+	c.mu.Lock()
+	doc := c.state()
+	c.mu.Unlock()
+	return json.Marshal(doc)
+}
+
+// OutstandingOffers counts the offers the master has given out and not got back.
+func (c *Cluster) OutstandingOffers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.offers)
+}
+
+func (c *Cluster) listAgents(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	doc := c.state()
+	c.mu.Unlock()
+	writeJSON(w, doc.Slaves)
+}
+
+// stateJSON serves the agent's /state: its frameworks and executors with their sandboxes.
+func (a *agent) stateJSON(w http.ResponseWriter, r *http.Request) {
+	a.c.mu.Lock()
+	type execDoc struct {
+		ID        string   `json:"id"`
+		Directory string   `json:"directory"`
+		Container string   `json:"container"`
+		Tasks     []string `json:"tasks"`
+	}
+	type fwDoc struct {
+		ID        string    `json:"id"`
+		Name      string    `json:"name"`
+		Executors []execDoc `json:"executors"`
+	}
+	frameworks := map[string]*fwDoc{}
+	for _, e := range a.liveExecutors() {
+		fd := frameworks[e.frameworkID]
+		if fd == nil {
+			fd = &fwDoc{ID: e.frameworkID, Name: a.frameworks[e.frameworkID].Name}
+			frameworks[e.frameworkID] = fd
+		}
+		fd.Executors = append(fd.Executors, execDoc{ID: e.id, Directory: e.dir, Container: e.containerID, Tasks: sortedKeys(e.tasks)})
+	}
+	out := map[string]any{"id": a.id, "hostname": a.hostname, "pid": a.pid(), "resources": resourceDoc(a.total)}
+	var list []*fwDoc
+	for _, id := range sortedKeys(frameworks) {
+		list = append(list, frameworks[id])
+	}
+	out["frameworks"] = list
+	a.c.mu.Unlock()
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
