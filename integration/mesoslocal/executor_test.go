@@ -32,6 +32,7 @@ import (
 //	pid     RUNNING with the process id as data, then runs until killed
 //	exit3   RUNNING, then the process exits with status 3 once RUNNING is acknowledged
 //	hold    RUNNING, then FINISHED when a MESSAGE "finish:<task id>" arrives
+//	delay   RUNNING, then FINISHED 300 ms later
 //
 // MESSAGE "ping" is answered with MESSAGE "pong". Every event type received is appended to
 // events.txt in the sandbox.
@@ -164,6 +165,12 @@ func (x *testExec) launch(t mesos.TaskInfo) {
 	case "finish":
 		x.send(id, mesos.TASK_RUNNING, nil)
 		x.send(id, mesos.TASK_FINISHED, nil)
+	case "delay":
+		x.send(id, mesos.TASK_RUNNING, nil)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			x.send(id, mesos.TASK_FINISHED, nil)
+		}()
 	case "pid":
 		x.send(id, mesos.TASK_RUNNING, []byte(strconv.Itoa(os.Getpid())))
 	case "exit3":
