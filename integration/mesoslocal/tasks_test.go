@@ -1,0 +1,286 @@
+package mesoslocal_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+)
+
+// slowFetch serves one file, holding every request until release is called.
+func slowFetch(t *testing.T) (url string, release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write([]byte("payload"))
+	}))
+	rel := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(func() { rel(); srv.Close() })
+	return srv.URL + "/payload.bin", rel
+}
+
+func withURI(e *mesos.ExecutorInfo, uri string) *mesos.ExecutorInfo {
+	e.Command.URIs = append(e.Command.URIs, mesos.CommandInfo_URI{Value: uri})
+	return e
+}
+
+// Items 23 and 28 (kill before delivery): no STAGING update is ever sent, but reconciliation
+// reports STAGING while the executor is still being fetched; a kill then answers
+// TASK_KILLED / REASON_TASK_KILLED_DURING_LAUNCH.
+func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
+	c := newCluster(t)
+	url, release := slowFetch(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, withURI(testExecutor("e1", "basic"), url), "finish"))
+	s.mustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
+	st := s.update("t1")
+	if *st.State != mesos.TASK_STAGING || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 {
+		t.Fatalf("reconciliation during fetch: %v; want TASK_STAGING / RECONCILIATION without uuid", st.String())
+	}
+	s.mustCall(calls.Kill("t1", o.AgentID.Value))
+	st = s.update("t1")
+	if *st.State != mesos.TASK_KILLED || *st.Reason != mesos.REASON_TASK_KILLED_DURING_LAUNCH || len(st.UUID) != 16 || *st.Source != mesos.SOURCE_AGENT {
+		t.Fatalf("kill during launch: %v; want TASK_KILLED / KILLED_DURING_LAUNCH from the agent with a uuid", st.String())
+	}
+	s.ack(st)
+	release()
+	s.none("STAGING update", 300*time.Millisecond, updateOf("t1", mesos.TASK_STAGING))
+}
+
+// Item 25: one update at a time per task; the head is re-sent until acknowledged.
+func TestUpdatesAreOrderedAndRetried(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
+	running := s.update("t1")
+	again := s.update("t1")
+	if *again.State != mesos.TASK_RUNNING || string(again.UUID) != string(running.UUID) {
+		t.Fatalf("while RUNNING is unacknowledged the next update is %v; want RUNNING re-sent with the same uuid", again.String())
+	}
+	s.mustCall(calls.Acknowledge(o.AgentID.Value, "t1", []byte("0123456789abcdef"))) // a wrong uuid is ignored
+	if st := s.update("t1"); *st.State != mesos.TASK_RUNNING {
+		t.Fatalf("after an ack with a wrong uuid: %v; want RUNNING again", st.String())
+	}
+	s.ack(running)
+	s.ack(running) // a duplicate ack is ignored
+	if st := s.update("t1", mesos.TASK_FINISHED, mesos.TASK_RUNNING); *st.State != mesos.TASK_FINISHED {
+		t.Fatalf("after acknowledging RUNNING: %v; want FINISHED", st.String())
+	}
+}
+
+// Item 26: resources are free when the task's latest state is terminal, before any ack.
+func TestResourcesFreedBeforeTheAck(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	tk := task("t1", o, testExecutor("e1", "basic"), "finish")
+	tk.Resources = scalars(3, 2048)
+	s.launch(o, tk)
+	s.update("t1", mesos.TASK_RUNNING) // never acknowledged
+	for {
+		o := s.offers()[0]
+		if cpus(o) == 3.9 {
+			break // everything but the executor's 0.1: the finished task's 3 cpus are back
+		}
+		s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+	}
+}
+
+// Item 27: once a terminal update is acknowledged the task is forgotten.
+func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
+	for _, pa := range []bool{true, false} {
+		c := newCluster(t)
+		info := frameworkInfo()
+		want := mesos.TASK_LOST
+		if pa {
+			info, want = paInfo(), mesos.TASK_GONE
+		}
+		s := subscribe(t, c.URL(), "application/json", info)
+		o := s.offers()[0]
+		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
+		s.ack(s.update("t1", mesos.TASK_RUNNING))
+		s.ack(s.update("t1", mesos.TASK_FINISHED))
+		// Implicit reconciliation must no longer mention it...
+		s.mustCall(calls.Reconcile())
+		s.none("implicit reconciliation of an acknowledged task", 300*time.Millisecond, updateOf("t1"))
+		// ...and explicit reconciliation with its agent answers GONE (PA) or LOST.
+		s.mustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
+		if st := s.update("t1"); *st.State != want || *st.Reason != mesos.REASON_RECONCILIATION {
+			t.Fatalf("PA=%v: %v; want %v / RECONCILIATION", pa, st.String(), want)
+		}
+	}
+}
+
+// Item 28: the other KILL paths.
+func TestKillPaths(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+	s.ack(s.update("t1", mesos.TASK_RUNNING))
+
+	s.mustCall(calls.Kill("t1", "some-other-agent")) // a mismatching agent id is ignored
+	s.none("update after a KILL naming another agent", 300*time.Millisecond, updateOf("t1"))
+
+	s.mustCall(calls.Kill("t1", o.AgentID.Value)) // delivered: the executor gets KILL
+	if st := s.update("t1"); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
+		t.Fatalf("kill of a running task: %v; want TASK_KILLED from the executor", st.String())
+	}
+
+	s.mustCall(calls.Kill("nope", "")) // unknown: answered by reconciliation
+	if st := s.update("nope"); *st.State != mesos.TASK_UNKNOWN || *st.Reason != mesos.REASON_RECONCILIATION {
+		t.Fatalf("kill of an unknown task: %v; want TASK_UNKNOWN / RECONCILIATION", st.String())
+	}
+}
+
+// Item 29: an executor that exits with a live task fails it and reports its wait status.
+func TestExecutorExitFailsItsTasks(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "exit3"))
+	s.ack(s.update("t1", mesos.TASK_RUNNING))
+	st := s.update("t1")
+	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_TERMINATED || len(st.UUID) != 16 || *st.Source != mesos.SOURCE_AGENT {
+		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_TERMINATED from the agent with a uuid", st.String())
+	}
+	f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
+	if f.GetExecutorID().GetValue() != "e1" || f.GetAgentID().GetValue() != o.AgentID.Value || f.GetStatus() != 768 {
+		t.Fatalf("FAILURE %v; want executor e1 with wait status 768 (exit 3)", f.String())
+	}
+}
+
+// Item 30: SHUTDOWN, then SIGKILL after the grace period; leftover tasks fail.
+func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "ignoreshutdown"), "pid"))
+	st := s.update("t1", mesos.TASK_RUNNING)
+	s.ack(st)
+	pid, _ := strconv.Atoi(string(st.Data))
+	s.mustCall(calls.Shutdown("e1", o.AgentID.Value))
+	if st := s.update("t1"); *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_TERMINATED {
+		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_TERMINATED", st.String())
+	}
+	if f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetStatus() != 9 {
+		t.Fatalf("FAILURE status %d; want 9 (SIGKILL)", f.GetStatus())
+	}
+	if !processGone(pid) {
+		t.Fatalf("executor %d still alive", pid)
+	}
+}
+
+// Item 31: an executor that never subscribes is killed at the registration timeout.
+func TestExecutorRegistrationTimeout(t *testing.T) {
+	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorRegistrationTimeout = time.Second })
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+	st := s.update("t1")
+	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_REGISTRATION_TIMEOUT || len(st.UUID) != 16 {
+		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_REGISTRATION_TIMEOUT with a uuid", st.String())
+	}
+}
+
+// Item 32: implicit reconciliation answers every active task with its latest state, no uuid
+// and no data.
+func TestImplicitReconciliation(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"), task("t2", o, testExecutor("e1", "basic"), "run"))
+	s.ack(s.update("t1", mesos.TASK_RUNNING))
+	s.ack(s.update("t2", mesos.TASK_RUNNING))
+	s.mustCall(calls.Reconcile())
+	for _, id := range []string{"t1", "t2"} {
+		st := s.update(id)
+		if *st.State != mesos.TASK_RUNNING || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 || len(st.Data) != 0 ||
+			st.GetMessage() != "Reconciliation: Latest task state" {
+			t.Fatalf("%s: %v; want TASK_RUNNING / RECONCILIATION without uuid or data", id, st.String())
+		}
+	}
+}
+
+// Item 33: explicit reconciliation answers by the table of MESOS.md §4.2.
+func TestExplicitReconciliation(t *testing.T) {
+	for _, pa := range []bool{true, false} {
+		c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 3 })
+		ids := c.AgentIDs()
+		info := frameworkInfo()
+		if pa {
+			info = paInfo()
+		}
+		s := subscribe(t, c.URL(), "application/json", info)
+		o := s.offerOn(ids[0])
+		s.launch(o, task("known", o, testExecutor("e1", "basic"), "run"))
+		s.ack(s.update("known", mesos.TASK_RUNNING))
+		if err := c.PartitionAgent(ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		waitAgentState(t, c, ids[1], "unreachable")
+		if err := c.MarkAgentGone(ids[2]); err != nil {
+			t.Fatal(err)
+		}
+		pick := func(paState mesos.TaskState) mesos.TaskState {
+			if pa {
+				return paState
+			}
+			return mesos.TASK_LOST
+		}
+		cases := []struct {
+			task, agent string
+			want        mesos.TaskState
+		}{
+			{"known", ids[0], mesos.TASK_RUNNING},
+			{"unknown-on-registered", ids[0], pick(mesos.TASK_GONE)},
+			{"unknown-on-unreachable", ids[1], pick(mesos.TASK_UNREACHABLE)},
+			{"unknown-on-gone", ids[2], pick(mesos.TASK_GONE_BY_OPERATOR)},
+			{"unknown-agent", "nope-S9", pick(mesos.TASK_UNKNOWN)},
+			{"no-agent", "", pick(mesos.TASK_UNKNOWN)},
+		}
+		req := map[string]string{}
+		for _, tc := range cases {
+			req[tc.task] = tc.agent
+		}
+		s.mustCall(calls.Reconcile(calls.ReconcileTasks(req)))
+		for _, tc := range cases {
+			st := s.update(tc.task)
+			if *st.State != tc.want || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 {
+				t.Fatalf("PA=%v %s: %v; want %v / RECONCILIATION without uuid", pa, tc.task, st.String(), tc.want)
+			}
+			if pa && tc.want == mesos.TASK_UNREACHABLE && st.UnreachableTime == nil {
+				t.Fatalf("TASK_UNREACHABLE without unreachable_time: %v", st.String())
+			}
+		}
+	}
+}
+
+func waitAgentState(t *testing.T, c *mesoslocal.Cluster, id, state string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		for _, sl := range masterState(t, c)["slaves"].([]any) {
+			if m := sl.(map[string]any); m["id"] == id && m["local_state"] == state {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("agent %s not %s within %v", id, state, wait)
+}
