@@ -238,3 +238,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// WorkDir returns the directory holding the agents' sandboxes.
+func (c *Cluster) WorkDir() string { return c.opts.WorkDir }

@@ -335,3 +335,19 @@ func masterState(t *testing.T, c *mesoslocal.Cluster) map[string]any {
 }
 
 var errTimeout = errors.New("timeout")
+
+// terminal acknowledges a task's updates until a terminal one, which it returns (acknowledged).
+func (s *sched) terminal(taskID string) mesos.TaskStatus {
+	s.t.Helper()
+	for {
+		st := s.update(taskID)
+		if len(st.UUID) > 0 {
+			s.ack(st)
+		}
+		switch *st.State {
+		case mesos.TASK_FINISHED, mesos.TASK_FAILED, mesos.TASK_KILLED, mesos.TASK_ERROR, mesos.TASK_LOST,
+			mesos.TASK_DROPPED, mesos.TASK_GONE, mesos.TASK_GONE_BY_OPERATOR:
+			return st
+		}
+	}
+}

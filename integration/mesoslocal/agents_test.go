@@ -1,0 +1,139 @@
+package mesoslocal_test
+
+import (
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/internal/await"
+)
+
+// Items 34 and 35: a partitioned agent becomes unreachable (its tasks UNREACHABLE, FAILURE
+// for the agent, its processes untouched); healed, it re-registers and its tasks come back.
+func TestPartitionAndHeal(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	pid, st := runPID(t, s, "t1", "e1")
+	s.ack(st)
+	held := s.offers()[0]
+	agent := held.AgentID.Value
+	if err := c.PartitionAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	if ev := s.await("RESCIND", isType(scheduler.Event_RESCIND)); ev.Rescind.OfferID != held.ID {
+		t.Fatalf("RESCIND %v; want the held offer %v", ev.Rescind.OfferID, held.ID)
+	}
+	un := s.update("t1")
+	if *un.State != mesos.TASK_UNREACHABLE || *un.Reason != mesos.REASON_AGENT_REMOVED || un.UnreachableTime == nil || len(un.UUID) != 0 {
+		t.Fatalf("%v; want TASK_UNREACHABLE / AGENT_REMOVED with unreachable_time, no uuid", un.String())
+	}
+	f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
+	if f.GetAgentID().GetValue() != agent || f.ExecutorID != nil {
+		t.Fatalf("FAILURE %v; want one for the agent only", f.String())
+	}
+	if processGone(pid) {
+		t.Fatal("partitioning an agent killed its executor")
+	}
+	if err := c.HealAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	back := s.update("t1")
+	if *back.State != mesos.TASK_RUNNING || *back.Reason != mesos.REASON_AGENT_REREGISTERED || len(back.UUID) != 0 {
+		t.Fatalf("%v; want TASK_RUNNING / AGENT_REREGISTERED without uuid", back.String())
+	}
+	s.mustCall(calls.Kill("t1", agent)) // the task id is usable again
+	s.update("t1", mesos.TASK_KILLED)
+}
+
+// Item 36: an agent marked gone loses its tasks (GONE_BY_OPERATOR), its executors are killed,
+// and it may not come back.
+func TestMarkAgentGone(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	pid, st := runPID(t, s, "t1", "e1")
+	s.ack(st)
+	agent := st.AgentID.Value
+	if err := c.PartitionAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	s.update("t1", mesos.TASK_UNREACHABLE)
+	if err := c.MarkAgentGone(agent); err != nil {
+		t.Fatal(err)
+	}
+	gone := s.update("t1")
+	if *gone.State != mesos.TASK_GONE_BY_OPERATOR || *gone.Reason != mesos.REASON_AGENT_REMOVED_BY_OPERATOR || len(gone.UUID) != 0 {
+		t.Fatalf("%v; want TASK_GONE_BY_OPERATOR / AGENT_REMOVED_BY_OPERATOR", gone.String())
+	}
+	await.True(t, wait, "executor of a gone agent killed", func() bool { return processGone(pid) })
+	if err := c.HealAgent(agent); err == nil {
+		t.Fatal("a gone agent re-registered")
+	}
+}
+
+// Item 37: an agent's broken connection loses the tasks of frameworks that do not checkpoint
+// at once (TASK_LOST / AGENT_DISCONNECTED, even when partition-aware); checkpointing ones wait.
+func TestDisconnectedAgentAndCheckpointing(t *testing.T) {
+	slow := func(o *mesoslocal.Options) { o.AgentPingTimeout = time.Hour }
+	for _, checkpoint := range []bool{false, true} {
+		c := newCluster(t, slow)
+		info := paInfo()
+		info.Checkpoint = ptrTo(checkpoint)
+		s := subscribe(t, c.URL(), "application/json", info)
+		o := s.offers()[0]
+		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+		s.ack(s.update("t1", mesos.TASK_RUNNING))
+		if err := c.PartitionAgent(o.AgentID.Value); err != nil {
+			t.Fatal(err)
+		}
+		if !checkpoint {
+			st := s.update("t1")
+			if *st.State != mesos.TASK_LOST || *st.Reason != mesos.REASON_AGENT_DISCONNECTED || len(st.UUID) != 0 {
+				t.Fatalf("non-checkpointing: %v; want TASK_LOST / AGENT_DISCONNECTED", st.String())
+			}
+			continue
+		}
+		s.none("update for a checkpointing framework's task before the agent is unreachable", 500*time.Millisecond, updateOf("t1"))
+	}
+}
+
+// Item 38: an agent restart keeps a checkpointing framework's tasks: the executor re-subscribes
+// and its task finishes normally; an executor that does not re-subscribe in time is gone.
+func TestAgentRestartRecoversExecutors(t *testing.T) {
+	// As in real Mesos, recovery (2 s) ends long before the master gives up on the agent.
+	c := newCluster(t, func(o *mesoslocal.Options) {
+		o.ExecutorReregistrationTimeout = 2 * time.Second
+		o.AgentPingTimeout = time.Hour
+	})
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	agent := o.AgentID.Value
+	s.launch(o, task("kept", o, testExecutor("e1", "basic"), "hold"), task("frozen", o, testExecutor("e2", "basic"), "pid"))
+	s.ack(s.update("kept", mesos.TASK_RUNNING))
+	st := s.update("frozen", mesos.TASK_RUNNING)
+	s.ack(st)
+	frozen, _ := strconv.Atoi(string(st.Data))
+	if err := c.KillAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(frozen, syscall.SIGSTOP) // this executor cannot re-subscribe
+	t.Cleanup(func() { syscall.Kill(frozen, syscall.SIGKILL) })
+	if err := c.RestartAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	lost := s.update("frozen")
+	if *lost.State != mesos.TASK_GONE || *lost.Reason != mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT {
+		t.Fatalf("%v; want TASK_GONE / EXECUTOR_REREGISTRATION_TIMEOUT", lost.String())
+	}
+	s.ack(lost)
+	s.mustCall(calls.Message(agent, "e1", []byte("finish:kept")))
+	fin := s.update("kept")
+	if *fin.State != mesos.TASK_FINISHED || *fin.Source != mesos.SOURCE_EXECUTOR {
+		t.Fatalf("%v; want the kept task to finish normally after the restart", fin.String())
+	}
+}

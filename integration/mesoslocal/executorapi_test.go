@@ -1,0 +1,348 @@
+package mesoslocal_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/executor"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/internal/await"
+)
+
+func executorDir(t *testing.T, c *mesoslocal.Cluster, fwID, execID string) string {
+	t.Helper()
+	execs, _ := frameworkField(t, c, fwID, "executors").([]any)
+	for _, e := range execs {
+		if m := e.(map[string]any); m["executor_id"] == execID {
+			return m["directory"].(string)
+		}
+	}
+	t.Fatalf("no executor %s in /master/state", execID)
+	return ""
+}
+
+// sandboxOf finds a (possibly ended) executor's latest sandbox under the work dir.
+func sandboxOf(t *testing.T, c *mesoslocal.Cluster, execID string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(c.WorkDir(), "slaves", "*", "frameworks", "*", "executors", execID, "runs", "latest"))
+	if len(m) != 1 {
+		t.Fatalf("sandbox of %s: %v", execID, m)
+	}
+	return m[0]
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Item 39: the executor's environment is exactly the Mesos one; nothing of ours leaks in.
+func TestExecutorEnvironment(t *testing.T) {
+	os.Setenv("EJCLOUD_LEAK_CHECK", "must-not-reach-executors")
+	defer os.Unsetenv("EJCLOUD_LEAK_CHECK")
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "env,basic"), "run"))
+	s.update("t1", mesos.TASK_RUNNING) // config.FromEnv accepted it
+	env := map[string]string{}
+	for _, kv := range strings.Split(readFile(t, filepath.Join(executorDir(t, c, s.fwID, "e1"), "env.txt")), "\n") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	want := map[string]string{
+		"MESOS_FRAMEWORK_ID": s.fwID, "MESOS_EXECUTOR_ID": "e1", "MESOS_SLAVE_ID": o.AgentID.Value,
+		"MESOS_CHECKPOINT": "1", "MESOS_HTTP_COMMAND_EXECUTOR": "0", "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "500ms",
+		"MESOS_RECOVERY_TIMEOUT": "20secs", "MESOS_SUBSCRIPTION_BACKOFF_MAX": "3secs", "LIBPROCESS_PORT": "0",
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", executorModeEnv: "env,basic",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q; want %q", k, env[k], v)
+		}
+	}
+	for _, k := range []string{"MESOS_DIRECTORY", "MESOS_SANDBOX", "MESOS_AGENT_ENDPOINT", "MESOS_SLAVE_PID"} {
+		if env[k] == "" {
+			t.Errorf("%s is missing", k)
+		}
+	}
+	if env["MESOS_DIRECTORY"] != env["MESOS_SANDBOX"] || !strings.HasPrefix(env["MESOS_SLAVE_PID"], "slave(1)@") {
+		t.Errorf("sandbox/pid: %q %q %q", env["MESOS_DIRECTORY"], env["MESOS_SANDBOX"], env["MESOS_SLAVE_PID"])
+	}
+	var extra []string
+	for k := range env {
+		if _, ok := want[k]; !ok && !strings.HasPrefix(k, "MESOS_") {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(extra)
+	if len(extra) > 0 {
+		t.Errorf("variables that real Mesos would not set: %v", extra)
+	}
+}
+
+// Item 40: executor call validation on the agent endpoint (MESOS.md §6.1).
+func TestExecutorCallValidation(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
+	call := func(mut func(*executor.Call)) []byte {
+		st := mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t1"}, State: mesos.TASK_RUNNING.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: make([]byte, 16)}
+		cl := executor.Call{Type: executor.Call_UPDATE, FrameworkID: mesos.FrameworkID{Value: s.fwID}, ExecutorID: mesos.ExecutorID{Value: "e1"},
+			Update: &executor.Call_Update{Status: st}}
+		if mut != nil {
+			mut(&cl)
+		}
+		b, _ := json.Marshal(&cl)
+		return b
+	}
+	await.True(t, wait, "executor e1 registered at the agent", func() bool {
+		execs, _ := frameworkField(t, c, s.fwID, "executors").([]any)
+		return len(execs) == 1
+	})
+	tests := []struct {
+		name string
+		ct   string
+		body []byte
+		want int
+	}{
+		{"no Content-Type", "", call(nil), 400},
+		{"unsupported Content-Type", "text/plain", call(nil), 415},
+		{"unparsable", "application/json", []byte("{"), 400},
+		{"uuid of 15 bytes", "application/json", call(func(c *executor.Call) { c.Update.Status.UUID = make([]byte, 15) }), 400},
+		{"source not the executor", "application/json", call(func(c *executor.Call) { c.Update.Status.Source = mesos.SOURCE_MASTER.Enum() }), 400},
+		{"TASK_STAGING", "application/json", call(func(c *executor.Call) { c.Update.Status.State = mesos.TASK_STAGING.Enum() }), 400},
+		{"executor id mismatch", "application/json", call(func(c *executor.Call) { c.Update.Status.ExecutorID = &mesos.ExecutorID{Value: "other"} }), 400},
+		{"unknown framework", "application/json", call(func(c *executor.Call) { c.FrameworkID.Value = "nope-0000" }), 400},
+		{"unknown executor", "application/json", call(func(c *executor.Call) { c.ExecutorID.Value = "nope" }), 400},
+		{"UPDATE before SUBSCRIBE", "application/json", call(nil), 403},
+		{"HEARTBEAT", "application/json", call(func(c *executor.Call) { c.Type = executor.Call_HEARTBEAT; c.Update = nil }), 202},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := rawPost(t, url, tc.ct, "", "", tc.body)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("%d %q; want %d", resp.StatusCode, body, tc.want)
+			}
+		})
+	}
+	get, err := http.Get(url)
+	if err != nil || get.StatusCode != 405 {
+		t.Fatalf("GET: %v %v; want 405", get, err)
+	}
+	get.Body.Close()
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// Item 41: tasks queued for a new executor are all delivered right after SUBSCRIBED.
+func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	e := testExecutor("e1", "basic")
+	s.launch(o, task("t1", o, e, "run"), task("t2", o, e, "run"), task("t3", o, e, "run"))
+	for _, id := range []string{"t1", "t2", "t3"} {
+		s.update(id, mesos.TASK_RUNNING)
+	}
+	events := strings.Fields(readFile(t, filepath.Join(executorDir(t, c, s.fwID, "e1"), "events.txt")))
+	if len(events) < 4 || strings.Join(events[:4], " ") != "SUBSCRIBED LAUNCH LAUNCH LAUNCH" {
+		t.Fatalf("executor saw %v; want SUBSCRIBED then three LAUNCHes", events)
+	}
+}
+
+// Item 42: one executor id, one process: later tasks go to the running executor, whose
+// resources are counted once.
+func TestExecutorSharing(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
+	first := s.update("t1", mesos.TASK_RUNNING)
+	o = s.offers()[0]
+	if cpus(o) != 3.4 {
+		t.Fatalf("after one task: %v cpus offered; want 3.4", cpus(o))
+	}
+	s.launch(o, task("t2", o, testExecutor("e1", "basic"), "pid"))
+	second := s.update("t2", mesos.TASK_RUNNING)
+	if string(first.Data) != string(second.Data) {
+		t.Fatalf("tasks of one executor id ran in processes %s and %s", first.Data, second.Data)
+	}
+	if o := s.offers()[0]; cpus(o) != 2.9 {
+		t.Fatalf("after two tasks on one executor: %v cpus offered; want 2.9 (executor counted once)", cpus(o))
+	}
+}
+
+func commandTask(id string, o mesos.Offer, ci *mesos.CommandInfo) mesos.TaskInfo {
+	return mesos.TaskInfo{Name: id, TaskID: mesos.TaskID{Value: id}, AgentID: o.AgentID, Command: ci, Resources: scalars(0.1, 32)}
+}
+
+// Item 43: command tasks — shell=false execs with argv = arguments verbatim, in the sandbox.
+func TestCommandLaunch(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o,
+		commandTask("argv", o, &mesos.CommandInfo{Shell: ptrTo(false), Value: ptrTo("/bin/sh"), Arguments: []string{"my-name", "-c", `echo "$0" > argv.txt; pwd > cwd.txt`}}),
+		commandTask("shell", o, &mesos.CommandInfo{Value: ptrTo("echo hi > out.txt; exit 4")}))
+	if st := s.terminal("argv"); *st.State != mesos.TASK_FINISHED {
+		t.Fatalf("argv task: %v", st.String())
+	}
+	if st := s.terminal("shell"); *st.State != mesos.TASK_FAILED || !strings.Contains(st.GetMessage(), "status 4") {
+		t.Fatalf("shell task exiting 4: %v; want TASK_FAILED naming the status", st.String())
+	}
+	dir := sandboxOf(t, c, "argv")
+	real, _ := filepath.EvalSymlinks(dir)
+	if got := strings.TrimSpace(readFile(t, filepath.Join(dir, "argv.txt"))); got != "my-name" {
+		t.Fatalf("argv[0] = %q; want arguments[0] verbatim", got)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(dir, "cwd.txt"))); got != real {
+		t.Fatalf("cwd = %q; want the sandbox %q", got, real)
+	}
+	if got := readFile(t, filepath.Join(sandboxOf(t, c, "shell"), "out.txt")); got != "hi\n" {
+		t.Fatalf("shell task wrote %q", got)
+	}
+}
+
+func tarball(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, body := range files {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(body))})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// Item 44: the fetcher — a tarball over HTTP is extracted, output_file and executable apply,
+// the cache fetches once, and a failed fetch fails the task.
+func TestFetcher(t *testing.T) {
+	var hits atomic.Int32
+	archive := tarball(t, map[string]string{"app/hello.txt": "world"})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		switch r.URL.Path {
+		case "/app.tar.gz":
+			w.Write(archive)
+		case "/tool":
+			w.Write([]byte("#!/bin/sh\necho tool ran > tool.txt\n"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	uris := []mesos.CommandInfo_URI{
+		{Value: srv.URL + "/app.tar.gz", Cache: ptrTo(true)},
+		{Value: srv.URL + "/tool", Executable: ptrTo(true), OutputFile: ptrTo("bin/run")},
+	}
+	s.launch(o,
+		commandTask("fetch1", o, &mesos.CommandInfo{URIs: uris, Value: ptrTo("cat app/hello.txt > seen.txt && ./bin/run")}),
+		commandTask("missing", o, &mesos.CommandInfo{URIs: []mesos.CommandInfo_URI{{Value: srv.URL + "/nope.tar.gz"}}, Value: ptrTo("true")}))
+	if st := s.terminal("fetch1"); *st.State != mesos.TASK_FINISHED {
+		t.Fatalf("fetching task: %v", st.String())
+	}
+	dir := sandboxOf(t, c, "fetch1")
+	if readFile(t, filepath.Join(dir, "seen.txt")) != "world" || readFile(t, filepath.Join(dir, "tool.txt")) != "tool ran\n" {
+		t.Fatal("the fetched tarball was not extracted or the executable not run")
+	}
+	st := s.terminal("missing")
+	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_CONTAINER_LAUNCH_FAILED || *st.Source != mesos.SOURCE_AGENT {
+		t.Fatalf("failed fetch: %v; want TASK_FAILED / CONTAINER_LAUNCH_FAILED from the agent", st.String())
+	}
+	before := hits.Load()
+	o = s.offers()[0]
+	s.launch(o, commandTask("fetch2", o, &mesos.CommandInfo{URIs: uris[:1], Value: ptrTo("cat app/hello.txt")}))
+	s.terminal("fetch2")
+	if hits.Load() != before {
+		t.Fatalf("a cached URI was fetched again (%d requests after %d)", hits.Load(), before)
+	}
+}
+
+// Item 45: MESSAGE both ways; a message for an executor that is not subscribed is dropped.
+func TestMessages(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"), task("t2", o, testExecutor("e2", "nosubscribe"), "run"))
+	s.update("t1", mesos.TASK_RUNNING)
+	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
+	m := s.await("MESSAGE", isType(scheduler.Event_MESSAGE)).Message
+	if string(m.Data) != "pong" || m.ExecutorID.Value != "e1" || m.AgentID != o.AgentID {
+		t.Fatalf("MESSAGE %v; want pong from e1", m.String())
+	}
+	if err := s.call(calls.Message(o.AgentID.Value, "e2", []byte("ping"))); err != nil {
+		t.Fatalf("MESSAGE to an unsubscribed executor: %v; want a silent drop", err)
+	}
+	s.none("answer from an unsubscribed executor", 300*time.Millisecond, isType(scheduler.Event_MESSAGE))
+}
+
+// Item 46: executor HEARTBEAT events do not upset an executor.
+func TestExecutorHeartbeats(t *testing.T) {
+	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorHeartbeatInterval = 100 * time.Millisecond })
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+	s.update("t1", mesos.TASK_RUNNING)
+	dir := executorDir(t, c, s.fwID, "e1")
+	await.True(t, wait, "three executor heartbeats", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "events.txt"))
+		return strings.Count(string(b), "HEARTBEAT") >= 3
+	})
+	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
+	s.await("MESSAGE after heartbeats", isType(scheduler.Event_MESSAGE))
+}
+
+// Item 24: updates from the executor or the agent carry a 16-byte uuid; the master's never do.
+func TestUUIDPresenceBySource(t *testing.T) {
+	c := newCluster(t)
+	url, _ := slowFetch(t)
+	s := subscribe(t, c.URL(), "application/json", paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("run", o, testExecutor("e1", "basic"), "run"),
+		task("slow", o, withURI(testExecutor("e2", "basic"), url), "run"))
+	s.update("run", mesos.TASK_RUNNING)
+	s.mustCall(calls.Kill("slow", o.AgentID.Value))                                         // agent: KILLED_DURING_LAUNCH
+	s.mustCall(calls.Reconcile())                                                           // master: reconciliation
+	s.mustCall(calls.Kill("run", o.AgentID.Value))                                          // executor: KILLED
+	s.mustCall(calls.Accept(calls.OfferOperations{}.WithOffers(mesos.OfferID{Value: "x"}))) // nothing to report
+	seen := map[mesos.TaskStatus_Source]int{}
+	for len(seen) < 3 {
+		st := s.await("UPDATE", isType(scheduler.Event_UPDATE)).Update.Status
+		src := *st.Source
+		seen[src]++
+		if (src == mesos.SOURCE_MASTER) != (len(st.UUID) == 0) || src != mesos.SOURCE_MASTER && len(st.UUID) != 16 {
+			t.Fatalf("%v: source %v with uuid of %d bytes", st.String(), src, len(st.UUID))
+		}
+		if len(st.UUID) == 16 {
+			s.ack(st)
+		}
+	}
+}
