@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 ZK_JAR  := /usr/share/java/zookeeper.jar
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
-BINARIES := ./scheduler/cmd/ejcloud-scheduler
+BINARIES := ./scheduler/cmd/ejcloud-scheduler ./integration/mesoslocal/cmd/mesos-local
 
 .PHONY: build test run bench fuzz lint zookeeper clean
 

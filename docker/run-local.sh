@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The `make run` environment: a local ZooKeeper (data in .run/zk, kept between runs) and the
-# scheduler. Ctrl-C stops everything this script started.
+# The `make run` environment: a local ZooKeeper (data in .run/zk, kept between runs), mesos-local
+# with two agents (sandboxes in .run/mesos) and the scheduler. Ctrl-C stops everything this script
+# started, executors included.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run="$root/.run"
 zk_port=${EJCLOUD_RUN_ZK_PORT:-2181}
 http_addr=${EJCLOUD_HTTP_ADDR:-127.0.0.1:8899}
-mkdir -p "$run/zk/data" "$run/logs"
+mesos_addr=${EJCLOUD_RUN_MESOS_ADDR:-127.0.0.1:5050}
+mkdir -p "$run/zk/data" "$run/logs" "$run/mesos"
 
 pids=()
 stop() {
@@ -52,7 +54,15 @@ pids+=($!)
 wait_for ZooKeeper zk_ok "$run/logs/zookeeper.log"
 echo "ZooKeeper     127.0.0.1:$zk_port (data in .run/zk)"
 
+setsid "$root/bin/mesos-local" --addr "$mesos_addr" --agents 2 --work-dir "$run/mesos" \
+  >"$run/logs/mesos-local.log" 2>&1 &
+pids+=($!)
+mesos_ok() { grep -q "mesos-local: master" "$run/logs/mesos-local.log"; }
+wait_for mesos-local mesos_ok "$run/logs/mesos-local.log"
+echo "Mesos         http://$mesos_addr  (state: /master/state; faults: POST /local/agents/{id}/{partition|heal|kill|restart|gone})"
+
 setsid "$root/bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
+  --mesos-url "http://$mesos_addr" \
   >"$run/logs/scheduler.log" 2>&1 &
 pids+=($!)
 wait_for "the scheduler" http_ok "$run/logs/scheduler.log"

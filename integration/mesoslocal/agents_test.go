@@ -18,7 +18,7 @@ import (
 // for the agent, its processes untouched); healed, it re-registers and its tasks come back.
 func TestPartitionAndHeal(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
 	s.ack(st)
 	held := s.offers()[0]
@@ -55,7 +55,7 @@ func TestPartitionAndHeal(t *testing.T) {
 // and it may not come back.
 func TestMarkAgentGone(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
 	s.ack(st)
 	agent := st.AgentID.Value
@@ -84,7 +84,7 @@ func TestDisconnectedAgentAndCheckpointing(t *testing.T) {
 		c := newCluster(t, slow)
 		info := paInfo()
 		info.Checkpoint = ptrTo(checkpoint)
-		s := subscribe(t, c.URL(), "application/json", info)
+		s := subscribe(t, c.URL(), codec, info)
 		o := s.offers()[0]
 		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
 		s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -110,7 +110,7 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 		o.ExecutorReregistrationTimeout = 2 * time.Second
 		o.AgentPingTimeout = time.Hour
 	})
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	agent := o.AgentID.Value
 	s.launch(o, task("kept", o, testExecutor("e1", "basic"), "hold"), task("frozen", o, testExecutor("e2", "basic"), "pid"))

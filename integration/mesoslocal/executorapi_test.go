@@ -61,7 +61,7 @@ func TestExecutorEnvironment(t *testing.T) {
 	os.Setenv("EJCLOUD_LEAK_CHECK", "must-not-reach-executors")
 	defer os.Unsetenv("EJCLOUD_LEAK_CHECK")
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "env,basic"), "run"))
 	s.update("t1", mesos.TASK_RUNNING) // config.FromEnv accepted it
@@ -74,7 +74,7 @@ func TestExecutorEnvironment(t *testing.T) {
 		"MESOS_FRAMEWORK_ID": s.fwID, "MESOS_EXECUTOR_ID": "e1", "MESOS_SLAVE_ID": o.AgentID.Value,
 		"MESOS_CHECKPOINT": "1", "MESOS_HTTP_COMMAND_EXECUTOR": "0", "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "500ms",
 		"MESOS_RECOVERY_TIMEOUT": "20secs", "MESOS_SUBSCRIPTION_BACKOFF_MAX": "3secs", "LIBPROCESS_PORT": "0",
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", executorModeEnv: "env,basic",
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", executorModeEnv: testExecutor("x", "env,basic").Command.Environment.Variables[0].GetValue(),
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -104,7 +104,7 @@ func TestExecutorEnvironment(t *testing.T) {
 // Item 40: executor call validation on the agent endpoint (MESOS.md §6.1).
 func TestExecutorCallValidation(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
 	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
@@ -160,7 +160,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // Item 41: tasks queued for a new executor are all delivered right after SUBSCRIBED.
 func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	e := testExecutor("e1", "basic")
 	s.launch(o, task("t1", o, e, "run"), task("t2", o, e, "run"), task("t3", o, e, "run"))
@@ -177,7 +177,7 @@ func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
 // resources are counted once.
 func TestExecutorSharing(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
 	first := s.update("t1", mesos.TASK_RUNNING)
@@ -202,7 +202,7 @@ func commandTask(id string, o mesos.Offer, ci *mesos.CommandInfo) mesos.TaskInfo
 // Item 43: command tasks — shell=false execs with argv = arguments verbatim, in the sandbox.
 func TestCommandLaunch(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o,
 		commandTask("argv", o, &mesos.CommandInfo{Shell: ptrTo(false), Value: ptrTo("/bin/sh"), Arguments: []string{"my-name", "-c", `echo "$0" > argv.txt; pwd > cwd.txt`}}),
@@ -257,7 +257,7 @@ func TestFetcher(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	uris := []mesos.CommandInfo_URI{
 		{Value: srv.URL + "/app.tar.gz", Cache: ptrTo(true)},
@@ -289,7 +289,7 @@ func TestFetcher(t *testing.T) {
 // Item 45: MESSAGE both ways; a message for an executor that is not subscribed is dropped.
 func TestMessages(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"), task("t2", o, testExecutor("e2", "nosubscribe"), "run"))
 	s.update("t1", mesos.TASK_RUNNING)
@@ -307,7 +307,7 @@ func TestMessages(t *testing.T) {
 // Item 46: executor HEARTBEAT events do not upset an executor.
 func TestExecutorHeartbeats(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorHeartbeatInterval = 100 * time.Millisecond })
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
 	s.update("t1", mesos.TASK_RUNNING)
@@ -324,7 +324,7 @@ func TestExecutorHeartbeats(t *testing.T) {
 func TestUUIDPresenceBySource(t *testing.T) {
 	c := newCluster(t)
 	url, _ := slowFetch(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("run", o, testExecutor("e1", "basic"), "run"),
 		task("slow", o, withURI(testExecutor("e2", "basic"), url), "run"))

@@ -51,7 +51,7 @@ func runPID(t *testing.T, s *sched, taskID, execID string) (int, mesos.TaskStatu
 // Item 10: a second subscription takes over; the first stream gets ERROR and closes.
 func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
 	c := newCluster(t)
-	first := subscribe(t, c.URL(), "application/json", paInfo())
+	first := subscribe(t, c.URL(), codec, paInfo())
 	second := subscribe(t, c.URL(), "application/x-protobuf", withID(paInfo(), first.fwID))
 	ev := first.await("ERROR", isType(scheduler.Event_ERROR))
 	if ev.Error.Message != "Framework failed over" {
@@ -70,7 +70,7 @@ func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
 // Item 11: while disconnected, calls get 403 and updates are held, not lost.
 func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "delay"))
 	s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -87,7 +87,7 @@ func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
 		tasks, _ := frameworkField(t, c, s.fwID, "tasks").([]any)
 		return len(tasks) == 1 && tasks[0].(map[string]any)["state"] == "TASK_FINISHED"
 	})
-	again := subscribe(t, c.URL(), "application/json", withID(paInfo(), s.fwID))
+	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
 	fin := again.update("t1")
 	if *fin.State != mesos.TASK_FINISHED || len(fin.UUID) != 16 {
 		t.Fatalf("after re-subscribing: %v; want the held TASK_FINISHED with its uuid", fin.String())
@@ -99,7 +99,7 @@ func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
 	c := newCluster(t)
 	info := paInfo()
 	info.FailoverTimeout = ptrTo(0.5)
-	s := subscribe(t, c.URL(), "application/json", info)
+	s := subscribe(t, c.URL(), codec, info)
 	pid, _ := runPID(t, s, "t1", "e1")
 	s.close()
 	await.True(t, wait, "executor process shut down", func() bool { return processGone(pid) })
@@ -108,7 +108,7 @@ func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Framework cannot be found") {
 		t.Fatalf("call for a removed framework: %d %q; want 400", resp.StatusCode, body)
 	}
-	_, first := trySubscribe(t, c.URL(), "application/json", withID(paInfo(), s.fwID))
+	_, first := trySubscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
 	if first.Type != scheduler.Event_ERROR || first.Error.Message != "Framework has been removed" {
 		t.Fatalf("re-subscribing a removed framework: %v", first.String())
 	}
@@ -117,7 +117,7 @@ func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
 // Item 13: TEARDOWN closes the stream and shuts the executors down; the sandbox stays.
 func TestTeardown(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, _ := runPID(t, s, "t1", "e1")
 	execs := frameworkField(t, c, s.fwID, "executors").([]any)
 	dir := execs[0].(map[string]any)["directory"].(string)
@@ -136,9 +136,9 @@ func TestTeardown(t *testing.T) {
 // Item 14: offers from before a re-subscription are invalid, without RESCIND.
 func TestOffersDieWithTheSubscription(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	old := s.offers()[0]
-	again := subscribe(t, c.URL(), "application/json", withID(paInfo(), s.fwID))
+	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
 	again.launch(old, task("t1", old, testExecutor("e1", "basic"), "finish"))
 	st := again.update("t1")
 	if *st.State != mesos.TASK_DROPPED || *st.Reason != mesos.REASON_INVALID_OFFERS || len(st.UUID) != 0 || *st.Source != mesos.SOURCE_MASTER {

@@ -26,9 +26,16 @@ import (
 
 const executorModeEnv = "MESOSLOCAL_TEST_EXECUTOR"
 
+// codec is the scheduler and executor codec of this run of the suite: JSON, or protobuf when
+// TestWholeSuiteUnderProtobuf runs the suite again.
+var codec = "application/json"
+
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(executorModeEnv); mode != "" {
 		os.Exit(runTestExecutor(mode))
+	}
+	if c := os.Getenv("MESOSLOCAL_TEST_CODEC"); c != "" {
+		codec = c
 	}
 	os.Exit(m.Run())
 }
@@ -56,7 +63,7 @@ func quietLogger() *logrus.Logger {
 }
 
 // newCluster starts a cluster with fast test knobs; change adjusts them.
-func newCluster(t *testing.T, change ...func(*mesoslocal.Options)) *mesoslocal.Cluster {
+func newCluster(t testing.TB, change ...func(*mesoslocal.Options)) *mesoslocal.Cluster {
 	t.Helper()
 	o := mesoslocal.Options{
 		Agents: 1, AgentResources: "cpus:4;mem:4096;disk:1000;ports:[31000-32000]", WorkDir: t.TempDir(),
@@ -80,7 +87,7 @@ func newCluster(t *testing.T, change ...func(*mesoslocal.Options)) *mesoslocal.C
 
 // sched is a framework driven through mesos-go's httpsched client.
 type sched struct {
-	t       *testing.T
+	t       testing.TB
 	caller  calls.Caller
 	fwID    string
 	cancel  context.CancelFunc
@@ -118,7 +125,7 @@ func caller(endpoint, mediaType string) calls.Caller {
 func codecsType(m string) encoding.MediaType { return encoding.MediaType(m) }
 
 // subscribe subscribes a framework and waits for SUBSCRIBED.
-func subscribe(t *testing.T, endpoint, mediaType string, info *mesos.FrameworkInfo) *sched {
+func subscribe(t testing.TB, endpoint, mediaType string, info *mesos.FrameworkInfo) *sched {
 	t.Helper()
 	s, first := trySubscribe(t, endpoint, mediaType, info)
 	if first.Type != scheduler.Event_SUBSCRIBED {
@@ -128,7 +135,7 @@ func subscribe(t *testing.T, endpoint, mediaType string, info *mesos.FrameworkIn
 }
 
 // trySubscribe subscribes and returns the first event, whatever it is.
-func trySubscribe(t *testing.T, endpoint, mediaType string, info *mesos.FrameworkInfo) (*sched, scheduler.Event) {
+func trySubscribe(t testing.TB, endpoint, mediaType string, info *mesos.FrameworkInfo) (*sched, scheduler.Event) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sched{t: t, caller: caller(endpoint, mediaType), cancel: cancel, ctx: ctx,
@@ -301,6 +308,9 @@ func scalars(cpus, mem float64) []mesos.Resource {
 
 // testExecutor is an ExecutorInfo running this test binary as an executor in the given mode.
 func testExecutor(id, mode string) *mesos.ExecutorInfo {
+	if codec == "application/x-protobuf" {
+		mode += ",protobuf"
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		panic(err)
@@ -320,7 +330,7 @@ func task(id string, o mesos.Offer, exec *mesos.ExecutorInfo, data string) mesos
 }
 
 // masterState fetches /master/state.
-func masterState(t *testing.T, c *mesoslocal.Cluster) map[string]any {
+func masterState(t testing.TB, c *mesoslocal.Cluster) map[string]any {
 	t.Helper()
 	resp, err := http.Get(c.URL() + "/master/state")
 	if err != nil {

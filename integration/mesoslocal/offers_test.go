@@ -18,7 +18,7 @@ func mem(o mesos.Offer) uint64   { v, _ := resources.Memory(o.Resources...); ret
 // Item 15: the offer's shape follows the framework's capabilities.
 func TestOfferShape(t *testing.T) {
 	c := newCluster(t)
-	plain := subscribe(t, c.URL(), "application/json", paInfo())
+	plain := subscribe(t, c.URL(), codec, paInfo())
 	o := plain.offers()[0]
 	if o.AllocationInfo != nil || o.Hostname == "" || o.URL == nil || o.URL.Address.Port == 0 || o.FrameworkID.Value != plain.fwID {
 		t.Fatalf("offer to a non-MULTI_ROLE framework: %v", o.String())
@@ -32,7 +32,7 @@ func TestOfferShape(t *testing.T) {
 
 	multi := frameworkInfo(mesos.FrameworkInfo_Capability_MULTI_ROLE, mesos.FrameworkInfo_Capability_PARTITION_AWARE)
 	multi.Roles = []string{"jobs"}
-	m := subscribe(t, c.URL(), "application/json", multi)
+	m := subscribe(t, c.URL(), codec, multi)
 	mo := m.offers()[0]
 	if mo.AllocationInfo == nil || mo.AllocationInfo.GetRole() != "jobs" {
 		t.Fatalf("offer to a MULTI_ROLE framework lacks allocation_info: %v", mo.String())
@@ -64,7 +64,7 @@ func allocatedScalars(c, m float64, role string) []mesos.Resource {
 // Item 16: offered = total − tasks − executors − outstanding offers.
 func TestOfferArithmetic(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	if cpus(o) != 4 || mem(o) != 4096 {
 		t.Fatalf("first offer %v cpus %v mem; want the whole agent", cpus(o), mem(o))
@@ -83,7 +83,7 @@ func TestOfferArithmetic(t *testing.T) {
 func TestDeclineFilters(t *testing.T) {
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.mustCall(calls.Decline(o.ID)) // no filters: the proto default of 5 s
 	clock.Advance(4900 * time.Millisecond)
@@ -105,7 +105,7 @@ func TestDeclineFilters(t *testing.T) {
 func TestSuppressAndRevive(t *testing.T) {
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(time.Hour)))
 	s.mustCall(calls.Revive())
@@ -129,7 +129,7 @@ func TestRescind(t *testing.T) {
 		o.OfferTimeout = 500 * time.Millisecond
 		o.AllocationInterval = time.Hour
 	})
-	s := subscribe(t, c.URL(), "application/json", frameworkInfo()) // not partition-aware
+	s := subscribe(t, c.URL(), codec, frameworkInfo()) // not partition-aware
 	o := s.offers()[0]
 	clock.Advance(500 * time.Millisecond)
 	ev := s.await("RESCIND", isType(scheduler.Event_RESCIND))
@@ -153,7 +153,7 @@ func TestRescind(t *testing.T) {
 // Item 20: offer validation failures drop every task with REASON_INVALID_OFFERS.
 func TestOfferValidation(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 2 })
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	var offers []mesos.Offer
 	for len(offers) < 2 {
 		offers = append(offers, s.offers()...)
@@ -192,7 +192,7 @@ func TestOfferValidation(t *testing.T) {
 // Item 21: each task validation rule answers TASK_ERROR / REASON_TASK_INVALID, no uuid.
 func TestTaskValidation(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("running", o, testExecutor("e1", "basic"), "run"))
 	s.update("running", mesos.TASK_RUNNING)
@@ -256,7 +256,7 @@ func TestTaskValidation(t *testing.T) {
 // Item 22: the unused part of an accepted offer is declined with the ACCEPT's filters.
 func TestImplicitDecline(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run")) // refuse_seconds 0
 	next := s.offers()[0]

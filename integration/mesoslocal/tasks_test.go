@@ -43,7 +43,7 @@ func withURI(e *mesos.ExecutorInfo, uri string) *mesos.ExecutorInfo {
 func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 	c := newCluster(t)
 	url, release := slowFetch(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, withURI(testExecutor("e1", "basic"), url), "finish"))
 	s.mustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
@@ -64,7 +64,7 @@ func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 // Item 25: one update at a time per task; the head is re-sent until acknowledged.
 func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
 	running := s.update("t1")
@@ -86,7 +86,7 @@ func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 // Item 26: resources are free when the task's latest state is terminal, before any ack.
 func TestResourcesFreedBeforeTheAck(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	tk := task("t1", o, testExecutor("e1", "basic"), "finish")
 	tk.Resources = scalars(3, 2048)
@@ -110,7 +110,7 @@ func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
 		if pa {
 			info, want = paInfo(), mesos.TASK_GONE
 		}
-		s := subscribe(t, c.URL(), "application/json", info)
+		s := subscribe(t, c.URL(), codec, info)
 		o := s.offers()[0]
 		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
 		s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -129,7 +129,7 @@ func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
 // Item 28: the other KILL paths.
 func TestKillPaths(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
 	s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -151,7 +151,7 @@ func TestKillPaths(t *testing.T) {
 // Item 29: an executor that exits with a live task fails it and reports its wait status.
 func TestExecutorExitFailsItsTasks(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "exit3"))
 	s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -168,7 +168,7 @@ func TestExecutorExitFailsItsTasks(t *testing.T) {
 // Item 30: SHUTDOWN, then SIGKILL after the grace period; leftover tasks fail.
 func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "ignoreshutdown"), "pid"))
 	st := s.update("t1", mesos.TASK_RUNNING)
@@ -189,7 +189,7 @@ func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 // Item 31: an executor that never subscribes is killed at the registration timeout.
 func TestExecutorRegistrationTimeout(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorRegistrationTimeout = time.Second })
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
 	st := s.update("t1")
@@ -202,7 +202,7 @@ func TestExecutorRegistrationTimeout(t *testing.T) {
 // and no data.
 func TestImplicitReconciliation(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"), task("t2", o, testExecutor("e1", "basic"), "run"))
 	s.ack(s.update("t1", mesos.TASK_RUNNING))
@@ -226,7 +226,7 @@ func TestExplicitReconciliation(t *testing.T) {
 		if pa {
 			info = paInfo()
 		}
-		s := subscribe(t, c.URL(), "application/json", info)
+		s := subscribe(t, c.URL(), codec, info)
 		o := s.offerOn(ids[0])
 		s.launch(o, task("known", o, testExecutor("e1", "basic"), "run"))
 		s.ack(s.update("known", mesos.TASK_RUNNING))

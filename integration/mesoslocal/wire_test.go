@@ -234,7 +234,7 @@ func TestSubscribedThenHeartbeats(t *testing.T) {
 // Content-Type, which mesos-go reports as a protocol error although the update was applied.
 func TestCallAnswers(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), "application/json", paInfo())
+	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.offers()[0]
 	if err := s.call(calls.Decline(o.ID)); err != nil {
 		t.Fatalf("DECLINE through mesos-go: %v; want nil", err)
@@ -255,11 +255,11 @@ func TestCallAnswers(t *testing.T) {
 // Item 7: refused subscriptions are 200 + ERROR + close.
 func TestRefusedSubscriptions(t *testing.T) {
 	c := newCluster(t)
-	torn := subscribe(t, c.URL(), "application/json", paInfo())
+	torn := subscribe(t, c.URL(), codec, paInfo())
 	torn.mustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
 	principal := paInfo()
 	principal.Principal = ptrTo("p1")
-	p := subscribe(t, c.URL(), "application/json", principal)
+	p := subscribe(t, c.URL(), codec, principal)
 
 	tests := []struct {
 		name string
@@ -286,7 +286,7 @@ func TestRefusedSubscriptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, first := trySubscribe(t, c.URL(), "application/json", tc.info())
+			s, first := trySubscribe(t, c.URL(), codec, tc.info())
 			if first.Type != scheduler.Event_ERROR || !strings.Contains(first.Error.Message, tc.want) {
 				t.Fatalf("first event %v; want ERROR mentioning %q", first.String(), tc.want)
 			}
@@ -317,7 +317,7 @@ func TestStandbyMasterRedirects(t *testing.T) {
 	if resp.StatusCode != http.StatusTemporaryRedirect || !strings.HasPrefix(resp.Header.Get("Location"), "//") {
 		t.Fatalf("standby: %d Location %q; want 307 with a protocol-relative Location", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	s := subscribe(t, c.StandbyURL(), "application/json", paInfo())
+	s := subscribe(t, c.StandbyURL(), codec, paInfo())
 	if len(s.offers()) == 0 {
 		t.Fatal("no offers after subscribing through the standby")
 	}
