@@ -137,3 +137,32 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 		t.Fatalf("%v; want the kept task to finish normally after the restart", fin.String())
 	}
 }
+
+// Fault injection over HTTP: POST /local/agents/{id}/{action}.
+func TestFaultInjectionEndpoints(t *testing.T) {
+	c := newCluster(t)
+	id := c.AgentIDs()[0]
+	post := func(path string) int {
+		resp, _ := rawPost(t, c.URL()+path, "", "", "", nil)
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/local/agents/" + id + "/partition", 204},
+		{"/local/agents/" + id + "/partition", 409}, // already partitioned
+		{"/local/agents/" + id + "/heal", 204},
+		{"/local/agents/" + id + "/explode", 404},
+		{"/local/agents/nope-S9/kill", 409},
+		{"/local/agents/" + id + "/kill", 204},
+		{"/local/agents/" + id + "/restart", 204},
+		{"/local/agents/" + id + "/gone", 204},
+		{"/local/agents/" + id + "/restart", 409},
+	} {
+		if got := post(tc.path); got != tc.want {
+			t.Fatalf("POST %s = %d; want %d", tc.path, got, tc.want)
+		}
+	}
+	waitAgentState(t, c, id, "gone")
+}

@@ -264,3 +264,20 @@ func TestImplicitDecline(t *testing.T) {
 		t.Fatalf("remainder offered %v cpus %v mem; want 3.4 and 4000", cpus(next), mem(next))
 	}
 }
+
+// Item 17, the subset rule: a filter hides only resources that are a subset of those refused;
+// when a task ends and frees more, the agent is offered again at once.
+func TestFilterHidesOnlyASubsetOfTheRefused(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.offers()[0]
+	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "hold"))
+	s.ack(s.update("t1", mesos.TASK_RUNNING))
+	rest := s.offers()[0]
+	s.mustCall(calls.Decline(rest.ID).With(calls.RefuseSeconds(time.Hour)))
+	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("finish:t1")))
+	s.ack(s.update("t1", mesos.TASK_FINISHED))
+	if next := s.offers()[0]; cpus(next) <= cpus(rest) {
+		t.Fatalf("offer after the task freed resources: %v cpus; want more than the %v refused", cpus(next), cpus(rest))
+	}
+}
