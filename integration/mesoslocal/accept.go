@@ -19,10 +19,7 @@ func (c *Cluster) accept(f *framework, acc *scheduler.Call_Accept) {
 				c.dropOffer(o)
 			}
 		}
-		state := mesos.TASK_LOST
-		if f.partitionAware() {
-			state = mesos.TASK_DROPPED
-		}
+		state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
 		for _, op := range acc.Operations {
 			for _, t := range launchTasks(op) {
 				c.masterUpdate(f, t.TaskID.Value, t.AgentID.Value, "", state, mesos.REASON_INVALID_OFFERS,
@@ -39,10 +36,7 @@ func (c *Cluster) accept(f *framework, acc *scheduler.Call_Accept) {
 		c.dropOffer(o)
 	}
 	if !a.offerable() {
-		state, reason := mesos.TASK_LOST, mesos.REASON_AGENT_DISCONNECTED
-		if f.partitionAware() {
-			state = mesos.TASK_DROPPED
-		}
+		state, reason := lostOr(f.partitionAware(), mesos.TASK_DROPPED), mesos.REASON_AGENT_DISCONNECTED
 		for _, op := range acc.Operations {
 			for _, t := range launchTasks(op) {
 				c.masterUpdate(f, t.TaskID.Value, a.id, "", state, reason, "Agent is not connected", nil)

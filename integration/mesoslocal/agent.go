@@ -154,10 +154,7 @@ func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
 	}
 	switch e.state {
 	case execTerminating, execTerminated:
-		state := mesos.TASK_LOST
-		if f.partitionAware() {
-			state = mesos.TASK_DROPPED
-		}
+		state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
 		a.agentUpdate(f.id, t.TaskID.Value, e.id, state, mesos.REASON_EXECUTOR_TERMINATED, "Executor terminating")
 		return
 	}
@@ -182,10 +179,7 @@ func (a *agent) kill(f *framework, taskID string, policy *mesos.KillPolicy) {
 		}
 	}
 	if e == nil {
-		state := mesos.TASK_LOST
-		if f.partitionAware() {
-			state = mesos.TASK_DROPPED
-		}
+		state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
 		a.agentUpdate(f.id, taskID, "", state, mesos.REASON_EXECUTOR_TERMINATED, "Cannot find executor")
 		return
 	}

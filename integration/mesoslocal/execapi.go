@@ -2,7 +2,6 @@ package mesoslocal
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -11,28 +10,8 @@ import (
 
 // executorAPI serves POST /api/v1/executor with the checks of MESOS.md §6.1, in order.
 func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
-		return
-	}
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
-		return
-	}
-	if ct != mediaJSON && ct != mediaProtobuf {
-		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		plain(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	var call executorapi.Call
-	if err := decode(ct, body, &call); err != nil {
-		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
+	if readCall(w, r, &call) == "" {
 		return
 	}
 	if err := validateExecutorCall(&call); err != nil {
@@ -162,10 +141,7 @@ func (a *agent) executorSubscribed(e *executor, sub *executorapi.Call_Subscribe,
 		for _, id := range sortedKeys(e.tasks) {
 			t := e.tasks[id]
 			if t.state == mesos.TASK_STAGING && t.delivered && !listed[id] {
-				state := mesos.TASK_LOST
-				if e.pa {
-					state = mesos.TASK_DROPPED
-				}
+				state := lostOr(e.pa, mesos.TASK_DROPPED)
 				t.state = state
 				a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_AGENT_RESTARTED, "Task launched during agent restart")
 			}

@@ -82,10 +82,7 @@ func (c *Cluster) markUnreachable(a *agent) {
 			delete(f.tasks, id)
 			f.unreachable[id] = t
 			t.unreachedAt = at
-			state := mesos.TASK_LOST
-			if f.partitionAware() {
-				state = mesos.TASK_UNREACHABLE
-			}
+			state := lostOr(f.partitionAware(), mesos.TASK_UNREACHABLE)
 			t.state = state
 			c.masterUpdate(f, id, a.id, t.executorID, state, mesos.REASON_AGENT_REMOVED, "health check timed out",
 				func(s *mesos.TaskStatus) {
@@ -150,10 +147,7 @@ func (c *Cluster) reregister(a *agent) {
 			delete(f.unreachable, id)
 			at := reported[taskKey{fid, id}]
 			if at == nil {
-				state := mesos.TASK_LOST
-				if f.partitionAware() {
-					state = mesos.TASK_DROPPED
-				}
+				state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
 				a.agentUpdate(fid, id, t.executorID, state, mesos.REASON_RECONCILIATION, "Task is unknown to the agent")
 				continue
 			}
@@ -316,10 +310,7 @@ func (c *Cluster) recovered(a *agent) {
 		if e.reregistered || e.state == execTerminated || e.command != nil {
 			continue
 		}
-		state := mesos.TASK_LOST
-		if e.pa {
-			state = mesos.TASK_GONE
-		}
+		state := lostOr(e.pa, mesos.TASK_GONE)
 		for _, id := range sortedKeys(e.tasks) {
 			if t := e.tasks[id]; !terminal(t.state) {
 				t.state = state

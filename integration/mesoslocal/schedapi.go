@@ -10,28 +10,8 @@ import (
 
 // schedulerAPI serves POST /api/v1/scheduler with the checks of MESOS.md §1.2, in order.
 func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
-		return
-	}
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
-		return
-	}
-	if ct != mediaJSON && ct != mediaProtobuf {
-		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		plain(w, http.StatusBadRequest, "Failed to read body: "+err.Error())
-		return
-	}
 	var call scheduler.Call
-	if err := decode(ct, body, &call); err != nil {
-		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
+	if readCall(w, r, &call) == "" {
 		return
 	}
 	if err := validateCall(&call); err != nil {
@@ -220,4 +200,34 @@ func plain(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	io.WriteString(w, msg)
+}
+
+// readCall applies the checks every v1 endpoint makes before looking at the call (method,
+// Content-Type, parse) and decodes the body into m. It answers the error itself and returns
+// the content type, or "" when it did.
+func readCall(w http.ResponseWriter, r *http.Request, m message) string {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
+		return ""
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
+		return ""
+	}
+	if ct != mediaJSON && ct != mediaProtobuf {
+		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
+		return ""
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		plain(w, http.StatusBadRequest, "Failed to read body: "+err.Error())
+		return ""
+	}
+	if err := decode(ct, body, m); err != nil {
+		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
+		return ""
+	}
+	return ct
 }

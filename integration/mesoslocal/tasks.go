@@ -174,12 +174,7 @@ func (c *Cluster) reconcile(f *framework, tasks []scheduler.Call_Reconcile_Task)
 		return
 	}
 	pa := f.partitionAware()
-	pick := func(paState mesos.TaskState) mesos.TaskState {
-		if pa {
-			return paState
-		}
-		return mesos.TASK_LOST
-	}
+	pick := func(paState mesos.TaskState) mesos.TaskState { return lostOr(pa, paState) }
 	for _, rt := range tasks {
 		id := rt.TaskID.Value
 		if t := f.tasks[id]; t != nil {
@@ -221,4 +216,13 @@ func (c *Cluster) agent(id string) *agent {
 
 func (c *Cluster) logTask(t *task) logrus.FieldLogger {
 	return c.log.WithFields(logrus.Fields{"task": t.info.TaskID.Value, "agent": t.agent.id})
+}
+
+// lostOr is the state a partition-aware framework gets; others get TASK_LOST instead
+// (MESOS.md §3.2).
+func lostOr(partitionAware bool, state mesos.TaskState) mesos.TaskState {
+	if partitionAware {
+		return state
+	}
+	return mesos.TASK_LOST
 }
