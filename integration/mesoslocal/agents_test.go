@@ -20,20 +20,20 @@ func TestPartitionAndHeal(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
-	s.ack(st)
-	held := s.offers()[0]
+	s.Ack(st)
+	held := s.Offers()[0]
 	agent := held.AgentID.Value
 	if err := c.PartitionAgent(agent); err != nil {
 		t.Fatal(err)
 	}
-	if ev := s.await("RESCIND", isType(scheduler.Event_RESCIND)); ev.Rescind.OfferID != held.ID {
+	if ev := s.Await("RESCIND", isType(scheduler.Event_RESCIND)); ev.Rescind.OfferID != held.ID {
 		t.Fatalf("RESCIND %v; want the held offer %v", ev.Rescind.OfferID, held.ID)
 	}
-	un := s.update("t1")
+	un := s.Update("t1")
 	if *un.State != mesos.TASK_UNREACHABLE || *un.Reason != mesos.REASON_AGENT_REMOVED || un.UnreachableTime == nil || len(un.UUID) != 0 {
 		t.Fatalf("%v; want TASK_UNREACHABLE / AGENT_REMOVED with unreachable_time, no uuid", un.String())
 	}
-	f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
+	f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
 	if f.GetAgentID().GetValue() != agent || f.ExecutorID != nil {
 		t.Fatalf("FAILURE %v; want one for the agent only", f.String())
 	}
@@ -43,12 +43,12 @@ func TestPartitionAndHeal(t *testing.T) {
 	if err := c.HealAgent(agent); err != nil {
 		t.Fatal(err)
 	}
-	back := s.update("t1")
+	back := s.Update("t1")
 	if *back.State != mesos.TASK_RUNNING || *back.Reason != mesos.REASON_AGENT_REREGISTERED || len(back.UUID) != 0 {
 		t.Fatalf("%v; want TASK_RUNNING / AGENT_REREGISTERED without uuid", back.String())
 	}
-	s.mustCall(calls.Kill("t1", agent)) // the task id is usable again
-	s.update("t1", mesos.TASK_KILLED)
+	s.MustCall(calls.Kill("t1", agent)) // the task id is usable again
+	s.Update("t1", mesos.TASK_KILLED)
 }
 
 // Item 36: an agent marked gone loses its tasks (GONE_BY_OPERATOR), its executors are killed,
@@ -57,16 +57,16 @@ func TestMarkAgentGone(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
-	s.ack(st)
+	s.Ack(st)
 	agent := st.AgentID.Value
 	if err := c.PartitionAgent(agent); err != nil {
 		t.Fatal(err)
 	}
-	s.update("t1", mesos.TASK_UNREACHABLE)
+	s.Update("t1", mesos.TASK_UNREACHABLE)
 	if err := c.MarkAgentGone(agent); err != nil {
 		t.Fatal(err)
 	}
-	gone := s.update("t1")
+	gone := s.Update("t1")
 	if *gone.State != mesos.TASK_GONE_BY_OPERATOR || *gone.Reason != mesos.REASON_AGENT_REMOVED_BY_OPERATOR || len(gone.UUID) != 0 {
 		t.Fatalf("%v; want TASK_GONE_BY_OPERATOR / AGENT_REMOVED_BY_OPERATOR", gone.String())
 	}
@@ -85,20 +85,20 @@ func TestDisconnectedAgentAndCheckpointing(t *testing.T) {
 		info := paInfo()
 		info.Checkpoint = ptrTo(checkpoint)
 		s := subscribe(t, c.URL(), codec, info)
-		o := s.offers()[0]
-		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
-		s.ack(s.update("t1", mesos.TASK_RUNNING))
+		o := s.Offers()[0]
+		s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+		s.Ack(s.Update("t1", mesos.TASK_RUNNING))
 		if err := c.PartitionAgent(o.AgentID.Value); err != nil {
 			t.Fatal(err)
 		}
 		if !checkpoint {
-			st := s.update("t1")
+			st := s.Update("t1")
 			if *st.State != mesos.TASK_LOST || *st.Reason != mesos.REASON_AGENT_DISCONNECTED || len(st.UUID) != 0 {
 				t.Fatalf("non-checkpointing: %v; want TASK_LOST / AGENT_DISCONNECTED", st.String())
 			}
 			continue
 		}
-		s.none("update for a checkpointing framework's task before the agent is unreachable", 500*time.Millisecond, updateOf("t1"))
+		s.None("update for a checkpointing framework's task before the agent is unreachable", 500*time.Millisecond, updateOf("t1"))
 	}
 }
 
@@ -111,12 +111,12 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 		o.AgentPingTimeout = time.Hour
 	})
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	agent := o.AgentID.Value
-	s.launch(o, task("kept", o, testExecutor("e1", "basic"), "hold"), task("frozen", o, testExecutor("e2", "basic"), "pid"))
-	s.ack(s.update("kept", mesos.TASK_RUNNING))
-	st := s.update("frozen", mesos.TASK_RUNNING)
-	s.ack(st)
+	s.Launch(o, task("kept", o, testExecutor("e1", "basic"), "hold"), task("frozen", o, testExecutor("e2", "basic"), "pid"))
+	s.Ack(s.Update("kept", mesos.TASK_RUNNING))
+	st := s.Update("frozen", mesos.TASK_RUNNING)
+	s.Ack(st)
 	frozen, _ := strconv.Atoi(string(st.Data))
 	if err := c.KillAgent(agent); err != nil {
 		t.Fatal(err)
@@ -126,13 +126,13 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 	if err := c.RestartAgent(agent); err != nil {
 		t.Fatal(err)
 	}
-	lost := s.update("frozen")
+	lost := s.Update("frozen")
 	if *lost.State != mesos.TASK_GONE || *lost.Reason != mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT {
 		t.Fatalf("%v; want TASK_GONE / EXECUTOR_REREGISTRATION_TIMEOUT", lost.String())
 	}
-	s.ack(lost)
-	s.mustCall(calls.Message(agent, "e1", []byte("finish:kept")))
-	fin := s.update("kept")
+	s.Ack(lost)
+	s.MustCall(calls.Message(agent, "e1", []byte("finish:kept")))
+	fin := s.Update("kept")
 	if *fin.State != mesos.TASK_FINISHED || *fin.Source != mesos.SOURCE_EXECUTOR {
 		t.Fatalf("%v; want the kept task to finish normally after the restart", fin.String())
 	}

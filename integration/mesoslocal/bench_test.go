@@ -22,16 +22,16 @@ func BenchmarkOffers(b *testing.B) {
 			take := func() {
 				var ids []mesos.OfferID
 				for len(ids) < agents {
-					for _, o := range s.offers() {
+					for _, o := range s.Offers() {
 						ids = append(ids, o.ID)
 					}
 				}
-				s.mustCall(calls.Decline(ids...).With(calls.RefuseSeconds(time.Hour)))
+				s.MustCall(calls.Decline(ids...).With(calls.RefuseSeconds(time.Hour)))
 			}
 			take()
 			start := time.Now()
 			for b.Loop() {
-				s.mustCall(calls.Revive())
+				s.MustCall(calls.Revive())
 				take()
 			}
 			b.ReportMetric(float64(agents*b.N)/time.Since(start).Seconds(), "offers/s")
@@ -53,7 +53,7 @@ func BenchmarkLaunchToRunning(b *testing.B) {
 			var lat []time.Duration
 			i := 0
 			for b.Loop() {
-				o := s.offers()[0]
+				o := s.Offers()[0]
 				exec := "shared"
 				if fresh {
 					exec = fmt.Sprintf("e%d", i)
@@ -61,13 +61,13 @@ func BenchmarkLaunchToRunning(b *testing.B) {
 				id := fmt.Sprintf("t%d", i)
 				i++
 				start := time.Now()
-				s.launch(o, task(id, o, testExecutor(exec, "basic"), "finish"))
-				running := s.update(id, mesos.TASK_RUNNING)
+				s.Launch(o, task(id, o, testExecutor(exec, "basic"), "finish"))
+				running := s.Update(id, mesos.TASK_RUNNING)
 				lat = append(lat, time.Since(start))
-				s.ack(running)
-				s.ack(s.update(id, mesos.TASK_FINISHED))
+				s.Ack(running)
+				s.Ack(s.Update(id, mesos.TASK_FINISHED))
 				if fresh {
-					s.mustCall(calls.Shutdown(exec, o.AgentID.Value))
+					s.MustCall(calls.Shutdown(exec, o.AgentID.Value))
 				}
 			}
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })

@@ -62,16 +62,16 @@ func TestExecutorEnvironment(t *testing.T) {
 	defer os.Unsetenv("EJCLOUD_LEAK_CHECK")
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "env,basic"), "run"))
-	s.update("t1", mesos.TASK_RUNNING) // config.FromEnv accepted it
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "env,basic"), "run"))
+	s.Update("t1", mesos.TASK_RUNNING) // config.FromEnv accepted it
 	env := map[string]string{}
-	for _, kv := range strings.Split(readFile(t, filepath.Join(executorDir(t, c, s.fwID, "e1"), "env.txt")), "\n") {
+	for _, kv := range strings.Split(readFile(t, filepath.Join(executorDir(t, c, s.FrameworkID, "e1"), "env.txt")), "\n") {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
 	want := map[string]string{
-		"MESOS_FRAMEWORK_ID": s.fwID, "MESOS_EXECUTOR_ID": "e1", "MESOS_SLAVE_ID": o.AgentID.Value,
+		"MESOS_FRAMEWORK_ID": s.FrameworkID, "MESOS_EXECUTOR_ID": "e1", "MESOS_SLAVE_ID": o.AgentID.Value,
 		"MESOS_CHECKPOINT": "1", "MESOS_HTTP_COMMAND_EXECUTOR": "0", "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "500ms",
 		"MESOS_RECOVERY_TIMEOUT": "20secs", "MESOS_SUBSCRIPTION_BACKOFF_MAX": "3secs", "LIBPROCESS_PORT": "0",
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", executorModeEnv: testExecutor("x", "env,basic").Command.Environment.Variables[0].GetValue(),
@@ -105,12 +105,12 @@ func TestExecutorEnvironment(t *testing.T) {
 func TestExecutorCallValidation(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
 	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
 	call := func(mut func(*executor.Call)) []byte {
 		st := mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t1"}, State: mesos.TASK_RUNNING.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: make([]byte, 16)}
-		cl := executor.Call{Type: executor.Call_UPDATE, FrameworkID: mesos.FrameworkID{Value: s.fwID}, ExecutorID: mesos.ExecutorID{Value: "e1"},
+		cl := executor.Call{Type: executor.Call_UPDATE, FrameworkID: mesos.FrameworkID{Value: s.FrameworkID}, ExecutorID: mesos.ExecutorID{Value: "e1"},
 			Update: &executor.Call_Update{Status: st}}
 		if mut != nil {
 			mut(&cl)
@@ -119,7 +119,7 @@ func TestExecutorCallValidation(t *testing.T) {
 		return b
 	}
 	await.True(t, wait, "executor e1 registered at the agent", func() bool {
-		execs, _ := frameworkField(t, c, s.fwID, "executors").([]any)
+		execs, _ := frameworkField(t, c, s.FrameworkID, "executors").([]any)
 		return len(execs) == 1
 	})
 	tests := []struct {
@@ -161,13 +161,13 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	e := testExecutor("e1", "basic")
-	s.launch(o, task("t1", o, e, "run"), task("t2", o, e, "run"), task("t3", o, e, "run"))
+	s.Launch(o, task("t1", o, e, "run"), task("t2", o, e, "run"), task("t3", o, e, "run"))
 	for _, id := range []string{"t1", "t2", "t3"} {
-		s.update(id, mesos.TASK_RUNNING)
+		s.Update(id, mesos.TASK_RUNNING)
 	}
-	events := strings.Fields(readFile(t, filepath.Join(executorDir(t, c, s.fwID, "e1"), "events.txt")))
+	events := strings.Fields(readFile(t, filepath.Join(executorDir(t, c, s.FrameworkID, "e1"), "events.txt")))
 	if len(events) < 4 || strings.Join(events[:4], " ") != "SUBSCRIBED LAUNCH LAUNCH LAUNCH" {
 		t.Fatalf("executor saw %v; want SUBSCRIBED then three LAUNCHes", events)
 	}
@@ -178,19 +178,19 @@ func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
 func TestExecutorSharing(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
-	first := s.update("t1", mesos.TASK_RUNNING)
-	o = s.offers()[0]
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
+	first := s.Update("t1", mesos.TASK_RUNNING)
+	o = s.Offers()[0]
 	if cpus(o) != 3.4 {
 		t.Fatalf("after one task: %v cpus offered; want 3.4", cpus(o))
 	}
-	s.launch(o, task("t2", o, testExecutor("e1", "basic"), "pid"))
-	second := s.update("t2", mesos.TASK_RUNNING)
+	s.Launch(o, task("t2", o, testExecutor("e1", "basic"), "pid"))
+	second := s.Update("t2", mesos.TASK_RUNNING)
 	if string(first.Data) != string(second.Data) {
 		t.Fatalf("tasks of one executor id ran in processes %s and %s", first.Data, second.Data)
 	}
-	if o := s.offers()[0]; cpus(o) != 2.9 {
+	if o := s.Offers()[0]; cpus(o) != 2.9 {
 		t.Fatalf("after two tasks on one executor: %v cpus offered; want 2.9 (executor counted once)", cpus(o))
 	}
 }
@@ -203,14 +203,14 @@ func commandTask(id string, o mesos.Offer, ci *mesos.CommandInfo) mesos.TaskInfo
 func TestCommandLaunch(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o,
+	o := s.Offers()[0]
+	s.Launch(o,
 		commandTask("argv", o, &mesos.CommandInfo{Shell: ptrTo(false), Value: ptrTo("/bin/sh"), Arguments: []string{"my-name", "-c", `echo "$0" > argv.txt; pwd > cwd.txt`}}),
 		commandTask("shell", o, &mesos.CommandInfo{Value: ptrTo("echo hi > out.txt; exit 4")}))
-	if st := s.terminal("argv"); *st.State != mesos.TASK_FINISHED {
+	if st := s.Terminal("argv"); *st.State != mesos.TASK_FINISHED {
 		t.Fatalf("argv task: %v", st.String())
 	}
-	if st := s.terminal("shell"); *st.State != mesos.TASK_FAILED || !strings.Contains(st.GetMessage(), "status 4") {
+	if st := s.Terminal("shell"); *st.State != mesos.TASK_FAILED || !strings.Contains(st.GetMessage(), "status 4") {
 		t.Fatalf("shell task exiting 4: %v; want TASK_FAILED naming the status", st.String())
 	}
 	dir := sandboxOf(t, c, "argv")
@@ -258,29 +258,29 @@ func TestFetcher(t *testing.T) {
 	defer srv.Close()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	uris := []mesos.CommandInfo_URI{
 		{Value: srv.URL + "/app.tar.gz", Cache: ptrTo(true)},
 		{Value: srv.URL + "/tool", Executable: ptrTo(true), OutputFile: ptrTo("bin/run")},
 	}
-	s.launch(o,
+	s.Launch(o,
 		commandTask("fetch1", o, &mesos.CommandInfo{URIs: uris, Value: ptrTo("cat app/hello.txt > seen.txt && ./bin/run")}),
 		commandTask("missing", o, &mesos.CommandInfo{URIs: []mesos.CommandInfo_URI{{Value: srv.URL + "/nope.tar.gz"}}, Value: ptrTo("true")}))
-	if st := s.terminal("fetch1"); *st.State != mesos.TASK_FINISHED {
+	if st := s.Terminal("fetch1"); *st.State != mesos.TASK_FINISHED {
 		t.Fatalf("fetching task: %v", st.String())
 	}
 	dir := sandboxOf(t, c, "fetch1")
 	if readFile(t, filepath.Join(dir, "seen.txt")) != "world" || readFile(t, filepath.Join(dir, "tool.txt")) != "tool ran\n" {
 		t.Fatal("the fetched tarball was not extracted or the executable not run")
 	}
-	st := s.terminal("missing")
+	st := s.Terminal("missing")
 	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_CONTAINER_LAUNCH_FAILED || *st.Source != mesos.SOURCE_AGENT {
 		t.Fatalf("failed fetch: %v; want TASK_FAILED / CONTAINER_LAUNCH_FAILED from the agent", st.String())
 	}
 	before := hits.Load()
-	o = s.offers()[0]
-	s.launch(o, commandTask("fetch2", o, &mesos.CommandInfo{URIs: uris[:1], Value: ptrTo("cat app/hello.txt")}))
-	s.terminal("fetch2")
+	o = s.Offers()[0]
+	s.Launch(o, commandTask("fetch2", o, &mesos.CommandInfo{URIs: uris[:1], Value: ptrTo("cat app/hello.txt")}))
+	s.Terminal("fetch2")
 	if hits.Load() != before {
 		t.Fatalf("a cached URI was fetched again (%d requests after %d)", hits.Load(), before)
 	}
@@ -290,34 +290,34 @@ func TestFetcher(t *testing.T) {
 func TestMessages(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"), task("t2", o, testExecutor("e2", "nosubscribe"), "run"))
-	s.update("t1", mesos.TASK_RUNNING)
-	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
-	m := s.await("MESSAGE", isType(scheduler.Event_MESSAGE)).Message
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"), task("t2", o, testExecutor("e2", "nosubscribe"), "run"))
+	s.Update("t1", mesos.TASK_RUNNING)
+	s.MustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
+	m := s.Await("MESSAGE", isType(scheduler.Event_MESSAGE)).Message
 	if string(m.Data) != "pong" || m.ExecutorID.Value != "e1" || m.AgentID != o.AgentID {
 		t.Fatalf("MESSAGE %v; want pong from e1", m.String())
 	}
-	if err := s.call(calls.Message(o.AgentID.Value, "e2", []byte("ping"))); err != nil {
+	if err := s.Call(calls.Message(o.AgentID.Value, "e2", []byte("ping"))); err != nil {
 		t.Fatalf("MESSAGE to an unsubscribed executor: %v; want a silent drop", err)
 	}
-	s.none("answer from an unsubscribed executor", 300*time.Millisecond, isType(scheduler.Event_MESSAGE))
+	s.None("answer from an unsubscribed executor", 300*time.Millisecond, isType(scheduler.Event_MESSAGE))
 }
 
 // Item 46: executor HEARTBEAT events do not upset an executor.
 func TestExecutorHeartbeats(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorHeartbeatInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
-	s.update("t1", mesos.TASK_RUNNING)
-	dir := executorDir(t, c, s.fwID, "e1")
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+	s.Update("t1", mesos.TASK_RUNNING)
+	dir := executorDir(t, c, s.FrameworkID, "e1")
 	await.True(t, wait, "three executor heartbeats", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "events.txt"))
 		return strings.Count(string(b), "HEARTBEAT") >= 3
 	})
-	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
-	s.await("MESSAGE after heartbeats", isType(scheduler.Event_MESSAGE))
+	s.MustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
+	s.Await("MESSAGE after heartbeats", isType(scheduler.Event_MESSAGE))
 }
 
 // Item 24: updates from the executor or the agent carry a 16-byte uuid; the master's never do.
@@ -325,24 +325,24 @@ func TestUUIDPresenceBySource(t *testing.T) {
 	c := newCluster(t)
 	url, _ := slowFetch(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("run", o, testExecutor("e1", "basic"), "run"),
+	o := s.Offers()[0]
+	s.Launch(o, task("run", o, testExecutor("e1", "basic"), "run"),
 		task("slow", o, withURI(testExecutor("e2", "basic"), url), "run"))
-	s.update("run", mesos.TASK_RUNNING)
-	s.mustCall(calls.Kill("slow", o.AgentID.Value))                                         // agent: KILLED_DURING_LAUNCH
-	s.mustCall(calls.Reconcile())                                                           // master: reconciliation
-	s.mustCall(calls.Kill("run", o.AgentID.Value))                                          // executor: KILLED
-	s.mustCall(calls.Accept(calls.OfferOperations{}.WithOffers(mesos.OfferID{Value: "x"}))) // nothing to report
+	s.Update("run", mesos.TASK_RUNNING)
+	s.MustCall(calls.Kill("slow", o.AgentID.Value))                                         // agent: KILLED_DURING_LAUNCH
+	s.MustCall(calls.Reconcile())                                                           // master: reconciliation
+	s.MustCall(calls.Kill("run", o.AgentID.Value))                                          // executor: KILLED
+	s.MustCall(calls.Accept(calls.OfferOperations{}.WithOffers(mesos.OfferID{Value: "x"}))) // nothing to report
 	seen := map[mesos.TaskStatus_Source]int{}
 	for len(seen) < 3 {
-		st := s.await("UPDATE", isType(scheduler.Event_UPDATE)).Update.Status
+		st := s.Await("UPDATE", isType(scheduler.Event_UPDATE)).Update.Status
 		src := *st.Source
 		seen[src]++
 		if (src == mesos.SOURCE_MASTER) != (len(st.UUID) == 0) || src != mesos.SOURCE_MASTER && len(st.UUID) != 16 {
 			t.Fatalf("%v: source %v with uuid of %d bytes", st.String(), src, len(st.UUID))
 		}
 		if len(st.UUID) == 16 {
-			s.ack(st)
+			s.Ack(st)
 		}
 	}
 }

@@ -38,9 +38,9 @@ func processGone(pid int) bool {
 // runPID launches a task that reports its executor's pid and returns the pid.
 func runPID(t *testing.T, s *sched, taskID, execID string) (int, mesos.TaskStatus) {
 	t.Helper()
-	o := s.offers()[0]
-	s.launch(o, task(taskID, o, testExecutor(execID, "basic"), "pid"))
-	st := s.update(taskID, mesos.TASK_RUNNING)
+	o := s.Offers()[0]
+	s.Launch(o, task(taskID, o, testExecutor(execID, "basic"), "pid"))
+	st := s.Update(taskID, mesos.TASK_RUNNING)
 	pid, err := strconv.Atoi(string(st.Data))
 	if err != nil {
 		t.Fatalf("RUNNING data %q is not a pid", st.Data)
@@ -52,17 +52,17 @@ func runPID(t *testing.T, s *sched, taskID, execID string) (int, mesos.TaskStatu
 func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
 	c := newCluster(t)
 	first := subscribe(t, c.URL(), codec, paInfo())
-	second := subscribe(t, c.URL(), "application/x-protobuf", withID(paInfo(), first.fwID))
-	ev := first.await("ERROR", isType(scheduler.Event_ERROR))
+	second := subscribe(t, c.URL(), "application/x-protobuf", withID(paInfo(), first.FrameworkID))
+	ev := first.Await("ERROR", isType(scheduler.Event_ERROR))
 	if ev.Error.Message != "Framework failed over" {
 		t.Fatalf("old stream got %q; want \"Framework failed over\"", ev.Error.Message)
 	}
 	select {
-	case <-first.closed:
+	case <-first.Closed():
 	case <-time.After(wait):
 		t.Fatal("old stream not closed")
 	}
-	if second.fwID != first.fwID || len(second.offers()) == 0 {
+	if second.FrameworkID != first.FrameworkID || len(second.Offers()) == 0 {
 		t.Fatal("the new subscription does not carry on with the framework")
 	}
 }
@@ -71,24 +71,24 @@ func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
 func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "delay"))
-	s.ack(s.update("t1", mesos.TASK_RUNNING))
-	s.close()
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "delay"))
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	s.Close()
 	await.True(t, wait, "master sees the framework disconnected", func() bool {
-		return frameworkField(t, c, s.fwID, "connected") == false
+		return frameworkField(t, c, s.FrameworkID, "connected") == false
 	})
 	resp, _ := rawPost(t, c.URL()+"/api/v1/scheduler", "application/json", "", "any",
-		jsonCall(t, calls.Revive().With(calls.Framework(s.fwID))))
+		jsonCall(t, calls.Revive().With(calls.Framework(s.FrameworkID))))
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("call while disconnected: %d; want 403", resp.StatusCode)
 	}
 	await.True(t, wait, "the task finishes at the master meanwhile", func() bool {
-		tasks, _ := frameworkField(t, c, s.fwID, "tasks").([]any)
+		tasks, _ := frameworkField(t, c, s.FrameworkID, "tasks").([]any)
 		return len(tasks) == 1 && tasks[0].(map[string]any)["state"] == "TASK_FINISHED"
 	})
-	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
-	fin := again.update("t1")
+	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.FrameworkID))
+	fin := again.Update("t1")
 	if *fin.State != mesos.TASK_FINISHED || len(fin.UUID) != 16 {
 		t.Fatalf("after re-subscribing: %v; want the held TASK_FINISHED with its uuid", fin.String())
 	}
@@ -101,14 +101,14 @@ func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
 	info.FailoverTimeout = ptrTo(0.5)
 	s := subscribe(t, c.URL(), codec, info)
 	pid, _ := runPID(t, s, "t1", "e1")
-	s.close()
+	s.Close()
 	await.True(t, wait, "executor process shut down", func() bool { return processGone(pid) })
 	resp, body := rawPost(t, c.URL()+"/api/v1/scheduler", "application/json", "", "any",
-		jsonCall(t, calls.Revive().With(calls.Framework(s.fwID))))
+		jsonCall(t, calls.Revive().With(calls.Framework(s.FrameworkID))))
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Framework cannot be found") {
 		t.Fatalf("call for a removed framework: %d %q; want 400", resp.StatusCode, body)
 	}
-	_, first := trySubscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
+	_, first := trySubscribe(t, c.URL(), codec, withID(paInfo(), s.FrameworkID))
 	if first.Type != scheduler.Event_ERROR || first.Error.Message != "Framework has been removed" {
 		t.Fatalf("re-subscribing a removed framework: %v", first.String())
 	}
@@ -119,11 +119,11 @@ func TestTeardown(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, _ := runPID(t, s, "t1", "e1")
-	execs := frameworkField(t, c, s.fwID, "executors").([]any)
+	execs := frameworkField(t, c, s.FrameworkID, "executors").([]any)
 	dir := execs[0].(map[string]any)["directory"].(string)
-	s.mustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
+	s.MustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
 	select {
-	case <-s.closed:
+	case <-s.Closed():
 	case <-time.After(wait):
 		t.Fatal("stream not closed by TEARDOWN")
 	}
@@ -137,14 +137,14 @@ func TestTeardown(t *testing.T) {
 func TestOffersDieWithTheSubscription(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	old := s.offers()[0]
-	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.fwID))
-	again.launch(old, task("t1", old, testExecutor("e1", "basic"), "finish"))
-	st := again.update("t1")
+	old := s.Offers()[0]
+	again := subscribe(t, c.URL(), codec, withID(paInfo(), s.FrameworkID))
+	again.Launch(old, task("t1", old, testExecutor("e1", "basic"), "finish"))
+	st := again.Update("t1")
 	if *st.State != mesos.TASK_DROPPED || *st.Reason != mesos.REASON_INVALID_OFFERS || len(st.UUID) != 0 || *st.Source != mesos.SOURCE_MASTER {
 		t.Fatalf("ACCEPT of an old offer: %v; want TASK_DROPPED / REASON_INVALID_OFFERS from the master, no uuid", st.String())
 	}
-	if len(again.offers()) == 0 {
+	if len(again.Offers()) == 0 {
 		t.Fatal("no fresh offers after re-subscribing")
 	}
 }

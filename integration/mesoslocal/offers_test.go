@@ -19,8 +19,8 @@ func mem(o mesos.Offer) uint64   { v, _ := resources.Memory(o.Resources...); ret
 func TestOfferShape(t *testing.T) {
 	c := newCluster(t)
 	plain := subscribe(t, c.URL(), codec, paInfo())
-	o := plain.offers()[0]
-	if o.AllocationInfo != nil || o.Hostname == "" || o.URL == nil || o.URL.Address.Port == 0 || o.FrameworkID.Value != plain.fwID {
+	o := plain.Offers()[0]
+	if o.AllocationInfo != nil || o.Hostname == "" || o.URL == nil || o.URL.Address.Port == 0 || o.FrameworkID.Value != plain.FrameworkID {
 		t.Fatalf("offer to a non-MULTI_ROLE framework: %v", o.String())
 	}
 	for _, r := range o.Resources {
@@ -28,12 +28,12 @@ func TestOfferShape(t *testing.T) {
 			t.Fatalf("resource %v: want role \"*\" and no allocation_info", r.String())
 		}
 	}
-	plain.mustCall(calls.Decline(o.ID))
+	plain.MustCall(calls.Decline(o.ID))
 
 	multi := frameworkInfo(mesos.FrameworkInfo_Capability_MULTI_ROLE, mesos.FrameworkInfo_Capability_PARTITION_AWARE)
 	multi.Roles = []string{"jobs"}
 	m := subscribe(t, c.URL(), codec, multi)
-	mo := m.offers()[0]
+	mo := m.Offers()[0]
 	if mo.AllocationInfo == nil || mo.AllocationInfo.GetRole() != "jobs" {
 		t.Fatalf("offer to a MULTI_ROLE framework lacks allocation_info: %v", mo.String())
 	}
@@ -44,10 +44,10 @@ func TestOfferShape(t *testing.T) {
 	}
 	// A task launched with the offered resources (allocation info and all) is accepted, and
 	// the next offer lists its executor.
-	m.launch(mo, mesos.TaskInfo{Name: "t", TaskID: mesos.TaskID{Value: "t1"}, AgentID: mo.AgentID,
+	m.Launch(mo, mesos.TaskInfo{Name: "t", TaskID: mesos.TaskID{Value: "t1"}, AgentID: mo.AgentID,
 		Executor: testExecutor("e1", "basic"), Resources: allocatedScalars(0.5, 64, "jobs"), Data: []byte("run")})
-	m.update("t1", mesos.TASK_RUNNING)
-	next := m.offers()[0]
+	m.Update("t1", mesos.TASK_RUNNING)
+	next := m.Offers()[0]
 	if len(next.ExecutorIDs) != 1 || next.ExecutorIDs[0].Value != "e1" {
 		t.Fatalf("offer executor_ids = %v; want [e1]", next.ExecutorIDs)
 	}
@@ -65,15 +65,15 @@ func allocatedScalars(c, m float64, role string) []mesos.Resource {
 func TestOfferArithmetic(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	if cpus(o) != 4 || mem(o) != 4096 {
 		t.Fatalf("first offer %v cpus %v mem; want the whole agent", cpus(o), mem(o))
 	}
 	tk := task("t1", o, testExecutor("e1", "basic"), "run")
 	tk.Resources = scalars(2, 2048)
-	s.launch(o, tk)
-	s.update("t1", mesos.TASK_RUNNING)
-	next := s.offers()[0]
+	s.Launch(o, tk)
+	s.Update("t1", mesos.TASK_RUNNING)
+	next := s.Offers()[0]
 	if cpus(next) != 1.9 || mem(next) != 2016 {
 		t.Fatalf("offer after a 2 cpu / 2048 MB task with a 0.1 / 32 executor: %v cpus %v mem; want 1.9 and 2016", cpus(next), mem(next))
 	}
@@ -84,20 +84,20 @@ func TestDeclineFilters(t *testing.T) {
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.mustCall(calls.Decline(o.ID)) // no filters: the proto default of 5 s
+	o := s.Offers()[0]
+	s.MustCall(calls.Decline(o.ID)) // no filters: the proto default of 5 s
 	clock.Advance(4900 * time.Millisecond)
-	s.none("offer inside the default 5 s filter", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
+	s.None("offer inside the default 5 s filter", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
 	clock.Advance(200 * time.Millisecond)
-	o = s.offers()[0]
-	s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+	o = s.Offers()[0]
+	s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
 	clock.Advance(100 * time.Millisecond)
-	o = s.offers()[0]
-	s.mustCall(calls.Decline(o.ID).With(calls.Filters(func(f *mesos.Filters) { f.RefuseSeconds = ptrTo(-3.0) })))
+	o = s.Offers()[0]
+	s.MustCall(calls.Decline(o.ID).With(calls.Filters(func(f *mesos.Filters) { f.RefuseSeconds = ptrTo(-3.0) })))
 	clock.Advance(4900 * time.Millisecond)
-	s.none("offer inside the 5 s a negative refuse_seconds means", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
+	s.None("offer inside the 5 s a negative refuse_seconds means", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
 	clock.Advance(200 * time.Millisecond)
-	s.offers()
+	s.Offers()
 }
 
 // Item 18: SUPPRESS stops offers; REVIVE clears filters and offers at once; a bad role voids
@@ -106,19 +106,19 @@ func TestSuppressAndRevive(t *testing.T) {
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(time.Hour)))
-	s.mustCall(calls.Revive())
-	o = s.offers()[0] // at once, no clock advance needed
-	s.mustCall(calls.Suppress())
-	s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+	o := s.Offers()[0]
+	s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(time.Hour)))
+	s.MustCall(calls.Revive())
+	o = s.Offers()[0] // at once, no clock advance needed
+	s.MustCall(calls.Suppress())
+	s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
 	clock.Advance(time.Second)
-	s.none("offer while suppressed", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
-	s.mustCall(calls.ReviveWith([]string{"not-my-role"}))
+	s.None("offer while suppressed", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
+	s.MustCall(calls.ReviveWith([]string{"not-my-role"}))
 	clock.Advance(time.Second)
-	s.none("offer after a REVIVE naming a foreign role", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
-	s.mustCall(calls.Revive())
-	s.offers()
+	s.None("offer after a REVIVE naming a foreign role", 200*time.Millisecond, isType(scheduler.Event_OFFERS))
+	s.MustCall(calls.Revive())
+	s.Offers()
 }
 
 // Item 19: RESCIND on offer timeout and on agent loss; a rescinded offer is invalid.
@@ -130,22 +130,22 @@ func TestRescind(t *testing.T) {
 		o.AllocationInterval = time.Hour
 	})
 	s := subscribe(t, c.URL(), codec, frameworkInfo()) // not partition-aware
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	clock.Advance(500 * time.Millisecond)
-	ev := s.await("RESCIND", isType(scheduler.Event_RESCIND))
+	ev := s.Await("RESCIND", isType(scheduler.Event_RESCIND))
 	if ev.Rescind.OfferID != o.ID {
 		t.Fatalf("RESCIND of %v; want %v", ev.Rescind.OfferID, o.ID)
 	}
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
-	if st := s.update("t1"); *st.State != mesos.TASK_LOST || *st.Reason != mesos.REASON_INVALID_OFFERS {
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
+	if st := s.Update("t1"); *st.State != mesos.TASK_LOST || *st.Reason != mesos.REASON_INVALID_OFFERS {
 		t.Fatalf("ACCEPT of a rescinded offer by a non-PA framework: %v; want TASK_LOST / INVALID_OFFERS", st.String())
 	}
-	s.mustCall(calls.Revive())
-	o = s.offers()[0]
+	s.MustCall(calls.Revive())
+	o = s.Offers()[0]
 	if err := c.PartitionAgent(o.AgentID.Value); err != nil {
 		t.Fatal(err)
 	}
-	if ev := s.await("RESCIND", isType(scheduler.Event_RESCIND)); ev.Rescind.OfferID != o.ID {
+	if ev := s.Await("RESCIND", isType(scheduler.Event_RESCIND)); ev.Rescind.OfferID != o.ID {
 		t.Fatalf("RESCIND of %v after agent loss; want %v", ev.Rescind.OfferID, o.ID)
 	}
 }
@@ -156,7 +156,7 @@ func TestOfferValidation(t *testing.T) {
 	s := subscribe(t, c.URL(), codec, paInfo())
 	var offers []mesos.Offer
 	for len(offers) < 2 {
-		offers = append(offers, s.offers()...)
+		offers = append(offers, s.Offers()...)
 	}
 	a, b := offers[0], offers[1]
 	tests := []struct {
@@ -170,16 +170,16 @@ func TestOfferValidation(t *testing.T) {
 	}
 	for i, tc := range tests {
 		id := "t" + string(rune('0'+i))
-		s.mustCall(calls.Accept(calls.OfferOperations{calls.OpLaunch(task(id, a, testExecutor("e", "basic"), "finish"))}.WithOffers(tc.ids...)))
-		st := s.update(id)
+		s.MustCall(calls.Accept(calls.OfferOperations{calls.OpLaunch(task(id, a, testExecutor("e", "basic"), "finish"))}.WithOffers(tc.ids...)))
+		st := s.Update(id)
 		if *st.State != mesos.TASK_DROPPED || *st.Reason != mesos.REASON_INVALID_OFFERS || len(st.UUID) != 0 {
 			t.Fatalf("%s: %v; want TASK_DROPPED / INVALID_OFFERS without uuid", tc.name, st.String())
 		}
-		s.mustCall(calls.Decline(a.ID, b.ID).With(calls.RefuseSeconds(0))) // those still outstanding
-		s.mustCall(calls.Revive())
+		s.MustCall(calls.Decline(a.ID, b.ID).With(calls.RefuseSeconds(0))) // those still outstanding
+		s.MustCall(calls.Revive())
 		offers = nil
 		for len(offers) < 2 {
-			offers = append(offers, s.offers()...)
+			offers = append(offers, s.Offers()...)
 		}
 		if offers[0].AgentID == a.AgentID {
 			a, b = offers[0], offers[1]
@@ -193,9 +193,9 @@ func TestOfferValidation(t *testing.T) {
 func TestTaskValidation(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("running", o, testExecutor("e1", "basic"), "run"))
-	s.update("running", mesos.TASK_RUNNING)
+	o := s.Offers()[0]
+	s.Launch(o, task("running", o, testExecutor("e1", "basic"), "run"))
+	s.Update("running", mesos.TASK_RUNNING)
 	cmd := &mesos.CommandInfo{Value: ptrTo("true")}
 	tests := []struct {
 		name   string
@@ -242,10 +242,10 @@ func TestTaskValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s.mustCall(calls.Revive())
-			o := s.offers()[0]
-			s.launch(o, tc.make(o)...)
-			st := s.update(tc.failed, mesos.TASK_ERROR)
+			s.MustCall(calls.Revive())
+			o := s.Offers()[0]
+			s.Launch(o, tc.make(o)...)
+			st := s.Update(tc.failed, mesos.TASK_ERROR)
 			if *st.Reason != mesos.REASON_TASK_INVALID || len(st.UUID) != 0 || *st.Source != mesos.SOURCE_MASTER || st.GetMessage() == "" {
 				t.Fatalf("%v; want TASK_ERROR / TASK_INVALID from the master with a message and no uuid", st.String())
 			}
@@ -257,9 +257,9 @@ func TestTaskValidation(t *testing.T) {
 func TestImplicitDecline(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run")) // refuse_seconds 0
-	next := s.offers()[0]
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run")) // refuse_seconds 0
+	next := s.Offers()[0]
 	if cpus(next) != 3.4 || mem(next) != 4000 {
 		t.Fatalf("remainder offered %v cpus %v mem; want 3.4 and 4000", cpus(next), mem(next))
 	}
@@ -270,14 +270,14 @@ func TestImplicitDecline(t *testing.T) {
 func TestFilterHidesOnlyASubsetOfTheRefused(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "hold"))
-	s.ack(s.update("t1", mesos.TASK_RUNNING))
-	rest := s.offers()[0]
-	s.mustCall(calls.Decline(rest.ID).With(calls.RefuseSeconds(time.Hour)))
-	s.mustCall(calls.Message(o.AgentID.Value, "e1", []byte("finish:t1")))
-	s.ack(s.update("t1", mesos.TASK_FINISHED))
-	if next := s.offers()[0]; cpus(next) <= cpus(rest) {
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "hold"))
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	rest := s.Offers()[0]
+	s.MustCall(calls.Decline(rest.ID).With(calls.RefuseSeconds(time.Hour)))
+	s.MustCall(calls.Message(o.AgentID.Value, "e1", []byte("finish:t1")))
+	s.Ack(s.Update("t1", mesos.TASK_FINISHED))
+	if next := s.Offers()[0]; cpus(next) <= cpus(rest) {
 		t.Fatalf("offer after the task freed resources: %v cpus; want more than the %v refused", cpus(next), cpus(rest))
 	}
 }

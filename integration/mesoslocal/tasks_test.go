@@ -44,41 +44,41 @@ func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 	c := newCluster(t)
 	url, release := slowFetch(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, withURI(testExecutor("e1", "basic"), url), "finish"))
-	s.mustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
-	st := s.update("t1")
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, withURI(testExecutor("e1", "basic"), url), "finish"))
+	s.MustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
+	st := s.Update("t1")
 	if *st.State != mesos.TASK_STAGING || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 {
 		t.Fatalf("reconciliation during fetch: %v; want TASK_STAGING / RECONCILIATION without uuid", st.String())
 	}
-	s.mustCall(calls.Kill("t1", o.AgentID.Value))
-	st = s.update("t1")
+	s.MustCall(calls.Kill("t1", o.AgentID.Value))
+	st = s.Update("t1")
 	if *st.State != mesos.TASK_KILLED || *st.Reason != mesos.REASON_TASK_KILLED_DURING_LAUNCH || len(st.UUID) != 16 || *st.Source != mesos.SOURCE_AGENT {
 		t.Fatalf("kill during launch: %v; want TASK_KILLED / KILLED_DURING_LAUNCH from the agent with a uuid", st.String())
 	}
-	s.ack(st)
+	s.Ack(st)
 	release()
-	s.none("STAGING update", 300*time.Millisecond, updateOf("t1", mesos.TASK_STAGING))
+	s.None("STAGING update", 300*time.Millisecond, updateOf("t1", mesos.TASK_STAGING))
 }
 
 // Item 25: one update at a time per task; the head is re-sent until acknowledged.
 func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
-	running := s.update("t1")
-	again := s.update("t1")
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
+	running := s.Update("t1")
+	again := s.Update("t1")
 	if *again.State != mesos.TASK_RUNNING || string(again.UUID) != string(running.UUID) {
 		t.Fatalf("while RUNNING is unacknowledged the next update is %v; want RUNNING re-sent with the same uuid", again.String())
 	}
-	s.mustCall(calls.Acknowledge(o.AgentID.Value, "t1", []byte("0123456789abcdef"))) // a wrong uuid is ignored
-	if st := s.update("t1"); *st.State != mesos.TASK_RUNNING {
+	s.MustCall(calls.Acknowledge(o.AgentID.Value, "t1", []byte("0123456789abcdef"))) // a wrong uuid is ignored
+	if st := s.Update("t1"); *st.State != mesos.TASK_RUNNING {
 		t.Fatalf("after an ack with a wrong uuid: %v; want RUNNING again", st.String())
 	}
-	s.ack(running)
-	s.ack(running) // a duplicate ack is ignored
-	if st := s.update("t1", mesos.TASK_FINISHED, mesos.TASK_RUNNING); *st.State != mesos.TASK_FINISHED {
+	s.Ack(running)
+	s.Ack(running) // a duplicate ack is ignored
+	if st := s.Update("t1", mesos.TASK_FINISHED, mesos.TASK_RUNNING); *st.State != mesos.TASK_FINISHED {
 		t.Fatalf("after acknowledging RUNNING: %v; want FINISHED", st.String())
 	}
 }
@@ -87,17 +87,17 @@ func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 func TestResourcesFreedBeforeTheAck(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
+	o := s.Offers()[0]
 	tk := task("t1", o, testExecutor("e1", "basic"), "finish")
 	tk.Resources = scalars(3, 2048)
-	s.launch(o, tk)
-	s.update("t1", mesos.TASK_RUNNING) // never acknowledged
+	s.Launch(o, tk)
+	s.Update("t1", mesos.TASK_RUNNING) // never acknowledged
 	for {
-		o := s.offers()[0]
+		o := s.Offers()[0]
 		if cpus(o) == 3.9 {
 			break // everything but the executor's 0.1: the finished task's 3 cpus are back
 		}
-		s.mustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+		s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
 	}
 }
 
@@ -111,16 +111,16 @@ func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
 			info, want = paInfo(), mesos.TASK_GONE
 		}
 		s := subscribe(t, c.URL(), codec, info)
-		o := s.offers()[0]
-		s.launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
-		s.ack(s.update("t1", mesos.TASK_RUNNING))
-		s.ack(s.update("t1", mesos.TASK_FINISHED))
+		o := s.Offers()[0]
+		s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "finish"))
+		s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+		s.Ack(s.Update("t1", mesos.TASK_FINISHED))
 		// Implicit reconciliation must no longer mention it...
-		s.mustCall(calls.Reconcile())
-		s.none("implicit reconciliation of an acknowledged task", 300*time.Millisecond, updateOf("t1"))
+		s.MustCall(calls.Reconcile())
+		s.None("implicit reconciliation of an acknowledged task", 300*time.Millisecond, updateOf("t1"))
 		// ...and explicit reconciliation with its agent answers GONE (PA) or LOST.
-		s.mustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
-		if st := s.update("t1"); *st.State != want || *st.Reason != mesos.REASON_RECONCILIATION {
+		s.MustCall(calls.Reconcile(calls.ReconcileTasks(map[string]string{"t1": o.AgentID.Value})))
+		if st := s.Update("t1"); *st.State != want || *st.Reason != mesos.REASON_RECONCILIATION {
 			t.Fatalf("PA=%v: %v; want %v / RECONCILIATION", pa, st.String(), want)
 		}
 	}
@@ -130,20 +130,20 @@ func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
 func TestKillPaths(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
-	s.ack(s.update("t1", mesos.TASK_RUNNING))
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
 
-	s.mustCall(calls.Kill("t1", "some-other-agent")) // a mismatching agent id is ignored
-	s.none("update after a KILL naming another agent", 300*time.Millisecond, updateOf("t1"))
+	s.MustCall(calls.Kill("t1", "some-other-agent")) // a mismatching agent id is ignored
+	s.None("update after a KILL naming another agent", 300*time.Millisecond, updateOf("t1"))
 
-	s.mustCall(calls.Kill("t1", o.AgentID.Value)) // delivered: the executor gets KILL
-	if st := s.update("t1"); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
+	s.MustCall(calls.Kill("t1", o.AgentID.Value)) // delivered: the executor gets KILL
+	if st := s.Update("t1"); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
 		t.Fatalf("kill of a running task: %v; want TASK_KILLED from the executor", st.String())
 	}
 
-	s.mustCall(calls.Kill("nope", "")) // unknown: answered by reconciliation
-	if st := s.update("nope"); *st.State != mesos.TASK_UNKNOWN || *st.Reason != mesos.REASON_RECONCILIATION {
+	s.MustCall(calls.Kill("nope", "")) // unknown: answered by reconciliation
+	if st := s.Update("nope"); *st.State != mesos.TASK_UNKNOWN || *st.Reason != mesos.REASON_RECONCILIATION {
 		t.Fatalf("kill of an unknown task: %v; want TASK_UNKNOWN / RECONCILIATION", st.String())
 	}
 }
@@ -152,14 +152,14 @@ func TestKillPaths(t *testing.T) {
 func TestExecutorExitFailsItsTasks(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "exit3"))
-	s.ack(s.update("t1", mesos.TASK_RUNNING))
-	st := s.update("t1")
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "exit3"))
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	st := s.Update("t1")
 	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_TERMINATED || len(st.UUID) != 16 || *st.Source != mesos.SOURCE_AGENT {
 		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_TERMINATED from the agent with a uuid", st.String())
 	}
-	f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
+	f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
 	if f.GetExecutorID().GetValue() != "e1" || f.GetAgentID().GetValue() != o.AgentID.Value || f.GetStatus() != 768 {
 		t.Fatalf("FAILURE %v; want executor e1 with wait status 768 (exit 3)", f.String())
 	}
@@ -169,16 +169,16 @@ func TestExecutorExitFailsItsTasks(t *testing.T) {
 func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "ignoreshutdown"), "pid"))
-	st := s.update("t1", mesos.TASK_RUNNING)
-	s.ack(st)
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "ignoreshutdown"), "pid"))
+	st := s.Update("t1", mesos.TASK_RUNNING)
+	s.Ack(st)
 	pid, _ := strconv.Atoi(string(st.Data))
-	s.mustCall(calls.Shutdown("e1", o.AgentID.Value))
-	if st := s.update("t1"); *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_TERMINATED {
+	s.MustCall(calls.Shutdown("e1", o.AgentID.Value))
+	if st := s.Update("t1"); *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_TERMINATED {
 		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_TERMINATED", st.String())
 	}
-	if f := s.await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetStatus() != 9 {
+	if f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetStatus() != 9 {
 		t.Fatalf("FAILURE status %d; want 9 (SIGKILL)", f.GetStatus())
 	}
 	if !processGone(pid) {
@@ -190,9 +190,9 @@ func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 func TestExecutorRegistrationTimeout(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorRegistrationTimeout = time.Second })
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
-	st := s.update("t1")
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+	st := s.Update("t1")
 	if *st.State != mesos.TASK_FAILED || *st.Reason != mesos.REASON_EXECUTOR_REGISTRATION_TIMEOUT || len(st.UUID) != 16 {
 		t.Fatalf("%v; want TASK_FAILED / EXECUTOR_REGISTRATION_TIMEOUT with a uuid", st.String())
 	}
@@ -203,13 +203,13 @@ func TestExecutorRegistrationTimeout(t *testing.T) {
 func TestImplicitReconciliation(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	s.launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"), task("t2", o, testExecutor("e1", "basic"), "run"))
-	s.ack(s.update("t1", mesos.TASK_RUNNING))
-	s.ack(s.update("t2", mesos.TASK_RUNNING))
-	s.mustCall(calls.Reconcile())
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"), task("t2", o, testExecutor("e1", "basic"), "run"))
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	s.Ack(s.Update("t2", mesos.TASK_RUNNING))
+	s.MustCall(calls.Reconcile())
 	for _, id := range []string{"t1", "t2"} {
-		st := s.update(id)
+		st := s.Update(id)
 		if *st.State != mesos.TASK_RUNNING || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 || len(st.Data) != 0 ||
 			st.GetMessage() != "Reconciliation: Latest task state" {
 			t.Fatalf("%s: %v; want TASK_RUNNING / RECONCILIATION without uuid or data", id, st.String())
@@ -227,9 +227,9 @@ func TestExplicitReconciliation(t *testing.T) {
 			info = paInfo()
 		}
 		s := subscribe(t, c.URL(), codec, info)
-		o := s.offerOn(ids[0])
-		s.launch(o, task("known", o, testExecutor("e1", "basic"), "run"))
-		s.ack(s.update("known", mesos.TASK_RUNNING))
+		o := s.OfferOn(ids[0])
+		s.Launch(o, task("known", o, testExecutor("e1", "basic"), "run"))
+		s.Ack(s.Update("known", mesos.TASK_RUNNING))
 		if err := c.PartitionAgent(ids[1]); err != nil {
 			t.Fatal(err)
 		}
@@ -258,9 +258,9 @@ func TestExplicitReconciliation(t *testing.T) {
 		for _, tc := range cases {
 			req[tc.task] = tc.agent
 		}
-		s.mustCall(calls.Reconcile(calls.ReconcileTasks(req)))
+		s.MustCall(calls.Reconcile(calls.ReconcileTasks(req)))
 		for _, tc := range cases {
-			st := s.update(tc.task)
+			st := s.Update(tc.task)
 			if *st.State != tc.want || *st.Reason != mesos.REASON_RECONCILIATION || len(st.UUID) != 0 {
 				t.Fatalf("PA=%v %s: %v; want %v / RECONCILIATION without uuid", pa, tc.task, st.String(), tc.want)
 			}

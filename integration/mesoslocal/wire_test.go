@@ -235,14 +235,14 @@ func TestSubscribedThenHeartbeats(t *testing.T) {
 func TestCallAnswers(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.offers()[0]
-	if err := s.call(calls.Decline(o.ID)); err != nil {
+	o := s.Offers()[0]
+	if err := s.Call(calls.Decline(o.ID)); err != nil {
 		t.Fatalf("DECLINE through mesos-go: %v; want nil", err)
 	}
 	info := *paInfo()
-	info.ID = &mesos.FrameworkID{Value: s.fwID}
+	info.ID = &mesos.FrameworkID{Value: s.FrameworkID}
 	info.Name = "renamed"
-	err := s.call(calls.UpdateFramework(info))
+	err := s.Call(calls.UpdateFramework(info))
 	if _, ok := err.(httpcli.ProtocolError); !ok || !strings.Contains(err.Error(), "content type") {
 		t.Fatalf("UPDATE_FRAMEWORK through mesos-go: %v; want the content-type ProtocolError real Mesos causes", err)
 	}
@@ -256,7 +256,7 @@ func TestCallAnswers(t *testing.T) {
 func TestRefusedSubscriptions(t *testing.T) {
 	c := newCluster(t)
 	torn := subscribe(t, c.URL(), codec, paInfo())
-	torn.mustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
+	torn.MustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
 	principal := paInfo()
 	principal.Principal = ptrTo("p1")
 	p := subscribe(t, c.URL(), codec, principal)
@@ -268,7 +268,7 @@ func TestRefusedSubscriptions(t *testing.T) {
 	}{
 		{"removed framework id", func() *mesos.FrameworkInfo {
 			i := paInfo()
-			i.ID = &mesos.FrameworkID{Value: torn.fwID}
+			i.ID = &mesos.FrameworkID{Value: torn.FrameworkID}
 			return i
 		}, "Framework has been removed"},
 		{"roles without MULTI_ROLE", func() *mesos.FrameworkInfo { i := paInfo(); i.Roles = []string{"a"}; return i }, "roles"},
@@ -279,7 +279,7 @@ func TestRefusedSubscriptions(t *testing.T) {
 		}, "role"},
 		{"principal change", func() *mesos.FrameworkInfo {
 			i := paInfo()
-			i.ID = &mesos.FrameworkID{Value: p.fwID}
+			i.ID = &mesos.FrameworkID{Value: p.FrameworkID}
 			i.Principal = ptrTo("p2")
 			return i
 		}, "principal"},
@@ -291,7 +291,7 @@ func TestRefusedSubscriptions(t *testing.T) {
 				t.Fatalf("first event %v; want ERROR mentioning %q", first.String(), tc.want)
 			}
 			select {
-			case <-s.closed:
+			case <-s.Closed():
 			case <-time.After(wait):
 				t.Fatal("the stream stayed open after ERROR")
 			}
@@ -318,7 +318,7 @@ func TestStandbyMasterRedirects(t *testing.T) {
 		t.Fatalf("standby: %d Location %q; want 307 with a protocol-relative Location", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	s := subscribe(t, c.StandbyURL(), codec, paInfo())
-	if len(s.offers()) == 0 {
+	if len(s.Offers()) == 0 {
 		t.Fatal("no offers after subscribing through the standby")
 	}
 	_ = context.Background
