@@ -98,7 +98,6 @@ func newCaller(endpoint, mediaType string) calls.Caller {
 	return httpsched.NewCaller(cli, httpsched.AllowReconnection(true))
 }
 
-
 // Subscribe subscribes a framework and waits for SUBSCRIBED.
 func Subscribe(t testing.TB, endpoint, mediaType string, info *mesos.FrameworkInfo) *Sched {
 	t.Helper()
