@@ -3,13 +3,16 @@ GO      ?= go
 BIN     := bin
 ZK_JAR  := /usr/share/java/zookeeper.jar
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
-BINARIES := ./scheduler/cmd/ejcloud-scheduler ./integration/mesoslocal/cmd/mesos-local
+BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./integration/mesoslocal/cmd/mesos-local
+VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
 .PHONY: build test run bench fuzz lint zookeeper clean
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(BINARIES)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(BINARIES)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sdk-executor ./executor/examples/sdk-executor
 
 # Tests need a real ZooKeeper (Debian's zookeeper package); install it when it is missing.
 test: zookeeper

@@ -47,7 +47,9 @@ func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusBadRequest, "Executor cannot be found")
 		return
 	}
-	if call.Type != executorapi.Call_SUBSCRIBE && e.stream == nil {
+	// Only an executor that never subscribed is refused; one whose connection closed stays
+	// RUNNING at the agent and may still send updates (Mesos keeps its state).
+	if call.Type != executorapi.Call_SUBSCRIBE && e.state == execRegistering {
 		c.mu.Unlock()
 		plain(w, http.StatusForbidden, "Executor is not subscribed")
 		return

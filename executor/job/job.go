@@ -1,0 +1,112 @@
+// Package job is the SDK for SIMPLE and DATAFLOW jobs written in Go (SPEC §6.3). Users register
+// their jobs under the names their job configs give as jobClass, then run the executor:
+//
+//	func main() {
+//		job.Register("billing.close-day", job.SimpleFunc(closeDay))
+//		job.RegisterDataflow("billing.export", exporter{})
+//		executor.Main()
+//	}
+//
+// The executor runs each shard with a context that is cancelled when the task is killed; a
+// returned error or a panic is a job failure, which the scheduler does not fail over.
+package job
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/ejcloud/ejcloud/taskdata"
+)
+
+// ShardingContext tells a shard who it is.
+type ShardingContext = taskdata.ShardingContext
+
+// SimpleJob runs one shard.
+type SimpleJob interface {
+	Execute(ctx context.Context, sc ShardingContext) error
+}
+
+// SimpleFunc adapts a function to SimpleJob.
+type SimpleFunc func(ctx context.Context, sc ShardingContext) error
+
+// Execute calls f.
+func (f SimpleFunc) Execute(ctx context.Context, sc ShardingContext) error { return f(ctx, sc) }
+
+// DataflowJob fetches data and processes it. With the job's streamingProcess set, fetching
+// repeats until Fetch returns no data or the context ends; otherwise there is one round.
+type DataflowJob interface {
+	Fetch(ctx context.Context, sc ShardingContext) ([]any, error)
+	Process(ctx context.Context, sc ShardingContext, data []any) error
+}
+
+var registry = struct {
+	sync.Mutex // guards the maps
+	simple     map[string]SimpleJob
+	dataflow   map[string]DataflowJob
+}{simple: map[string]SimpleJob{}, dataflow: map[string]DataflowJob{}}
+
+// Register makes j the SIMPLE job of that jobClass name. Registering a name twice, an empty
+// name or a nil job is a programming error and panics, at start-up.
+func Register(name string, j SimpleJob) {
+	register(name, j == nil)
+	registry.simple[name] = j
+	registry.Unlock()
+}
+
+// RegisterDataflow makes j the DATAFLOW job of that jobClass name; it panics as Register does.
+func RegisterDataflow(name string, j DataflowJob) {
+	register(name, j == nil)
+	registry.dataflow[name] = j
+	registry.Unlock()
+}
+
+// register checks a registration and returns holding the registry lock.
+func register(name string, isNil bool) {
+	registry.Lock()
+	_, s := registry.simple[name]
+	_, d := registry.dataflow[name]
+	switch {
+	case name == "":
+		registry.Unlock()
+		panic("job: Register with an empty name")
+	case isNil:
+		registry.Unlock()
+		panic(fmt.Sprintf("job: Register(%q) with a nil job", name))
+	case s || d:
+		registry.Unlock()
+		panic(fmt.Sprintf("job: %q is registered twice", name))
+	}
+}
+
+// Simple returns the SIMPLE job registered under name.
+func Simple(name string) (SimpleJob, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	j, ok := registry.simple[name]
+	return j, ok
+}
+
+// Dataflow returns the DATAFLOW job registered under name.
+func Dataflow(name string) (DataflowJob, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	j, ok := registry.dataflow[name]
+	return j, ok
+}
+
+// Names lists every registered name, sorted.
+func Names() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	var out []string
+	for n := range registry.simple {
+		out = append(out, n)
+	}
+	for n := range registry.dataflow {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,183 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor/job"
+	"github.com/ejcloud/ejcloud/taskdata"
+)
+
+// runnerFor picks the runner of a shard; an unknown jobClass is an infrastructure error.
+func (e *Executor) runnerFor(p taskdata.Payload) (runner, error) {
+	sc := p.ShardingContext
+	switch p.Job.JobType {
+	case config.Script:
+		return &scriptRunner{cmdline: p.Job.ScriptCommandLine, sc: sc, dir: e.cfg.Sandbox}, nil
+	case config.Simple:
+		if j, ok := job.Simple(p.Job.JobClass); ok {
+			return &goRunner{sc: sc, f: func(ctx context.Context) error { return j.Execute(ctx, sc) }}, nil
+		}
+	case config.Dataflow:
+		if j, ok := job.Dataflow(p.Job.JobClass); ok {
+			return &goRunner{sc: sc, f: func(ctx context.Context) error { return dataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
+		}
+	default:
+		return nil, fmt.Errorf("unknown jobType %q", p.Job.JobType)
+	}
+	names := job.Names()
+	if len(names) == 0 {
+		names = []string{"none: this is the stock ejcloud-executor, which runs SCRIPT jobs; build your own with executor/job"}
+	}
+	return nil, fmt.Errorf("unknown jobClass %q for %s job %q: this executor has no job registered under that name (registered: %s)",
+		p.Job.JobClass, p.Job.JobType, p.Job.JobName, strings.Join(names, ", "))
+}
+
+// scriptRunner runs /bin/sh -c 'scriptCommandLine "$1"' sh '<sharding context JSON>' (SPEC §6.3):
+// the context is one argument, so no quoting in it can reach the shell.
+type scriptRunner struct {
+	cmdline string
+	sc      taskdata.ShardingContext
+	dir     string
+}
+
+func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) error {
+	ctxJSON, err := json.Marshal(r.sc)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("/bin/sh", "-c", r.cmdline+` "$1"`, "sh", string(ctxJSON))
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(),
+		"EJCLOUD_JOB_NAME="+r.sc.JobName,
+		"EJCLOUD_TASK_ID="+r.sc.TaskID,
+		"EJCLOUD_SHARDING_ITEM="+strconv.Itoa(r.sc.ShardingItem),
+		"EJCLOUD_SHARDING_TOTAL_COUNT="+strconv.Itoa(r.sc.ShardingTotalCount),
+		"EJCLOUD_SHARDING_PARAMETER="+r.sc.ShardingParameter,
+		"EJCLOUD_JOB_PARAMETER="+r.sc.JobParameter,
+	)
+	stdout, err := openAppend(filepath.Join(r.dir, "stdout"))
+	if err != nil {
+		return err
+	}
+	defer stdout.Close()
+	stderr, err := openAppend(filepath.Join(r.dir, "stderr"))
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("cannot start the script: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return scriptResult(err)
+	case <-ctx.Done():
+	}
+	// Killed: the whole process group gets SIGTERM, then SIGKILL after the grace period, so that
+	// no child of the script outlives the task.
+	pgid := cmd.Process.Pid
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace()):
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
+	}
+	syscall.Kill(-pgid, syscall.SIGKILL) // children that ignored SIGTERM after the shell left
+	return errKilled
+}
+
+func scriptResult(err error) error {
+	var ee *exec.ExitError
+	if err == nil {
+		return nil
+	}
+	if errors.As(err, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			return &jobFailure{cause: "script killed by signal " + ws.Signal().String()}
+		}
+		return &jobFailure{cause: fmt.Sprintf("script exited with status %d", ws.ExitStatus())}
+	}
+	return fmt.Errorf("wait for the script: %w", err)
+}
+
+// goRunner runs an SDK job. A killed Go job is asked to stop through its context; if it does
+// not return within the grace period the task is reported killed anyway and the job is
+// abandoned (Go cannot stop a goroutine from outside).
+type goRunner struct {
+	sc taskdata.ShardingContext
+	f  func(ctx context.Context) error
+}
+
+func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- &jobFailure{cause: fmt.Sprintf("panic: %v", p)}
+			}
+		}()
+		if err := r.f(ctx); err != nil {
+			done <- &jobFailure{cause: err.Error()}
+			return
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if ctx.Err() != nil {
+			return errKilled
+		}
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+	case <-time.After(grace()):
+	}
+	return errKilled
+}
+
+// dataflow fetches and processes; with streaming it repeats until a fetch returns nothing.
+func dataflow(ctx context.Context, j job.DataflowJob, sc taskdata.ShardingContext, streaming bool) error {
+	for {
+		data, err := j.Fetch(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if len(data) == 0 {
+			return nil
+		}
+		if err := j.Process(ctx, sc, data); err != nil {
+			return fmt.Errorf("process: %w", err)
+		}
+		if !streaming || ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// openAppend opens a sandbox log file, as the agent opened it for the executor itself.
+func openAppend(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox file: %w", err)
+	}
+	return f, nil
+}

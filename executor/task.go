@@ -1,0 +1,213 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/taskdata"
+)
+
+var randRead = rand.Read
+
+// runner runs one execution of a shard. It returns nil on success, a *jobFailure when the job
+// failed by its own fault, errKilled when ctx was cancelled, and any other error for an
+// infrastructure failure.
+type runner interface {
+	run(ctx context.Context, grace func() time.Duration) error
+}
+
+// jobFailure is a business failure: the scheduler must not fail the shard over.
+type jobFailure struct{ cause string }
+
+func (f *jobFailure) Error() string { return f.cause }
+
+// task is a launched shard.
+type task struct {
+	e       *Executor
+	id      string
+	payload taskdata.Payload
+	run     runner
+	cancel  context.CancelFunc
+	ctx     context.Context
+
+	mu    sync.Mutex // guards grace
+	grace time.Duration
+}
+
+// kill cancels the task; a script then gets SIGTERM, and SIGKILL after grace.
+func (t *task) kill(grace time.Duration) {
+	t.mu.Lock()
+	t.grace = grace
+	t.mu.Unlock()
+	t.cancel()
+}
+
+func (t *task) killGrace() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.grace
+}
+
+func (t *task) log() logrus.FieldLogger { return t.e.log.WithField("task", t.id) }
+
+// launch starts a task. Bad input (unparsable data, an unknown jobClass) ends it with
+// TASK_ERROR at once, and the executor goes on serving its other tasks.
+func (e *Executor) launch(ti mesos.TaskInfo) {
+	id := ti.TaskID.Value
+	e.mu.Lock()
+	e.unackedTasks[id] = ti
+	_, dup := e.tasks[id]
+	stopping := e.stopping
+	e.mu.Unlock()
+	if dup || stopping {
+		return
+	}
+	p, err := taskdata.DecodePayload(ti.Data)
+	if err != nil {
+		e.update(id, mesos.TASK_ERROR, err.Error(), nil)
+		return
+	}
+	r, err := e.runnerFor(p)
+	if err != nil {
+		e.update(id, mesos.TASK_ERROR, err.Error(), nil)
+		return
+	}
+	grace := defaultKillGrace
+	if kp := ti.KillPolicy; kp != nil && kp.GracePeriod != nil {
+		grace = time.Duration(kp.GracePeriod.Nanoseconds)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &task{e: e, id: id, payload: p, run: r, ctx: ctx, cancel: cancel, grace: grace}
+	e.mu.Lock()
+	e.tasks[id] = t
+	e.running.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.running.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.tasks, id)
+			e.mu.Unlock()
+			cancel()
+		}()
+		if p.Job.JobExecutionType == config.Daemon {
+			t.daemon()
+		} else {
+			t.transient()
+		}
+	}()
+}
+
+// kill handles KILL; the grace comes from the event's kill policy, else the task's.
+func (e *Executor) kill(id string, kp *mesos.KillPolicy) {
+	e.mu.Lock()
+	t := e.tasks[id]
+	e.mu.Unlock()
+	if t == nil {
+		e.log.WithField("task", id).Info("KILL for a task that is not running")
+		return
+	}
+	grace := t.killGrace()
+	if kp != nil && kp.GracePeriod != nil {
+		grace = time.Duration(kp.GracePeriod.Nanoseconds)
+	}
+	t.kill(grace)
+}
+
+func (t *task) execution() *taskdata.Execution {
+	sc := t.payload.ShardingContext
+	return &taskdata.Execution{
+		ID: fmt.Sprintf("%x", newUUID()), JobName: sc.JobName, TaskID: sc.TaskID, Hostname: t.e.hostname, IP: t.e.ip,
+		ShardingItem: sc.ShardingItem, ExecutionSource: taskdata.Source(sc.TaskID), StartTime: time.Now(),
+	}
+}
+
+// transient runs the shard once (SPEC §6.2).
+func (t *task) transient() {
+	ex := t.execution()
+	t.e.update(t.id, mesos.TASK_RUNNING, "", taskdata.Status{Execution: ex}.Encode())
+	err := t.runOnce()
+	var jf *jobFailure
+	switch {
+	case errors.Is(err, errKilled):
+		ex.Complete(time.Now(), err)
+		t.e.update(t.id, mesos.TASK_KILLED, "killed", taskdata.Status{Execution: ex}.Encode())
+	case errors.As(err, &jf):
+		ex.Complete(time.Now(), err)
+		t.e.update(t.id, mesos.TASK_FAILED, "job failed: "+jf.cause, taskdata.Status{JobFailed: true, Execution: ex}.Encode())
+	case err != nil:
+		ex.Complete(time.Now(), err)
+		t.e.update(t.id, mesos.TASK_ERROR, err.Error(), taskdata.Status{Execution: ex}.Encode())
+	default:
+		ex.Complete(time.Now(), nil)
+		t.e.update(t.id, mesos.TASK_FINISHED, "", taskdata.Status{Execution: ex}.Encode())
+	}
+}
+
+// runOnce runs the shard, turning a panic into a job failure.
+func (t *task) runOnce() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &jobFailure{cause: fmt.Sprintf("panic: %v", r)}
+		}
+	}()
+	return t.run.run(t.ctx, t.killGrace)
+}
+
+// daemon runs the shard on the job's cron in the job's zone until the task is killed,
+// reporting sampled runs as RUNNING "BEGIN" / "COMPLETE" heartbeats (SPEC §6.2).
+func (t *task) daemon() {
+	job := t.payload.Job
+	sched, err := job.Schedule()
+	loc, lerr := job.Location()
+	if err != nil || sched == nil || lerr != nil {
+		t.e.update(t.id, mesos.TASK_ERROR, fmt.Sprintf("daemon job %q has no usable schedule: cron %q, zone %q", job.JobName, job.Cron, job.TimeZone), nil)
+		return
+	}
+	t.e.update(t.id, mesos.TASK_RUNNING, "", nil)
+	for run := 1; ; run++ {
+		next := sched.Next(time.Now().In(loc))
+		if next.IsZero() {
+			t.log().Info("the daemon's cron never fires again; waiting to be killed")
+			<-t.ctx.Done()
+			break
+		}
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-t.ctx.Done():
+			timer.Stop()
+		}
+		if t.ctx.Err() != nil {
+			break
+		}
+		t.e.mu.Lock()
+		n := t.e.sampling
+		t.e.mu.Unlock()
+		sampled := n <= 1 || run%n == 0
+		ex := t.execution()
+		if sampled {
+			t.e.update(t.id, mesos.TASK_RUNNING, "BEGIN", taskdata.Status{Execution: ex}.Encode())
+		}
+		err := t.runOnce()
+		if errors.Is(err, errKilled) {
+			break
+		}
+		if err != nil {
+			t.log().WithError(err).Warn("daemon run failed")
+		}
+		if sampled {
+			ex.Complete(time.Now(), err)
+			t.e.update(t.id, mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: ex}.Encode())
+		}
+	}
+	t.e.update(t.id, mesos.TASK_KILLED, "killed", nil)
+}
