@@ -286,7 +286,10 @@ func readFile(t *testing.T, p string) string {
 // An update the agent never took (it was down) travels in the next SUBSCRIBE; after the
 // restart every update reaches the scheduler exactly once.
 func TestAgentRestartCarriesUnacknowledgedUpdates(t *testing.T) {
-	e := newEnv(t, func(o *mesoslocal.Options) { o.AgentPingTimeout = time.Hour; o.ExecutorReregistrationTimeout = 5 * time.Second })
+	e := newEnv(t, func(o *mesoslocal.Options) {
+		o.AgentPingTimeout = time.Hour
+		o.ExecutorReregistrationTimeout = 5 * time.Second
+	})
 	o := e.offer()
 	release := filepath.Join(t.TempDir(), "release")
 	j := scriptJob("survivor", `while [ ! -e "$EJCLOUD_JOB_PARAMETER" ]; do sleep 0.05; done; true`)
