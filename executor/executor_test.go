@@ -379,3 +379,19 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
+	e := newEnv(t, func(o *mesoslocal.Options) { o.ExecutorShutdownGracePeriod = 5 * time.Second })
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("long", "sleep 1000; true"), 0, "")
+	e.s.Launch(o, tk)
+	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	e.s.MustCall(calls.Shutdown(execID, o.AgentID.Value))
+	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
+		t.Fatalf("%v; want KILLED from the executor, within the agent's grace period", st.String())
+	}
+	if f := e.s.Await("FAILURE", mesostest.IsType(scheduler.Event_FAILURE)).Failure; f.GetStatus() != 0 {
+		t.Fatalf("FAILURE %v; want a clean exit (status 0), not the agent's SIGKILL", f.String())
+	}
+}
