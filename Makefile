@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 ZK_JAR  := /usr/share/java/zookeeper.jar
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
-BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./integration/mesoslocal/cmd/mesos-local
+BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./integration/mesoslocal/cmd/mesos-local ./scheduler/binpack/cmd/binpack-bench
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 

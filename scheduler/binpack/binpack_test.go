@@ -1,0 +1,184 @@
+package binpack
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"testing"
+)
+
+func agents(spec ...float64) []Agent {
+	var out []Agent
+	for i := 0; i+1 < len(spec); i += 2 {
+		out = append(out, Agent{ID: fmt.Sprintf("S%d", i/2), Hostname: fmt.Sprintf("host%d", i/2), Free: Resources{spec[i], spec[i+1]}})
+	}
+	return out
+}
+
+func items(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func TestPack(t *testing.T) {
+	tests := []struct {
+		name       string
+		groups     []Group
+		agents     []Agent
+		wantPlaced [][]int
+		wantReason []map[string]int // reasons of the unplaced, in order
+	}{
+		{
+			name:       "binpack picks the agent left with the least cpu",
+			groups:     []Group{{Job: "j", App: "a", Items: items(1), Need: Resources{1, 100}, Placement: Binpack}},
+			agents:     agents(4, 1000, 2, 1000, 8, 1000),
+			wantPlaced: [][]int{{1}},
+		},
+		{
+			name:       "binpack fills one agent before the next",
+			groups:     []Group{{Job: "j", App: "a", Items: items(4), Need: Resources{1, 100}, Placement: Binpack}},
+			agents:     agents(3, 1000, 3, 1000),
+			wantPlaced: [][]int{{0, 0, 0, 1}},
+		},
+		{
+			name:       "the executor is counted once per agent",
+			groups:     []Group{{Job: "j", App: "a", Items: items(2), Need: Resources{1, 100}, Executor: Resources{0.5, 64}, Placement: Binpack}},
+			agents:     agents(2.5, 1000),
+			wantPlaced: [][]int{{0, 0}}, // 1 + 0.5 + 1: the second shard does not pay for the executor again
+		},
+		{
+			name:   "an alive executor needs no resources",
+			groups: []Group{{Job: "j", App: "a", Items: items(2), Need: Resources{1, 100}, Executor: Resources{0.5, 64}, Placement: Binpack}},
+			agents: []Agent{{ID: "S0", Hostname: "h0", Free: Resources{2, 1000}, Executors: map[string]bool{"a": true}},
+				{ID: "S1", Hostname: "h1", Free: Resources{5, 1000}}},
+			wantPlaced: [][]int{{0, 0}},
+		},
+		{
+			name:       "spread follows AVG_ALLOCATION over agents sorted by hostname",
+			groups:     []Group{{Job: "j", App: "a", Items: items(4), Total: 4, Need: Resources{1, 100}}},
+			agents:     []Agent{{ID: "S0", Hostname: "b", Free: Resources{8, 8000}}, {ID: "S1", Hostname: "a", Free: Resources{8, 8000}}},
+			wantPlaced: [][]int{{1, 1, 0, 0}},
+		},
+		{
+			name:       "spread falls back to the least-loaded agent that fits",
+			groups:     []Group{{Job: "j", App: "a", Items: items(2), Total: 2, Need: Resources{2, 100}}},
+			agents:     agents(1, 1000, 3, 1000, 6, 1000),
+			wantPlaced: [][]int{{2, 1}},
+		},
+		{
+			name: "integrity: a READY job that does not fit whole places nothing and frees what it took",
+			groups: []Group{
+				{Job: "big", App: "a", Items: items(3), Need: Resources{2, 100}, Placement: Binpack, Integrity: true},
+				{Job: "small", App: "a", Items: items(2), Need: Resources{2, 100}, Placement: Binpack, Integrity: true},
+			},
+			agents:     agents(2, 1000, 2, 1000),
+			wantPlaced: [][]int{{-1, -1, -1}, {0, 1}},
+			wantReason: []map[string]int{{ReasonIntegrity: 1}, {ReasonIntegrity: 1}, {ReasonCPU: 2}},
+		},
+		{
+			name:       "failover work places partially",
+			groups:     []Group{{Job: "fo", App: "a", Items: []int{3, 5}, Need: Resources{2, 100}, Placement: Binpack}},
+			agents:     agents(3, 1000),
+			wantPlaced: [][]int{{0, -1}},
+			wantReason: []map[string]int{{ReasonCPU: 1}},
+		},
+		{
+			name:       "reasons count the agents turned away per resource",
+			groups:     []Group{{Job: "j", App: "a", Items: items(1), Need: Resources{2, 2048}, Placement: Binpack}},
+			agents:     agents(1, 4096, 4, 1024, 1, 512),
+			wantPlaced: [][]int{{-1}},
+			wantReason: []map[string]int{{ReasonCPU: 2, ReasonMem: 2}},
+		},
+		{
+			name:       "no offers",
+			groups:     []Group{{Job: "j", App: "a", Items: items(1), Need: Resources{1, 1}}},
+			wantPlaced: [][]int{{-1}},
+			wantReason: []map[string]int{{ReasonNoAgents: 1}},
+		},
+		{
+			name: "failover work goes first",
+			groups: []Group{
+				{Job: "ready", App: "a", Items: items(1), Need: Resources{2, 100}, Placement: Binpack, Integrity: true},
+				{Job: "fo", App: "a", Items: []int{7}, Need: Resources{2, 100}, Placement: Binpack},
+			},
+			agents:     agents(2, 1000),
+			wantPlaced: [][]int{{-1}, {0}},
+			wantReason: []map[string]int{{ReasonCPU: 1}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := fmt.Sprint(tc.agents)
+			got := Pack(tc.groups, tc.agents)
+			if !reflect.DeepEqual(got.Placed, tc.wantPlaced) {
+				t.Fatalf("Pack placed %v; want %v", got.Placed, tc.wantPlaced)
+			}
+			var reasons []map[string]int
+			for _, u := range got.Unplaced {
+				reasons = append(reasons, u.Reasons)
+			}
+			if !reflect.DeepEqual(reasons, tc.wantReason) {
+				t.Fatalf("Pack reasons %v; want %v", reasons, tc.wantReason)
+			}
+			if fmt.Sprint(tc.agents) != before {
+				t.Fatal("Pack changed its input")
+			}
+		})
+	}
+}
+
+// No agent is ever over-committed, whatever the input.
+func TestPackNeverOvercommits(t *testing.T) {
+	rnd := rand.New(rand.NewSource(7))
+	for round := 0; round < 300; round++ {
+		var as []Agent
+		for i := rnd.Intn(20); i >= 0; i-- {
+			as = append(as, Agent{ID: fmt.Sprint(i), Hostname: fmt.Sprint(rnd.Intn(5)), Free: Resources{float64(rnd.Intn(16)) / 2, float64(rnd.Intn(8000))}})
+		}
+		var gs []Group
+		for g := rnd.Intn(8); g >= 0; g-- {
+			place := Spread
+			if rnd.Intn(2) == 0 {
+				place = Binpack
+			}
+			gs = append(gs, Group{Job: fmt.Sprint("j", g), App: fmt.Sprint("a", rnd.Intn(3)), Items: items(1 + rnd.Intn(10)), Total: 10,
+				Need: Resources{0.1 + float64(rnd.Intn(20))/10, float64(1 + rnd.Intn(1000))}, Executor: Resources{0.1, 32},
+				Placement: place, Integrity: rnd.Intn(2) == 0, Strategy: []string{"AVG_ALLOCATION", "ODEVITY", "ROUND_ROBIN"}[rnd.Intn(3)]})
+		}
+		res := Pack(gs, as)
+		used := make([]Resources, len(as))
+		execs := make([]map[string]bool, len(as))
+		for g, placed := range res.Placed {
+			complete := true
+			for _, i := range placed {
+				if i < 0 {
+					complete = false
+					continue
+				}
+				if execs[i] == nil {
+					execs[i] = map[string]bool{}
+				}
+				used[i] = used[i].plus(gs[g].Need)
+				if !execs[i][gs[g].App] {
+					execs[i][gs[g].App] = true
+					used[i] = used[i].plus(gs[g].Executor)
+				}
+			}
+			if gs[g].Integrity && !complete {
+				for _, i := range placed {
+					if i >= 0 {
+						t.Fatalf("round %d: integrity group %d partly placed: %v", round, g, placed)
+					}
+				}
+			}
+		}
+		for i, u := range used {
+			if u.CPUs > as[i].Free.CPUs+1e-6 || u.MemMB > as[i].Free.MemMB+1e-6 {
+				t.Fatalf("round %d: agent %d over-committed: used %v of %v", round, i, u, as[i].Free)
+			}
+		}
+	}
+}
