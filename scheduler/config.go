@@ -35,6 +35,9 @@ type Config struct {
 
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
+
+	// started, if set, is given the instance once it serves (tests use it).
+	started func(*instance)
 }
 
 // Flags registers every flag on fs and returns the Config they fill.

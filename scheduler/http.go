@@ -3,6 +3,7 @@ package scheduler
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 )
 
 func (s *instance) routes() http.Handler {
@@ -11,6 +12,8 @@ func (s *instance) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	// Every instance serves the stock executor: agents fetch it from the URL the app names.
+	mux.HandleFunc("GET /executor/ejcloud-executor", s.executorBinary)
 	mux.HandleFunc("/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 	}))
@@ -52,4 +55,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
+}
+
+func (s *instance) executorBinary(w http.ResponseWriter, r *http.Request) {
+	if _, err := os.Stat(s.cfg.ExecutorBinary); err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "executor binary not available: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeFile(w, r, s.cfg.ExecutorBinary)
 }

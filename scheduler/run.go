@@ -54,7 +54,10 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port))}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
+	ctx, cancel = context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
+	var fatal error
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -64,8 +67,13 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	}()
 	go func() {
 		defer wg.Done()
-		s.elect(ctx)
+		if fatal = s.elect(ctx); fatal != nil {
+			cancel()
+		}
 	}()
+	if cfg.started != nil {
+		cfg.started(s)
+	}
 	log.WithFields(logrus.Fields{"http": "http://" + ln.Addr().String(), "zk": strings.Join(cfg.ZKServers, ","),
 		"namespace": cfg.ZKNamespace}).Info("scheduler started")
 
@@ -74,6 +82,9 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	defer cancel()
 	srv.Shutdown(shutdownCtx)
 	wg.Wait()
+	if fatal != nil {
+		return fatal
+	}
 	log.Info("scheduler stopped")
 	return nil
 }
@@ -85,9 +96,10 @@ type instance struct {
 	store      *state.Store
 	advertised string // host:port of this instance's HTTP server, as other instances reach it
 
-	mu         sync.Mutex // guards leader and subscribed
+	mu         sync.Mutex // guards leader, subscribed and ld
 	leader     bool
 	subscribed bool
+	ld         *leader // the leader's state while this instance leads
 }
 
 func (s *instance) status() (leader, subscribed bool) {
@@ -106,13 +118,13 @@ func (s *instance) setLeader(v bool) {
 }
 
 // elect campaigns, leads while elected, and campaigns again after losing leadership, until
-// ctx ends.
-func (s *instance) elect(ctx context.Context) {
+// ctx ends or the leader's work fails fatally.
+func (s *instance) elect(ctx context.Context) error {
 	for ctx.Err() == nil {
 		l, err := s.store.Campaign(ctx, s.advertised)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			s.log.WithError(err).Error("election failed; retrying")
 			select {
@@ -123,21 +135,13 @@ func (s *instance) elect(ctx context.Context) {
 		}
 		s.log.WithField("node", l.Path()).Info("elected leader")
 		s.setLeader(true)
-		s.lead(ctx, l)
+		err = s.lead(ctx, l)
 		s.setLeader(false)
-		if ctx.Err() != nil {
+		if err != nil || ctx.Err() != nil {
 			l.Resign(context.Background())
-			return
+			return err
 		}
 		s.log.WithError(l.Err()).Warn("lost leadership; stopped leader work, rejoining the election")
 	}
-}
-
-// lead holds the leadership until it is lost or ctx ends. The leader's work is done through
-// l.Store(), whose writes are fenced.
-func (s *instance) lead(ctx context.Context, l *state.Leadership) {
-	select {
-	case <-l.Lost():
-	case <-ctx.Done():
-	}
+	return nil
 }

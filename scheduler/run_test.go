@@ -50,12 +50,24 @@ type running struct {
 	cfg  Config
 	stop context.CancelFunc
 	done chan error
+	inst *instance
 }
+
+
 
 func start(t *testing.T, cfg Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cfg: cfg, stop: cancel, done: make(chan error, 1)}
+	started := make(chan *instance, 1)
+	cfg.started = func(i *instance) { started <- i }
 	go func() { r.done <- Run(ctx, cfg, quietLog()) }()
+	select {
+	case r.inst = <-started:
+	case err := <-r.done:
+		r.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatal("scheduler did not start")
+	}
 	t.Cleanup(func() { cancel(); <-r.done })
 	return r
 }

@@ -265,3 +265,18 @@ func (s *Store) RemoveFailover(ctx context.Context, meta taskid.Meta) error {
 	s.bestEffortDelete(ctx, parent)
 	return nil
 }
+
+// HasPendingWork reports whether the ready or failover queue has any entry: two reads,
+// however long the queues.
+func (s *Store) HasPendingWork(ctx context.Context) (bool, error) {
+	for _, dir := range []string{readyDir, failoverDir} {
+		st, err := s.stat(ctx, s.path(dir))
+		if err != nil {
+			return false, err
+		}
+		if st != nil && st.NumChildren > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}

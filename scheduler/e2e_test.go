@@ -1,0 +1,157 @@
+package scheduler
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/integration/mesostest"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+var executorBin string // the real ejcloud-executor, built once per test binary
+
+func buildExecutor(t *testing.T) string {
+	t.Helper()
+	if executorBin == "" {
+		bin := filepath.Join(os.TempDir(), "ejcloud-executor-scheduler-test")
+		if out, err := exec.Command("go", "build", "-o", bin, "../executor/cmd/ejcloud-executor").CombinedOutput(); err != nil {
+			t.Fatalf("build ejcloud-executor: %v\n%s", err, out)
+		}
+		executorBin = bin
+	}
+	return executorBin
+}
+
+// system is ZooKeeper, mesos-local and one scheduler, all real.
+type system struct {
+	t     *testing.T
+	env   statetest.Env
+	mesos *mesoslocal.Cluster
+	sched *running
+	store *state.Store
+	dir   string
+}
+
+func newSystem(t *testing.T, agents int, change ...func(*Config)) *system {
+	env := statetest.StartZooKeeper(t)
+	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents = agents })
+	cfg := testConfig(t, env)
+	cfg.MesosURL = c.URL()
+	cfg.ExecutorBinary = buildExecutor(t)
+	for _, ch := range change {
+		ch(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	s := &system{t: t, env: env, mesos: c, store: store, dir: t.TempDir()}
+	s.sched = start(t, cfg)
+	await.True(t, 30*time.Second, "scheduler leads and is subscribed to Mesos", func() bool {
+		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
+		return resp != nil && resp.StatusCode == 200
+	})
+	app := config.DefaultApp()
+	app.AppName, app.AppURL, app.BootstrapScript = "app", "http://"+cfg.HTTPAddr+"/executor/ejcloud-executor", "./ejcloud-executor"
+	app.CPUCount, app.MemoryMB = 0.1, 32
+	if err := store.CreateApp(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// scriptJob is a SCRIPT job whose every run appends "item agent-id" to runs-<job>.txt.
+func (s *system) scriptJob(name string, shards int, cron string) config.Job {
+	log := filepath.Join(s.dir, "runs-"+name+".txt")
+	return config.Job{JobName: name, AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
+		Cron: cron, TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.1, MemoryMB: 16,
+		ScriptCommandLine: `echo "$EJCLOUD_SHARDING_ITEM $(pwd | sed 's#.*/slaves/\([^/]*\)/.*#\1#')" >> ` + log + `; true`,
+		Placement: config.Spread, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+}
+
+func (s *system) register(j config.Job) {
+	s.t.Helper()
+	if err := s.store.CreateJob(context.Background(), j); err != nil {
+		s.t.Fatal(err)
+	}
+	s.sched.inst.JobChanged(context.Background(), j.JobName) // as the API does after a registration
+}
+
+// runs returns, per shard item, the agents its runs were on.
+func (s *system) runs(job string) map[string][]string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "runs-"+job+".txt"))
+	out := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if item, agent, ok := strings.Cut(line, " "); ok {
+			out[item] = append(out[item], agent)
+		}
+	}
+	return out
+}
+
+func agentsOfRuns(r map[string][]string) []string {
+	seen := map[string]bool{}
+	for _, as := range r {
+		for _, a := range as {
+			seen[a] = true
+		}
+	}
+	var out []string
+	for a := range seen {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// A TRANSIENT SCRIPT job with 4 shards and cron every 2 s runs each shard on each fire; SPREAD
+// uses both agents, BINPACK one.
+func TestScriptJobRunsEveryShardOnEveryFire(t *testing.T) {
+	s := newSystem(t, 2)
+	spread := s.scriptJob("spread", 4, "*/2 * * * * ?")
+	binpacked := s.scriptJob("binpacked", 4, "*/2 * * * * ?")
+	binpacked.Placement = config.Binpack
+	s.register(spread)
+	s.register(binpacked)
+	for _, job := range []string{"spread", "binpacked"} {
+		await.True(t, 30*time.Second, job+": every shard ran on two fires", func() bool {
+			r := s.runs(job)
+			for i := 0; i < 4; i++ {
+				if len(r[itoa(i)]) < 2 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if got := agentsOfRuns(s.runs("spread")); len(got) != 2 {
+		t.Fatalf("SPREAD shards ran on agents %v; want both", got)
+	}
+	// The runs of one fire are consecutive lines (fires are 2 s apart): each fire's four shards
+	// must share one agent.
+	b, _ := os.ReadFile(filepath.Join(s.dir, "runs-binpacked.txt"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for f := 0; f+4 <= len(lines); f += 4 {
+		agents := map[string]bool{}
+		for _, l := range lines[f : f+4] {
+			_, agent, _ := strings.Cut(l, " ")
+			agents[agent] = true
+		}
+		if len(agents) != 1 {
+			t.Fatalf("BINPACK fire %d ran on agents %v; want one:\n%s", f/4, agents, strings.Join(lines, "\n"))
+		}
+	}
+}

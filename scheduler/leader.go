@@ -1,0 +1,313 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// leader is this instance's work while it leads: the Mesos subscription, the producer and one
+// event loop that owns the in-memory state below and handles offers, status updates and
+// reconciliation in order.
+type leader struct {
+	inst  *instance
+	cfg   Config
+	log   logrus.FieldLogger
+	store *state.Store // fenced: every write checks our election node
+	prod  *producer.Producer
+
+	events chan scheduler.Event
+	work   chan struct{} // new ready or failover work: REVIVE if suppressed
+
+	// Owned by the event loop.
+	sub         *subscription
+	suppressed  bool
+	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
+	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
+	lostForever map[string]bool               // tasks handled as LOST after the unreachable timeout
+	lastRecon   time.Time
+
+	mu       sync.Mutex // guards unplaced and idle, read by the API
+	unplaced map[string]map[string]int
+	idle     map[string]bool
+}
+
+// lead runs the leader's work until the leadership is lost or ctx ends. It returns a fatal
+// error only when Mesos removed the framework.
+func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel() // stop all leader work at once, before any further launch
+		case <-ctx.Done():
+		}
+	}()
+	ld := &leader{
+		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(),
+		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1),
+		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, lostForever: map[string]bool{},
+		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+	}
+	ld.prod = producer.New(ld.store, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
+	s.setLeaderState(ld)
+	defer s.setLeaderState(nil)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ld.prod.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		errs <- ld.loop(ctx)
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if errors.Is(err, errFrameworkRemoved) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ld *leader) poke() {
+	select {
+	case ld.work <- struct{}{}:
+	default:
+	}
+}
+
+// loop subscribes (again, with backoff capped at 30 s, whenever the subscription is lost) and
+// handles events until ctx ends.
+func (ld *leader) loop(ctx context.Context) error {
+	if err := ld.loadJobs(ctx); err != nil {
+		ld.log.WithError(err).Error("cannot load jobs")
+	}
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		fwID, err := ld.store.FrameworkID(ctx)
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			ld.log.WithError(err).Warn("cannot read the FrameworkID")
+			sleep(ctx, backoff)
+			continue
+		}
+		sub, err := ld.cfg.subscribe(ctx, fwID, "http://"+ld.inst.advertised)
+		if errors.Is(err, errFrameworkRemoved) {
+			return err
+		}
+		if err != nil {
+			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = 500 * time.Millisecond
+		if err := ld.subscribed(ctx, sub, fwID); err != nil {
+			sub.resp.Close()
+			ld.log.WithError(err).Warn("cannot record the subscription; re-subscribing")
+			continue
+		}
+		streamErr := make(chan error, 1)
+		sctx, stop := context.WithCancel(ctx)
+		go func() { streamErr <- sub.events(sctx, ld.events) }()
+		err = ld.serve(sctx, streamErr)
+		stop()
+		sub.resp.Close()
+		ld.inst.setSubscribed(false)
+		if errors.Is(err, errFrameworkRemoved) {
+			return err
+		}
+		if ctx.Err() == nil {
+			ld.log.WithError(err).Warn("Mesos subscription lost; re-subscribing")
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// subscribed persists a new FrameworkID and starts reconciliation (SPEC §5.2, §5.8).
+func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID string) error {
+	if sub.frameworkID != knownID {
+		if err := ld.store.SaveFrameworkID(ctx, sub.frameworkID); err != nil {
+			return err
+		}
+	}
+	ld.sub = sub
+	ld.suppressed = false
+	ld.inst.setSubscribed(true)
+	ld.log.WithField("framework_id", sub.frameworkID).Info("subscribed to Mesos")
+	ld.ensureDaemons(ctx)
+	ld.reconcile(ctx)
+	return nil
+}
+
+// serve handles events and work until the stream ends.
+func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-streamErr:
+			ld.drain(ctx)
+			return err
+		case ev := <-ld.events:
+			ld.handle(ctx, ev)
+		case <-ld.work:
+			if ld.suppressed {
+				ld.call(ctx, calls.Revive())
+				ld.suppressed = false
+			}
+		case <-tick.C:
+			ld.timeUnreachable(ctx)
+			if ld.suppressed {
+				if pending, err := ld.store.HasPendingWork(ctx); err == nil && pending {
+					ld.call(ctx, calls.Revive()) // work written by someone else: the API, a tool
+					ld.suppressed = false
+				}
+			}
+			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {
+				ld.reconcile(ctx)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// drain handles the events read before the stream ended, so no update is dropped unrecorded.
+func (ld *leader) drain(ctx context.Context) {
+	for {
+		select {
+		case ev := <-ld.events:
+			ld.handle(ctx, ev)
+		default:
+			return
+		}
+	}
+}
+
+func (ld *leader) handle(ctx context.Context, ev scheduler.Event) {
+	switch ev.Type {
+	case scheduler.Event_OFFERS:
+		ld.cycle(ctx, ev.Offers.Offers)
+	case scheduler.Event_UPDATE:
+		ld.update(ctx, ev.Update.Status)
+	case scheduler.Event_FAILURE:
+		if f := ev.Failure; f.ExecutorID != nil {
+			delete(ld.executors, f.ExecutorID.Value) // it must start afresh, perhaps with a newer app
+		}
+	case scheduler.Event_RESCIND, scheduler.Event_HEARTBEAT, scheduler.Event_MESSAGE:
+	}
+}
+
+func (ld *leader) call(ctx context.Context, c *scheduler.Call) {
+	if ld.sub == nil {
+		return
+	}
+	if err := ld.sub.call(ctx, c); err != nil {
+		ld.log.WithError(err).WithField("call", c.Type.String()).Warn("Mesos call failed")
+	}
+}
+
+// loadJobs schedules every job's cron in the producer.
+func (ld *leader) loadJobs(ctx context.Context) error {
+	jobs, err := ld.store.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := ld.prod.Put(j); err != nil {
+			ld.log.WithError(err).WithField("job", j.JobName).Warn("job not scheduled")
+		}
+	}
+	return nil
+}
+
+// ensureDaemons queues every DAEMON job that is neither running nor pending (SPEC §5.3).
+func (ld *leader) ensureDaemons(ctx context.Context) {
+	jobs, err := ld.store.Jobs(ctx)
+	if err != nil {
+		return
+	}
+	running, err := ld.store.Running(ctx)
+	if err != nil {
+		return
+	}
+	busy := map[string]bool{}
+	for _, r := range running {
+		busy[r.Meta.JobName] = true
+	}
+	for _, j := range jobs {
+		if j.JobExecutionType != config.Daemon || busy[j.JobName] {
+			continue
+		}
+		if off, err := ld.store.JobOrAppDisabled(ctx, j); err != nil || off {
+			continue
+		}
+		if r, err := ld.store.ReadyOf(ctx, j.JobName); err == nil && r.Count == 0 {
+			if err := ld.store.AddReady(ctx, j.JobName, false); err == nil {
+				ld.poke()
+			}
+		}
+	}
+}
+
+func (s *instance) setLeaderState(ld *leader) {
+	s.mu.Lock()
+	s.ld = ld
+	s.mu.Unlock()
+}
+
+func (s *instance) setSubscribed(v bool) {
+	s.mu.Lock()
+	s.subscribed = v
+	s.mu.Unlock()
+}
+
+// JobChanged tells the leader that a job was registered, updated or deleted, so that its cron
+// is (re)scheduled and a DAEMON job is queued. On a standby it does nothing: the leader reads
+// every job when it takes over.
+func (s *instance) JobChanged(ctx context.Context, name string) {
+	s.mu.Lock()
+	ld := s.ld
+	s.mu.Unlock()
+	if ld == nil {
+		return
+	}
+	j, err := ld.store.Job(ctx, name)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		ld.prod.Remove(name)
+	case err != nil:
+		ld.log.WithError(err).WithField("job", name).Warn("cannot read a changed job")
+	default:
+		if err := ld.prod.Put(j); err != nil {
+			ld.log.WithError(err).WithField("job", name).Warn("job not scheduled")
+		}
+		if j.JobExecutionType == config.Daemon {
+			ld.ensureDaemons(ctx)
+		}
+	}
+	ld.poke()
+}

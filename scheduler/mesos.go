@@ -1,0 +1,150 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/encoding/codecs"
+	"github.com/mesos/mesos-go/api/v1/lib/httpcli"
+	"github.com/mesos/mesos-go/api/v1/lib/httpcli/httpsched"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+)
+
+// errFrameworkRemoved is fatal: Mesos forgot the framework (failover timeout expired or torn
+// down), and only an operator can decide to start afresh.
+var errFrameworkRemoved = errors.New("Mesos says the framework has been removed (its failover timeout expired or it was torn down); " +
+	"its tasks are gone. To register as a new framework, delete the ZooKeeper node /{namespace}/ha/framework_id and restart")
+
+// frameworkInfo is the FrameworkInfo of SPEC §5.2.
+func (c *Config) frameworkInfo(id, webui string) *mesos.FrameworkInfo {
+	name := c.FrameworkName
+	if c.MesosRole != "" && c.MesosRole != "*" {
+		name += "-" + c.MesosRole
+	}
+	ft := c.FailoverTimeout.Seconds()
+	info := &mesos.FrameworkInfo{
+		User: c.MesosUser, Name: name, FailoverTimeout: &ft, Checkpoint: ptr(true),
+		Hostname: ptr(c.Hostname), WebUiURL: ptr(webui), Roles: []string{c.MesosRole},
+		Capabilities: []mesos.FrameworkInfo_Capability{
+			{Type: mesos.FrameworkInfo_Capability_PARTITION_AWARE},
+			{Type: mesos.FrameworkInfo_Capability_MULTI_ROLE},
+			{Type: mesos.FrameworkInfo_Capability_TASK_KILLING_STATE},
+		},
+	}
+	if id != "" {
+		info.ID = &mesos.FrameworkID{Value: id}
+	}
+	return info
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// subscription is one SUBSCRIBE: its caller carries the stream id for the other calls.
+type subscription struct {
+	caller calls.Caller
+	resp   mesos.Response
+	frameworkID string
+	heartbeat   time.Duration
+}
+
+// subscribe subscribes to the master (following leader redirects) and waits for SUBSCRIBED.
+func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
+	cli := httpcli.New(
+		httpcli.Endpoint(strings.TrimSuffix(c.MesosURL, "/")+"/api/v1/scheduler"),
+		httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeProtobuf]),
+		httpcli.Do(httpcli.With(httpcli.Timeout(30*time.Second))),
+	)
+	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true))
+	call := calls.Subscribe(c.frameworkInfo(frameworkID, webui))
+	if frameworkID != "" {
+		call = call.With(calls.SubscribeTo(frameworkID))
+	}
+	resp, err := caller.Call(ctx, call)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", c.MesosURL, err)
+	}
+	var ev scheduler.Event
+	if err := resp.Decode(&ev); err != nil {
+		resp.Close()
+		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", c.MesosURL, err)
+	}
+	switch ev.Type {
+	case scheduler.Event_SUBSCRIBED:
+	case scheduler.Event_ERROR:
+		resp.Close()
+		if strings.Contains(ev.Error.Message, "removed") {
+			return nil, errFrameworkRemoved
+		}
+		return nil, fmt.Errorf("Mesos refused the subscription: %s", ev.Error.Message)
+	default:
+		resp.Close()
+		return nil, fmt.Errorf("Mesos sent %v before SUBSCRIBED", ev.Type)
+	}
+	hb := 15 * time.Second
+	if s := ev.Subscribed.GetHeartbeatIntervalSeconds(); s > 0 {
+		hb = time.Duration(s * float64(time.Second))
+	}
+	return &subscription{caller: caller, resp: resp, frameworkID: ev.Subscribed.FrameworkID.Value, heartbeat: hb}, nil
+}
+
+// call sends a call for the framework; a 202 is a nil error.
+func (s *subscription) call(ctx context.Context, c *scheduler.Call) error {
+	resp, err := s.caller.Call(ctx, c.With(calls.Framework(s.frameworkID)))
+	if resp != nil {
+		resp.Close()
+	}
+	return err
+}
+
+// events reads the stream into out until it ends, ctx ends, or no event (heartbeats included)
+// has come for five heartbeat intervals: a half-open connection Mesos will not notice.
+func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) error {
+	got := make(chan struct{}, 1)
+	watch, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		timer := time.NewTimer(5 * s.heartbeat)
+		defer timer.Stop()
+		for {
+			select {
+			case <-got:
+				timer.Reset(5 * s.heartbeat)
+			case <-timer.C:
+				s.resp.Close()
+				return
+			case <-watch.Done():
+				s.resp.Close()
+				return
+			}
+		}
+	}()
+	for {
+		var ev scheduler.Event
+		if err := s.resp.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("Mesos event stream: %w", err)
+		}
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+		if ev.Type == scheduler.Event_ERROR {
+			if strings.Contains(ev.Error.Message, "removed") {
+				return errFrameworkRemoved
+			}
+			return fmt.Errorf("Mesos: %s", ev.Error.Message)
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// update records a status update (SPEC §5.7) and only then acknowledges it. An update that
+// could not be recorded is not acknowledged, so Mesos sends it again.
+func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
+	if err := ld.record(ctx, st); err != nil {
+		ld.log.WithError(err).WithField("task", st.TaskID.Value).Warn("status update not recorded; not acknowledging it")
+		return
+	}
+	if len(st.UUID) > 0 && st.AgentID != nil {
+		ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
+	}
+}
+
+func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
+	tid := st.TaskID.Value
+	s := st.GetState()
+	log := ld.log.WithFields(logrus.Fields{"task": tid, "state": s.String(), "reason": st.GetReason().String(), "message": st.GetMessage()})
+	id, err := taskid.Parse(tid)
+	if err != nil {
+		log.Warn("status update for a task that is not ejcloud's; ignoring it")
+		return nil
+	}
+	job, err := ld.store.Job(ctx, id.JobName)
+	jobGone := errors.Is(err, state.ErrNotFound)
+	if err != nil && !jobGone {
+		return err
+	}
+	switch s {
+	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
+		log.Debug("task state")
+		return nil
+	case mesos.TASK_RUNNING:
+		return ld.running(ctx, id, job, jobGone, st, log)
+	case mesos.TASK_UNREACHABLE:
+		if _, seen := ld.unreachable[tid]; !seen {
+			ld.unreachable[tid] = time.Now()
+			log.Warn("task unreachable; it counts as running until the unreachable timeout")
+		}
+		return nil
+	}
+	delete(ld.unreachable, tid)
+	follow := state.NoFollowUp
+	switch s {
+	case mesos.TASK_FINISHED:
+	case mesos.TASK_FAILED:
+		if d, _ := taskdata.DecodeStatus(st.Data); !d.JobFailed {
+			follow = ld.failoverFollowUp(ctx, job, jobGone)
+		}
+	case mesos.TASK_KILLED:
+		if !jobGone && job.JobExecutionType == config.Daemon && !ld.disabled(ctx, job) {
+			follow = state.Rerun
+		}
+	default: // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
+		follow = ld.failoverFollowUp(ctx, job, jobGone)
+	}
+	ended, err := ld.store.EndTask(ctx, id, follow)
+	if err != nil {
+		return err
+	}
+	if ended.Removed {
+		log.WithField("requeued", ended.Requeued).Info("task ended")
+	}
+	if ended.Requeued {
+		ld.poke()
+	}
+	ld.setIdle(tid, false, true)
+	return nil
+}
+
+// running handles TASK_RUNNING: a task that is not (or no longer) the shard's running task,
+// or whose job is gone, is killed; daemon heartbeats mark the task busy or idle.
+func (ld *leader) running(ctx context.Context, id taskid.ID, job config.Job, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger) error {
+	tid := id.String()
+	delete(ld.unreachable, tid)
+	current, err := ld.store.RunningOf(ctx, id.JobName)
+	if err != nil {
+		return err
+	}
+	ours := false
+	for _, r := range current {
+		if r.TaskID == tid {
+			ours = true
+		}
+	}
+	if jobGone || !ours || ld.lostForever[tid] {
+		log.Warn("killing a task that is not the running task of its shard")
+		agent := ""
+		if st.AgentID != nil {
+			agent = st.AgentID.Value
+		}
+		ld.call(ctx, calls.Kill(tid, agent))
+		return nil
+	}
+	switch st.GetMessage() {
+	case "BEGIN":
+		ld.setIdle(tid, false, false)
+	case "COMPLETE":
+		ld.setIdle(tid, true, false)
+	}
+	return nil
+}
+
+// failoverFollowUp: shards of failover-enabled and DAEMON jobs are relaunched, unless the job
+// or its app is disabled or the job is gone.
+func (ld *leader) failoverFollowUp(ctx context.Context, job config.Job, jobGone bool) state.FollowUp {
+	if jobGone || !(job.Failover || job.JobExecutionType == config.Daemon) || ld.disabled(ctx, job) {
+		return state.NoFollowUp
+	}
+	return state.Failover
+}
+
+func (ld *leader) disabled(ctx context.Context, job config.Job) bool {
+	off, err := ld.store.JobOrAppDisabled(ctx, job)
+	return err == nil && off
+}
+
+func (ld *leader) setIdle(tid string, idle, forget bool) {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if forget {
+		delete(ld.idle, tid)
+		return
+	}
+	ld.idle[tid] = idle
+}
+
+// timeUnreachable treats tasks unreachable for longer than --unreachable-timeout as lost
+// (SPEC §5.7); should one come back, it is killed.
+func (ld *leader) timeUnreachable(ctx context.Context) {
+	for tid, since := range ld.unreachable {
+		if time.Since(since) < ld.cfg.UnreachableTimeout {
+			continue
+		}
+		id, err := taskid.Parse(tid)
+		if err != nil {
+			delete(ld.unreachable, tid)
+			continue
+		}
+		job, err := ld.store.Job(ctx, id.JobName)
+		jobGone := errors.Is(err, state.ErrNotFound)
+		if err != nil && !jobGone {
+			continue
+		}
+		ended, err := ld.store.EndTask(ctx, id, ld.failoverFollowUp(ctx, job, jobGone))
+		if err != nil {
+			continue
+		}
+		delete(ld.unreachable, tid)
+		ld.lostForever[tid] = true
+		ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
+		if ended.Requeued {
+			ld.poke()
+		}
+	}
+}
+
+// reconcile asks Mesos for the state of every task in the running queue, then for every task
+// it knows (SPEC §5.8). The answers come back as updates.
+func (ld *leader) reconcile(ctx context.Context) {
+	ld.lastRecon = time.Now()
+	running, err := ld.store.Running(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("reconciliation skipped: cannot read the running queue")
+		return
+	}
+	if len(running) > 0 {
+		tasks := map[string]string{}
+		for _, r := range running {
+			if id, err := taskid.Parse(r.TaskID); err == nil {
+				tasks[r.TaskID] = id.AgentID
+			}
+		}
+		ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(tasks)))
+	}
+	ld.call(ctx, calls.Reconcile())
+}
