@@ -79,7 +79,7 @@ func (s *system) scriptJob(name string, shards int, cron string) config.Job {
 	return config.Job{JobName: name, AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
 		Cron: cron, TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.1, MemoryMB: 16,
 		ScriptCommandLine: `echo "$EJCLOUD_SHARDING_ITEM $(pwd | sed 's#.*/slaves/\([^/]*\)/.*#\1#')" >> ` + log + `; true`,
-		Placement: config.Spread, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+		Placement:         config.Spread, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
 }
 
 func (s *system) register(j config.Job) {

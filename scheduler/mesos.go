@@ -46,8 +46,8 @@ func ptr[T any](v T) *T { return &v }
 
 // subscription is one SUBSCRIBE: its caller carries the stream id for the other calls.
 type subscription struct {
-	caller calls.Caller
-	resp   mesos.Response
+	caller      calls.Caller
+	resp        mesos.Response
 	frameworkID string
 	heartbeat   time.Duration
 }

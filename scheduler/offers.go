@@ -22,7 +22,7 @@ type work struct {
 	groups   []binpack.Group
 	jobs     []config.Job // per group
 	apps     map[string]config.App
-	ready    map[string]state.ReadyEntry    // by job, for READY groups
+	ready    map[string]state.ReadyEntry      // by job, for READY groups
 	failover map[string][]state.FailoverEntry // by job, for FAILOVER groups
 }
 

@@ -53,8 +53,6 @@ type running struct {
 	inst *instance
 }
 
-
-
 func start(t *testing.T, cfg Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cfg: cfg, stop: cancel, done: make(chan error, 1)}
