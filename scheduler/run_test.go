@@ -23,6 +23,10 @@ func TestMain(m *testing.M) { os.Exit(statetest.Main(m)) }
 func quietLog() *logrus.Logger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
+	if os.Getenv("EJCLOUD_TEST_LOG") != "" {
+		l.SetOutput(os.Stderr)
+		l.SetLevel(logrus.DebugLevel)
+	}
 	return l
 }
 

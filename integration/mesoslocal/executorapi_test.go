@@ -346,3 +346,33 @@ func TestUUIDPresenceBySource(t *testing.T) {
 		}
 	}
 }
+
+// Two agents fetching one cached URI at the same moment both get it (the cache entry is
+// fetched once).
+func TestConcurrentFetchesOfOneCachedURI(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		time.Sleep(50 * time.Millisecond) // let the other agent's fetch start meanwhile
+		w.Write([]byte("#!/bin/sh\nexit 0\n"))
+	}))
+	defer srv.Close()
+	c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 2 })
+	s := subscribe(t, c.URL(), codec, paInfo())
+	var offers []mesos.Offer
+	for len(offers) < 2 {
+		offers = append(offers, s.Offers()...)
+	}
+	uri := []mesos.CommandInfo_URI{{Value: srv.URL + "/tool", Cache: ptrTo(true), Executable: ptrTo(true)}}
+	for i, o := range offers[:2] {
+		s.Launch(o, commandTask("cached"+strconv.Itoa(i), o, &mesos.CommandInfo{URIs: uri, Value: ptrTo("./tool")}))
+	}
+	for i := range 2 {
+		if st := s.Terminal("cached" + strconv.Itoa(i)); *st.State != mesos.TASK_FINISHED {
+			t.Fatalf("task %d: %v", i, st.String())
+		}
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("the cached URI was fetched %d times; want once", hits.Load())
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -54,13 +55,19 @@ func fetch(dir, workDir string, u mesos.CommandInfo_URI) error {
 	if cached {
 		sum := sha256.Sum256([]byte(u.Value))
 		src = filepath.Join(workDir, "fetcher-cache", hex.EncodeToString(sum[:8])+"-"+path.Base(name))
+		// One fetch per cache entry at a time, as the Mesos fetcher cache does: the others
+		// wait for it and copy the result.
+		lock, _ := cacheLocks.LoadOrStore(src, &sync.Mutex{})
+		lock.(*sync.Mutex).Lock()
+		var err error
 		if !fileExists(src) {
-			if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
-				return err
+			if err = os.MkdirAll(filepath.Dir(src), 0o755); err == nil {
+				err = download(u.Value, src)
 			}
-			if err := download(u.Value, src); err != nil {
-				return err
-			}
+		}
+		lock.(*sync.Mutex).Unlock()
+		if err != nil {
+			return err
 		}
 	} else if err := download(u.Value, dst); err != nil {
 		return err
@@ -82,9 +89,12 @@ func fetch(dir, workDir string, u mesos.CommandInfo_URI) error {
 	return nil
 }
 
+// cacheLocks holds a mutex per fetcher cache entry.
+var cacheLocks sync.Map
+
 // download copies a URI (absolute path, file://, http:// or https://) to dst.
 func download(uri, dst string) error {
-	tmp := dst + ".fetching"
+	tmp := dst + ".fetching-" + newUUID()
 	defer os.Remove(tmp)
 	switch {
 	case strings.HasPrefix(uri, "http://"), strings.HasPrefix(uri, "https://"):

@@ -34,6 +34,7 @@ type frameworkDoc struct {
 	Checkpoint       bool          `json:"checkpoint"`
 	FailoverTimeout  float64       `json:"failover_timeout"`
 	Roles            []string      `json:"roles"`
+	SuppressedRoles  []string      `json:"suppressed_roles"`
 	Capabilities     []string      `json:"capabilities"`
 	Tasks            []taskDoc     `json:"tasks"`
 	UnreachableTasks []taskDoc     `json:"unreachable_tasks"`
@@ -109,6 +110,7 @@ func (c *Cluster) state() stateDoc {
 		if f.info.FailoverTimeout != nil {
 			fd.FailoverTimeout = *f.info.FailoverTimeout
 		}
+		fd.SuppressedRoles = append([]string{}, sortedKeys(f.suppressed)...)
 		for _, cp := range f.info.Capabilities {
 			fd.Capabilities = append(fd.Capabilities, cp.Type.String())
 		}

@@ -1,0 +1,200 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/integration/mesostest"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// holdJob is a SCRIPT job whose runs append to runs-<job>.txt and then wait for the file
+// release-<job> (or exit with status code when code is not "").
+func (s *system) holdJob(name string, shards int, code string) config.Job {
+	j := s.scriptJob(name, shards, "")
+	release := filepath.Join(s.dir, "release-"+name)
+	j.ScriptCommandLine = strings.TrimSuffix(j.ScriptCommandLine, "; true") +
+		`; while [ ! -e ` + release + ` ]; do sleep 0.05; done; exit ` + map[bool]string{true: "0", false: code}[code == ""]
+	return j
+}
+
+func (s *system) release(job string) {
+	os.WriteFile(filepath.Join(s.dir, "release-"+job), nil, 0o644)
+}
+
+func (s *system) trigger(job string) {
+	s.t.Helper()
+	if err := s.store.AddReady(context.Background(), job, true); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *system) runningCount(job string) int {
+	r, _ := s.store.RunningOf(context.Background(), job)
+	return len(r)
+}
+
+func (s *system) failoverCount() int {
+	f, _ := s.store.Failovers(context.Background())
+	return len(f)
+}
+
+// executorPIDs finds the processes whose working directory is one of the framework's executor
+// sandboxes on an agent.
+func (s *system) executorPIDs(agent string) []int {
+	state := mesostest.MasterState(s.t, s.mesos)
+	var dirs []string
+	for _, f := range state["frameworks"].([]any) {
+		for _, e := range f.(map[string]any)["executors"].([]any) {
+			em := e.(map[string]any)
+			if em["slave_id"] == agent {
+				d, _ := filepath.EvalSymlinks(em["directory"].(string))
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	for _, p := range procs {
+		cwd, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		for _, d := range dirs {
+			if cwd == d {
+				var pid int
+				fmt.Sscanf(strings.Split(p, "/")[2], "%d", &pid)
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "ejcloud-executo") {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids
+}
+
+// Killing an executor of a failover job relaunches the lost shards, and only those.
+func TestExecutorCrashFailsOverOnlyTheLostShards(t *testing.T) {
+	for _, failover := range []bool{true, false} {
+		t.Run(fmt.Sprintf("failover=%v", failover), func(t *testing.T) {
+			s := newSystem(t, 2)
+			j := s.holdJob("crashy", 2, "")
+			j.Failover = failover
+			s.register(j)
+			s.trigger("crashy")
+			defer func() {
+				if t.Failed() {
+					b, _ := os.ReadFile(filepath.Join(s.dir, "runs-crashy.txt"))
+					t.Logf("runs:\n%s", b)
+				}
+			}()
+			await.True(t, 30*time.Second, "both shards running on both agents", func() bool {
+				r := s.runs("crashy")
+				return len(r["0"]) == 1 && len(r["1"]) == 1 && r["0"][0] != r["1"][0]
+			})
+			victim := s.runs("crashy")["0"][0]
+			pids := s.executorPIDs(victim)
+			if len(pids) != 1 {
+				t.Fatalf("executor processes on %s: %v", victim, pids)
+			}
+			syscall.Kill(pids[0], syscall.SIGKILL)
+			if failover {
+				await.True(t, 30*time.Second, "shard 0 relaunched", func() bool { return len(s.runs("crashy")["0"]) == 2 })
+				if r := s.runs("crashy"); len(r["1"]) != 1 {
+					t.Fatalf("shard 1 ran %d times; only the lost shard may be relaunched", len(r["1"]))
+				}
+				if got, _ := s.store.RunningOf(context.Background(), "crashy"); len(got) != 2 {
+					t.Fatalf("running after the relaunch: %v", got)
+				} else if id, _ := taskid.Parse(got[0].TaskID); got[0].Meta.Item == 0 && id.Type != taskid.Failover {
+					t.Fatalf("relaunched task %s is not a FAILOVER task", got[0].TaskID)
+				}
+			} else {
+				await.True(t, 30*time.Second, "the lost shard is recorded as ended", func() bool { return s.runningCount("crashy") == 1 })
+				if n := s.failoverCount(); n != 0 {
+					t.Fatalf("%d failover entries for a job without failover", n)
+				}
+			}
+			s.release("crashy")
+			await.True(t, 30*time.Second, "all shards done", func() bool { return s.runningCount("crashy") == 0 })
+			if r := s.runs("crashy"); !failover && len(r["0"]) != 1 {
+				t.Fatalf("shard 0 of a non-failover job ran %d times", len(r["0"]))
+			}
+		})
+	}
+}
+
+// A business failure (the script exits 1) is recorded, not failed over.
+func TestBusinessFailureIsNotFailedOver(t *testing.T) {
+	s := newSystem(t, 1)
+	j := s.holdJob("fails", 2, "1")
+	j.Failover = true
+	s.register(j)
+	s.release("fails")
+	s.trigger("fails")
+	await.True(t, 30*time.Second, "both shards ran and ended", func() bool {
+		r := s.runs("fails")
+		return len(r["0"]) == 1 && len(r["1"]) == 1 && s.runningCount("fails") == 0
+	})
+	if n := s.failoverCount(); n != 0 {
+		t.Fatalf("%d failover entries after business failures", n)
+	}
+	if r, _ := s.store.ReadyOf(context.Background(), "fails"); r.Count != 0 {
+		t.Fatalf("ready count %d after the run", r.Count)
+	}
+}
+
+// A job whose shards do not all fit launches nothing and says why; it launches as soon as
+// capacity appears. Offers are never held, and the framework suppresses when idle.
+func TestIntegrityAndIdleOffers(t *testing.T) {
+	s := newSystem(t, 1)
+	blocker := s.holdJob("blocker", 1, "")
+	blocker.CPUCount = 3 // of the agent's 4, with the executor's 0.1
+	s.register(blocker)
+	s.trigger("blocker")
+	await.True(t, 30*time.Second, "blocker running", func() bool { return len(s.runs("blocker")["0"]) == 1 })
+	big := s.scriptJob("big", 4, "")
+	big.CPUCount = 0.3 // 1.2 in all: more than the 0.9 left
+	s.register(big)
+	s.trigger("big")
+	await.True(t, 30*time.Second, "the unplaced reasons name cpu", func() bool {
+		return s.sched.inst.Unplaced()["big"]["cpu"] > 0
+	})
+	if n := s.runningCount("big"); n != 0 {
+		t.Fatalf("%d shards of a job that does not fit whole were launched", n)
+	}
+	if r, _ := s.store.ReadyOf(context.Background(), "big"); r.Count != 1 {
+		t.Fatalf("ready count %d; the run must stay queued", r.Count)
+	}
+	s.release("blocker")
+	await.True(t, 30*time.Second, "big runs once capacity appears", func() bool {
+		r := s.runs("big")
+		return len(r) == 4
+	})
+	defer func() {
+		if t.Failed() {
+			b, _ := json.MarshalIndent(mesostest.MasterState(t, s.mesos)["frameworks"], "", " ")
+			t.Logf("frameworks: %s", b)
+		}
+	}()
+	await.True(t, 30*time.Second, "idle: no offer held and the role suppressed", func() bool {
+		for _, f := range mesostest.MasterState(t, s.mesos)["frameworks"].([]any) {
+			fm := f.(map[string]any)
+			offers, _ := fm["offers"].([]any)
+			roles, _ := fm["suppressed_roles"].([]any)
+			return len(offers) == 0 && len(roles) == 1
+		}
+		return false
+	})
+	if n := s.mesos.OutstandingOffers(); n != 0 {
+		t.Fatalf("%d offers held while idle", n)
+	}
+}
