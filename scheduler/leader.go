@@ -27,7 +27,8 @@ type leader struct {
 	prod  *producer.Producer
 
 	events chan scheduler.Event
-	work   chan struct{} // new ready or failover work: REVIVE if suppressed
+	work   chan struct{}              // new ready or failover work: REVIVE if suppressed
+	exec   chan func(context.Context) // operations from other goroutines, run by the event loop
 
 	// Owned by the event loop.
 	sub         *subscription
@@ -56,7 +57,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	}()
 	ld := &leader{
 		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(),
-		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1),
+		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, lostForever: map[string]bool{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 	}
@@ -173,6 +174,8 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			return err
 		case ev := <-ld.events:
 			ld.handle(ctx, ev)
+		case f := <-ld.exec:
+			f(ctx)
 		case <-ld.work:
 			if ld.suppressed {
 				ld.call(ctx, calls.Revive())

@@ -1,0 +1,254 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// ErrNotLeader is returned by operations asked of an instance that does not lead.
+var ErrNotLeader = errors.New("scheduler: this instance is not the leader")
+
+// The operations of SPEC §5.9, for the REST API. Each writes ZooKeeper first (through the
+// leader's fenced store) and then has the leader's event loop make the Mesos calls.
+
+func (s *instance) leaderState() (*leader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ld == nil {
+		return nil, ErrNotLeader
+	}
+	return s.ld, nil
+}
+
+// onLoop runs f on the leader's event loop, which owns the Mesos subscription.
+func (ld *leader) onLoop(ctx context.Context, f func(context.Context)) error {
+	done := make(chan struct{})
+	select {
+	case ld.exec <- func(c context.Context) { f(c); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// killJobs kills the running tasks of the jobs; their KILLED updates end them in the state.
+func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
+	var ids []taskid.ID
+	for _, job := range jobs {
+		running, err := ld.store.RunningOf(ctx, job)
+		if err != nil {
+			return err
+		}
+		for _, r := range running {
+			if id, err := taskid.Parse(r.TaskID); err == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return ld.onLoop(ctx, func(ctx context.Context) {
+		for _, id := range ids {
+			ld.call(ctx, calls.Kill(id.String(), id.AgentID))
+		}
+		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Info("killed running tasks")
+	})
+}
+
+// DisableJob marks the job disabled, drops its pending run and kills its running tasks.
+func (s *instance) DisableJob(ctx context.Context, job string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	if err := ld.store.DisableJob(ctx, job); err != nil {
+		return err
+	}
+	return ld.killJobs(ctx, job)
+}
+
+// EnableJob removes the marker and reschedules the job.
+func (s *instance) EnableJob(ctx context.Context, job string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	if err := ld.store.EnableJob(ctx, job); err != nil {
+		return err
+	}
+	s.JobChanged(ctx, job)
+	return nil
+}
+
+// DisableApp marks the app disabled and disables the effect of each of its jobs.
+func (s *instance) DisableApp(ctx context.Context, app string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	if err := ld.store.DisableApp(ctx, app); err != nil {
+		return err
+	}
+	jobs, err := ld.jobsOf(ctx, app)
+	if err != nil {
+		return err
+	}
+	return ld.killJobs(ctx, jobs...)
+}
+
+// EnableApp removes the app's marker and reschedules its jobs.
+func (s *instance) EnableApp(ctx context.Context, app string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	if err := ld.store.EnableApp(ctx, app); err != nil {
+		return err
+	}
+	jobs, err := ld.jobsOf(ctx, app)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		s.JobChanged(ctx, j)
+	}
+	return nil
+}
+
+func (ld *leader) jobsOf(ctx context.Context, app string) ([]string, error) {
+	all, err := ld.store.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, j := range all {
+		if j.AppName == app {
+			out = append(out, j.JobName)
+		}
+	}
+	return out, nil
+}
+
+// UpdateJob replaces a job's config. Running tasks are killed (and the job rescheduled) only
+// when what a task is made of changed (SPEC §3.2); a cron or zone change only reschedules.
+func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	prev, err := ld.store.UpdateJob(ctx, j)
+	if err != nil {
+		return err
+	}
+	if prev.RestartsTasks(j) {
+		if err := ld.killJobs(ctx, j.JobName); err != nil {
+			return err
+		}
+	}
+	s.JobChanged(ctx, j.JobName)
+	return nil
+}
+
+// DeleteJob kills the job's tasks and removes its config, queue entries and marker.
+func (s *instance) DeleteJob(ctx context.Context, job string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	if err := ld.store.DeleteJob(ctx, job); err != nil {
+		return err
+	}
+	ld.prod.Remove(job)
+	return ld.killJobs(ctx, job)
+}
+
+// DeleteApp deletes the app and all its jobs, kills their tasks, and tells the app's live
+// executors to stop (MESSAGE STOP).
+func (s *instance) DeleteApp(ctx context.Context, app string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	jobs, err := ld.store.DeleteApp(ctx, app)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		ld.prod.Remove(j)
+	}
+	if err := ld.killJobs(ctx, jobs...); err != nil {
+		return err
+	}
+	live, err := ld.masterExecutors(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the master's executors; stopping only those this leader launched")
+	}
+	return ld.onLoop(ctx, func(ctx context.Context) {
+		for id := range ld.executors {
+			live[id] = true
+		}
+		for id := range live {
+			ex, err := taskid.ParseExecutor(id)
+			if err != nil || ex.AppName != app {
+				continue
+			}
+			ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
+			delete(ld.executors, id)
+		}
+	})
+}
+
+// masterExecutors lists this framework's executors from the master's /master/state: the
+// executors a previous leader launched are known only there.
+func (ld *leader) masterExecutors(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	fwID, err := ld.store.FrameworkID(ctx)
+	if err != nil {
+		return out, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(ld.cfg.MesosURL, "/")+"/master/state", nil)
+	if err != nil {
+		return out, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Frameworks []struct {
+			ID        string `json:"id"`
+			Executors []struct {
+				ExecutorID string `json:"executor_id"`
+			} `json:"executors"`
+		} `json:"frameworks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return out, fmt.Errorf("decode /master/state: %w", err)
+	}
+	for _, f := range doc.Frameworks {
+		if f.ID == fwID {
+			for _, e := range f.Executors {
+				out[e.ExecutorID] = true
+			}
+		}
+	}
+	return out, nil
+}
