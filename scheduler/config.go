@@ -36,6 +36,10 @@ type Config struct {
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
 
+	// MesosStartupTimeout: if no subscription to Mesos succeeds this long after the process
+	// started, the scheduler exits (default 60s). Later losses are retried for ever.
+	MesosStartupTimeout time.Duration
+
 	// started, if set, is given the instance once it serves (tests use it).
 	started func(*instance)
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -74,12 +75,13 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	}()
 	go func() {
 		defer wg.Done()
+		defer cancel() // the loop only ends with the leadership: stop the producer too
 		errs <- ld.loop(ctx)
 	}()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if errors.Is(err, errFrameworkRemoved) {
+		if err != nil {
 			return err
 		}
 	}
@@ -107,9 +109,20 @@ func (ld *leader) loop(ctx context.Context) error {
 			sleep(ctx, backoff)
 			continue
 		}
-		sub, err := ld.cfg.subscribe(ctx, fwID, "http://"+ld.inst.advertised)
+		subCtx, cancelSub := ctx, context.CancelFunc(func() {})
+		if !ld.inst.hasSubscribed() { // mesos-go retries inside one call; keep it within the start-up budget
+			subCtx, cancelSub = context.WithDeadline(ctx, ld.inst.startedAt.Add(ld.cfg.MesosStartupTimeout+time.Second))
+		}
+		sub, err := ld.cfg.subscribe(subCtx, fwID, "http://"+ld.inst.advertised)
+		cancelSub()
 		if errors.Is(err, errFrameworkRemoved) {
 			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !ld.inst.hasSubscribed() && time.Since(ld.inst.startedAt) > ld.cfg.MesosStartupTimeout {
+			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.MesosURL, ld.cfg.MesosStartupTimeout, errors.Unwrap(err))
 		}
 		if err != nil {
 			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
@@ -285,7 +298,14 @@ func (s *instance) setLeaderState(ld *leader) {
 func (s *instance) setSubscribed(v bool) {
 	s.mu.Lock()
 	s.subscribed = v
+	s.everSubscribed = s.everSubscribed || v
 	s.mu.Unlock()
+}
+
+func (s *instance) hasSubscribed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.everSubscribed
 }
 
 // JobChanged tells the leader that a job was registered, updated or deleted, so that its cron

@@ -51,7 +51,10 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 		return fmt.Errorf("cannot listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port))}
+	if cfg.MesosStartupTimeout == 0 {
+		cfg.MesosStartupTimeout = time.Minute
+	}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), startedAt: time.Now()}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -96,10 +99,13 @@ type instance struct {
 	store      *state.Store
 	advertised string // host:port of this instance's HTTP server, as other instances reach it
 
-	mu         sync.Mutex // guards leader, subscribed and ld
-	leader     bool
-	subscribed bool
-	ld         *leader // the leader's state while this instance leads
+	mu             sync.Mutex // guards leader, subscribed and ld
+	leader         bool
+	subscribed     bool
+	ld             *leader // the leader's state while this instance leads
+	everSubscribed bool
+
+	startedAt time.Time
 }
 
 func (s *instance) status() (leader, subscribed bool) {

@@ -160,3 +160,15 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestRunFailsWithOneLineWhenMesosIsUnreachable(t *testing.T) {
+	cfg := testConfig(t, statetest.StartZooKeeper(t))
+	cfg.MesosURL = "http://" + freeAddr(t)
+	cfg.MesosStartupTimeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg, quietLog())
+	if err == nil || !strings.HasPrefix(err.Error(), "cannot reach Mesos at "+cfg.MesosURL) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run with no Mesos = %v; want one line naming the master", err)
+	}
+}
