@@ -103,54 +103,64 @@ func (ld *leader) loop(ctx context.Context) error {
 	}
 	backoff := 500 * time.Millisecond
 	for ctx.Err() == nil {
-		fwID, err := ld.store.FrameworkID(ctx)
-		if err != nil && !errors.Is(err, state.ErrNotFound) {
-			ld.log.WithError(err).Warn("cannot read the FrameworkID")
-			sleep(ctx, backoff)
-			continue
-		}
-		subCtx, cancelSub := ctx, context.CancelFunc(func() {})
-		if !ld.inst.hasSubscribed() { // mesos-go retries inside one call; keep it within the start-up budget
-			subCtx, cancelSub = context.WithDeadline(ctx, ld.inst.startedAt.Add(ld.cfg.MesosStartupTimeout+time.Second))
-		}
-		sub, err := ld.cfg.subscribe(subCtx, fwID, "http://"+ld.inst.advertised)
-		cancelSub()
-		if errors.Is(err, errFrameworkRemoved) {
+		err := ld.session(ctx)
+		var failed subscribeFailed
+		switch {
+		case errors.Is(err, errFrameworkRemoved):
 			return err
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return nil
-		}
-		if err != nil && !ld.inst.hasSubscribed() && time.Since(ld.inst.startedAt) > ld.cfg.MesosStartupTimeout {
-			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.MesosURL, ld.cfg.MesosStartupTimeout, errors.Unwrap(err))
-		}
-		if err != nil {
+		case errors.As(err, &failed) && !ld.inst.hasSubscribed() && time.Since(ld.inst.startedAt) > ld.cfg.MesosStartupTimeout:
+			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.MesosURL, ld.cfg.MesosStartupTimeout, failed.error)
+		case errors.As(err, &failed):
 			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
 			sleep(ctx, backoff)
 			backoff = min(2*backoff, 30*time.Second)
-			continue
-		}
-		backoff = 500 * time.Millisecond
-		if err := ld.subscribed(ctx, sub, fwID); err != nil {
-			sub.resp.Close()
-			ld.log.WithError(err).Warn("cannot record the subscription; re-subscribing")
-			continue
-		}
-		streamErr := make(chan error, 1)
-		sctx, stop := context.WithCancel(ctx)
-		go func() { streamErr <- sub.events(sctx, ld.events) }()
-		err = ld.serve(sctx, streamErr)
-		stop()
-		sub.resp.Close()
-		ld.inst.setSubscribed(false)
-		if errors.Is(err, errFrameworkRemoved) {
-			return err
-		}
-		if ctx.Err() == nil {
+		default:
+			backoff = 500 * time.Millisecond
 			ld.log.WithError(err).Warn("Mesos subscription lost; re-subscribing")
 		}
 	}
 	return nil
+}
+
+// subscribeFailed is a session that never got SUBSCRIBED.
+type subscribeFailed struct{ error }
+
+// session is one subscription: SUBSCRIBE, record it, then serve its events until it ends.
+func (ld *leader) session(ctx context.Context) error {
+	fwID, err := ld.store.FrameworkID(ctx)
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return subscribeFailed{fmt.Errorf("read the FrameworkID: %w", err)}
+	}
+	// The subscription lives in streamCtx until its stream ends. Before the process's first
+	// subscription the handshake is also bounded by the start-up budget (mesos-go retries
+	// inside one call); the bound must not outlive the handshake, or it would cut the stream.
+	streamCtx, endStream := context.WithCancel(ctx)
+	defer endStream()
+	var budget *time.Timer
+	if !ld.inst.hasSubscribed() {
+		budget = time.AfterFunc(time.Until(ld.inst.startedAt.Add(ld.cfg.MesosStartupTimeout+time.Second)), endStream)
+	}
+	sub, err := ld.cfg.subscribe(streamCtx, fwID, "http://"+ld.inst.advertised)
+	if budget != nil && !budget.Stop() && err == nil {
+		sub.resp.Close()
+		err = errors.New("subscribed only after the start-up budget ran out")
+	}
+	if errors.Is(err, errFrameworkRemoved) {
+		return err
+	}
+	if err != nil {
+		return subscribeFailed{err}
+	}
+	defer sub.resp.Close()
+	if err := ld.subscribed(ctx, sub, fwID); err != nil {
+		return fmt.Errorf("record the subscription: %w", err)
+	}
+	defer ld.inst.setSubscribed(false)
+	streamErr := make(chan error, 1)
+	go func() { streamErr <- sub.events(streamCtx, ld.events) }()
+	return ld.serve(streamCtx, streamErr) // the deferred endStream stops the reader
 }
 
 func sleep(ctx context.Context, d time.Duration) {
