@@ -21,7 +21,7 @@ import (
 
 var executorBin string // the real ejcloud-executor, built once per test binary
 
-func buildExecutor(t *testing.T) string {
+func buildExecutor(t testing.TB) string {
 	t.Helper()
 	if executorBin == "" {
 		bin := filepath.Join(os.TempDir(), "ejcloud-executor-scheduler-test")
@@ -35,7 +35,7 @@ func buildExecutor(t *testing.T) string {
 
 // system is ZooKeeper, mesos-local and one scheduler, all real.
 type system struct {
-	t     *testing.T
+	t     testing.TB
 	env   statetest.Env
 	mesos *mesoslocal.Cluster
 	sched *running
@@ -43,7 +43,7 @@ type system struct {
 	dir   string
 }
 
-func newSystem(t *testing.T, agents int, change ...func(*Config)) *system {
+func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 	env := statetest.StartZooKeeper(t)
 	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents = agents })
 	cfg := testConfig(t, env)

@@ -252,3 +252,24 @@ func (ld *leader) masterExecutors(ctx context.Context) (map[string]bool, error) 
 	}
 	return out, nil
 }
+
+// Trigger adds one run of a TRANSIENT job, like a misfire-enabled fire (SPEC §5.3), and wakes
+// the leader at once.
+func (s *instance) Trigger(ctx context.Context, job string) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	j, err := ld.store.Job(ctx, job)
+	if err != nil {
+		return err
+	}
+	if j.JobExecutionType == config.Daemon {
+		return fmt.Errorf("job %q is a DAEMON job: it cannot be triggered", job)
+	}
+	if err := ld.store.AddReady(ctx, job, true); err != nil {
+		return err
+	}
+	ld.poke()
+	return nil
+}

@@ -30,7 +30,7 @@ func quietLog() *logrus.Logger {
 	return l
 }
 
-func testConfig(t *testing.T, env statetest.Env) Config {
+func testConfig(t testing.TB, env statetest.Env) Config {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg := Flags(fs)
 	if err := fs.Parse(nil); err != nil {
@@ -41,7 +41,7 @@ func testConfig(t *testing.T, env statetest.Env) Config {
 	return *cfg
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ type running struct {
 	inst *instance
 }
 
-func start(t *testing.T, cfg Config) *running {
+func start(t testing.TB, cfg Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cfg: cfg, stop: cancel, done: make(chan error, 1)}
 	started := make(chan *instance, 1)
@@ -79,7 +79,7 @@ var noRedirect = &http.Client{
 	Timeout:       5 * time.Second,
 }
 
-func get(t *testing.T, addr, path string) (*http.Response, map[string]any) {
+func get(t testing.TB, addr, path string) (*http.Response, map[string]any) {
 	t.Helper()
 	resp, err := noRedirect.Get("http://" + addr + path)
 	if err != nil {

@@ -119,7 +119,16 @@ func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the session expiry was not surfaced after reconnecting")
 	}
-	err := la.Store().AddReady(ctx, "job", true)
+	// The client is still opening its new session: until then the write fails as unavailable;
+	// once connected it must fail as fenced. No attempt may succeed.
+	var err error
+	await.True(t, 10*time.Second, "the deposed leader reconnected", func() bool {
+		err = la.Store().AddReady(ctx, "job", true)
+		if err == nil {
+			t.Fatal("the deposed leader completed a fenced write after its session expired")
+		}
+		return !errors.Is(err, state.ErrUnavailable)
+	})
 	mustIs(t, err, state.ErrNotLeader, "the deposed leader's fenced write after its session expired")
 	must(t, lb.Store().AddReady(ctx, "job", true), "the new leader's fenced write")
 	if r, _ := b.ReadyOf(ctx, "job"); r.Count != 2 {

@@ -1,0 +1,139 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// recordingCaller stands in for Mesos in the offer-cycle benchmark: it counts calls.
+type recordingCaller struct{ calls map[scheduler.Call_Type]int }
+
+func (r *recordingCaller) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
+	r.calls[c.Type]++
+	return nil, nil
+}
+
+func benchOffers(agents int) []mesos.Offer {
+	out := make([]mesos.Offer, agents)
+	for i := range out {
+		out[i] = mesos.Offer{ID: mesos.OfferID{Value: fmt.Sprintf("O%d", i)}, AgentID: mesos.AgentID{Value: fmt.Sprintf("S%d", i)},
+			Hostname: fmt.Sprintf("host%03d", i), Resources: []mesos.Resource{
+				{Name: "cpus", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: 32}, Role: ptr("*")},
+				{Name: "mem", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: 131072}, Role: ptr("*")},
+			}}
+	}
+	return out
+}
+
+// BenchmarkOfferCycle runs whole offer cycles against a real ZooKeeper: 100 READY jobs of 10
+// shards placed on 100 agents, written ahead in one multi, and the ACCEPTs sent (to a
+// recording caller). It reports ZooKeeper round trips per launched task.
+func BenchmarkOfferCycle(b *testing.B) {
+	env := statetest.StartZooKeeper(b)
+	ctx := context.Background()
+	store, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	app := config.DefaultApp()
+	app.AppName, app.AppURL, app.BootstrapScript = "app", "/opt/app", "./run"
+	if err := store.CreateApp(ctx, app); err != nil {
+		b.Fatal(err)
+	}
+	const jobs, shards = 100, 10
+	for i := range jobs {
+		j := config.Job{JobName: fmt.Sprintf("job%03d", i), AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
+			TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 1, MemoryMB: 1024, ScriptCommandLine: "true",
+			Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+		if err := store.CreateJob(ctx, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rec := &recordingCaller{calls: map[scheduler.Call_Type]int{}}
+	ld := &leader{cfg: Config{}, log: quietLog(), store: store, work: make(chan struct{}, 1),
+		executors: map[string]mesos.ExecutorInfo{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+		sub: &subscription{caller: rec, frameworkID: "fw-0000"}}
+	ld.prod = producer.New(store, nil, ld.log, nil)
+	offers := benchOffers(100)
+	var trips, launched uint64
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		for i := range jobs {
+			store.AddReady(ctx, fmt.Sprintf("job%03d", i), false)
+		}
+		before := store.RoundTrips()
+		b.StartTimer()
+		start := time.Now()
+		ld.cycle(ctx, offers)
+		elapsed += time.Since(start)
+		b.StopTimer()
+		trips += store.RoundTrips() - before
+		running, _ := store.Running(ctx)
+		launched += uint64(len(running))
+		for _, r := range running { // make room for the next cycle
+			id, _ := taskid.Parse(r.TaskID)
+			store.EndTask(ctx, id, state.NoFollowUp)
+		}
+		b.StartTimer()
+	}
+	if launched != uint64(b.N*jobs*shards) {
+		b.Fatalf("launched %d tasks in %d cycles; want %d a cycle", launched, b.N, jobs*shards)
+	}
+	b.ReportMetric(float64(trips)/float64(launched), "zk-roundtrips/task")
+	b.ReportMetric(float64(elapsed.Microseconds())/float64(launched), "µs/task")
+}
+
+// BenchmarkTriggerToShardStart measures, through mesos-local and the real executor, the time
+// from POST /api/job/trigger (Instance.Trigger) to the script of the shard starting, which the
+// executor does right after sending TASK_RUNNING.
+func BenchmarkTriggerToShardStart(b *testing.B) {
+	s := newSystem(b, 1)
+	j := s.scriptJob("latency", 1, "")
+	stamp := filepath.Join(s.dir, "started")
+	j.ScriptCommandLine = `date +%s%N >> ` + stamp + `; true`
+	if err := s.store.CreateJob(context.Background(), j); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		if err := s.sched.inst.Trigger(context.Background(), "latency"); err != nil {
+			b.Fatal(err)
+		}
+		var started time.Time
+		await.True(b, 30*time.Second, "shard started", func() bool {
+			data, _ := os.ReadFile(stamp)
+			lines := strings.Fields(string(data))
+			if len(lines) <= i {
+				return false
+			}
+			ns, _ := strconv.ParseInt(lines[i], 10, 64)
+			started = time.Unix(0, ns)
+			return true
+		})
+		lat = append(lat, started.Sub(start))
+		await.True(b, 30*time.Second, "shard ended", func() bool { return s.runningCount("latency") == 0 })
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
