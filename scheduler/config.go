@@ -16,6 +16,7 @@ type Config struct {
 	ZKServers          []string
 	ZKNamespace        string
 	ZKDigest           string
+	ZKSessionTimeout   time.Duration
 	MesosURL           string
 	MesosRole          string
 	MesosUser          string
@@ -57,6 +58,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	c.ZKServers = []string{"127.0.0.1:2181"}
 	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
+	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
 	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL (leader redirects are followed)")
 	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
 	fs.StringVar(&c.MesosUser, "mesos-user", currentUser(), "user tasks run as")

@@ -158,3 +158,12 @@ func TestScriptJobRunsEveryShardOnEveryFire(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// runLines returns the lines of a job's runs file, in order.
+func (s *system) runLines(job string) []string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "runs-"+job+".txt"))
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ type schedulerProcess struct {
 	out  *expect.Console
 }
 
-func startSchedulerBinary(t *testing.T, bin string, s *system, mesosURL string) *schedulerProcess {
+func startSchedulerBinary(t *testing.T, bin string, s *system, mesosURL string, extra ...string) *schedulerProcess {
 	t.Helper()
 	console, err := expect.NewConsole(expect.WithDefaultTimeout(60 * time.Second))
 	if err != nil {
@@ -33,6 +34,7 @@ func startSchedulerBinary(t *testing.T, bin string, s *system, mesosURL string) 
 	cmd := exec.Command(bin, "--zk-servers", strings.Join(s.env.Servers, ","), "--zk-namespace", s.env.Namespace,
 		"--mesos-url", mesosURL, "--http-addr", addr, "--hostname", "127.0.0.1", "--executor-binary", buildExecutor(t),
 		"--reconcile-interval", "0")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = console.Tty(), console.Tty()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -58,10 +60,7 @@ func (p *schedulerProcess) ready(t *testing.T) bool {
 // Killing the leader (SIGKILL) lets the standby take over within 15 s with the same
 // FrameworkID, and the jobs go on running.
 func TestStandbyTakesOverAfterTheLeaderIsKilled(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "ejcloud-scheduler")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ejcloud-scheduler").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildSchedulerBinary(t)
 	// The in-process scheduler of newSystem is stopped at once: the binaries do the work.
 	s := newSystem(t, 2)
 	s.sched.stop()
@@ -123,4 +122,79 @@ func TestStandbyTakesOverAfterTheLeaderIsKilled(t *testing.T) {
 		r := s.runs("ha")
 		return len(r["0"]) >= 1 && len(r["1"]) >= 1
 	})
+}
+
+func buildSchedulerBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ejcloud-scheduler")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/ejcloud-scheduler").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Across 20 leader kills during a workload, no shard of any run is run twice and none is lost.
+// Each run is triggered alone and awaited, so the lines a run appends are its shards; a leader
+// is SIGKILLed while every run is under way, at a different moment each time, and comes back
+// as a standby.
+func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
+	bin := buildSchedulerBinary(t)
+	s := newSystem(t, 2)
+	s.sched.stop()
+	<-s.sched.done
+	s.sched.done <- nil
+	ctx := context.Background()
+	if _, err := s.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) {
+		a.AppURL, a.BootstrapScript = buildExecutor(t), "./"+filepath.Base(buildExecutor(t))
+		return a, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const shards, kills = 3, 20
+	j := s.scriptJob("audit", shards, "")
+	j.Failover = true // a launch cut short by a leader's death is recovered by reconciliation + failover
+	j.ScriptCommandLine = strings.Replace(j.ScriptCommandLine, "; true", "; sleep 0.2; true", 1)
+	if err := s.store.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	extra := []string{"--zk-session-timeout", "1s"}
+	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
+	leaderOf := func() int {
+		for i, p := range procs {
+			if p.ready(t) {
+				return i
+			}
+		}
+		return -1
+	}
+	lines := 0
+	for run := 0; run < kills; run++ {
+		var l int
+		await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
+		if err := s.store.AddReady(ctx, "audit", true); err != nil {
+			t.Fatal(err)
+		}
+		// Deliberate fault timing, not a wait: the kill falls at a different phase of each run
+		// (before the leader's next tick notices the work, during the launch, while shards run).
+		time.Sleep(time.Duration(run%10) * 250 * time.Millisecond)
+		procs[l].cmd.Process.Signal(syscall.SIGKILL)
+		procs[l].cmd.Wait()
+		procs[l] = startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)
+		await.True(t, 60*time.Second, fmt.Sprintf("run %d complete", run), func() bool {
+			r, _ := s.store.ReadyOf(ctx, "audit")
+			return r.Count == 0 && s.runningCount("audit") == 0 && s.failoverCount() == 0 && len(s.runLines("audit")) >= lines+shards
+		})
+		got := s.runLines("audit")[lines:]
+		items := map[string]int{}
+		for _, line := range got {
+			item, _, _ := strings.Cut(line, " ")
+			items[item]++
+		}
+		for i := 0; i < shards; i++ {
+			if items[itoa(i)] != 1 {
+				t.Fatalf("run %d: shard %d ran %d times; want exactly once (lines %q)", run, i, items[itoa(i)], got)
+			}
+		}
+		lines += len(got)
+	}
 }

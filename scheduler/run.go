@@ -34,7 +34,7 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	}
 	connectCtx, cancel := context.WithTimeout(ctx, timeout)
 	store, err := state.Connect(connectCtx, state.Config{
-		Servers: cfg.ZKServers, Namespace: cfg.ZKNamespace, Digest: cfg.ZKDigest,
+		Servers: cfg.ZKServers, Namespace: cfg.ZKNamespace, Digest: cfg.ZKDigest, SessionTimeout: cfg.ZKSessionTimeout,
 		QueueSizeLimit: cfg.JobStateQueueSize, Logger: log,
 	})
 	cancel()
