@@ -14,6 +14,16 @@ func (s *instance) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	// Every instance serves the stock executor: agents fetch it from the URL the app names.
 	mux.HandleFunc("GET /executor/ejcloud-executor", s.executorBinary)
+	mux.HandleFunc("/api/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		h := s.api
+		s.mu.Unlock()
+		if h == nil { // the leadership ended while the request came in
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "leadership changing; try again"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 	}))

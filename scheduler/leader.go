@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
 	"github.com/ejcloud/ejcloud/state"
@@ -63,8 +65,8 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 	}
 	ld.prod = producer.New(ld.store, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
-	s.setLeaderState(ld)
-	defer s.setLeaderState(nil)
+	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
+	defer s.setLeaderState(nil, nil)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -299,9 +301,9 @@ func (ld *leader) ensureDaemons(ctx context.Context) {
 	}
 }
 
-func (s *instance) setLeaderState(ld *leader) {
+func (s *instance) setLeaderState(ld *leader, apiHandler http.Handler) {
 	s.mu.Lock()
-	s.ld = ld
+	s.ld, s.api = ld, apiHandler
 	s.mu.Unlock()
 }
 

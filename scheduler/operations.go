@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,13 +10,14 @@ import (
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/executor"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // ErrNotLeader is returned by operations asked of an instance that does not lead.
-var ErrNotLeader = errors.New("scheduler: this instance is not the leader")
+var ErrNotLeader = fmt.Errorf("%w: this scheduler instance is not the leader", api.ErrUnavailable)
 
 // The operations of SPEC §5.9, for the REST API. Each writes ZooKeeper first (through the
 // leader's fenced store) and then has the leader's event loop make the Mesos calls.
@@ -272,4 +272,17 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	}
 	ld.poke()
 	return nil
+}
+
+// Idle reports whether a DAEMON task is between runs (its last heartbeat was COMPLETE).
+func (s *instance) Idle(taskID string) bool {
+	s.mu.Lock()
+	ld := s.ld
+	s.mu.Unlock()
+	if ld == nil {
+		return false
+	}
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.idle[taskID]
 }

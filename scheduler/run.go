@@ -102,7 +102,8 @@ type instance struct {
 	mu             sync.Mutex // guards leader, subscribed and ld
 	leader         bool
 	subscribed     bool
-	ld             *leader // the leader's state while this instance leads
+	ld             *leader      // the leader's state while this instance leads
+	api            http.Handler // the REST API, bound to the leader's fenced store
 	everSubscribed bool
 
 	startedAt time.Time

@@ -1,0 +1,188 @@
+// Package api is ejcloud's REST API (SPEC §7): the paths and JSON fields of Elastic-Job-Cloud
+// 2.1.5, with precise errors. Every write is validated first (400 naming the field) and changes
+// nothing when it fails; duplicates are 409, unknown names 404, a full queue 503, a body over
+// 1 MiB 413, and 500 only for internal faults, with a message and never a stack trace.
+//
+//	request → auth (root, read-only guest) → decode and validate (config) → Store / Scheduler → JSON
+//
+// The scheduler composes it: Store is the state layer (the leader's fenced view), Scheduler the
+// leader's operations.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// MaxBody is the largest request body.
+const MaxBody = 1 << 20
+
+// Store is what the handlers read and write directly.
+type Store interface {
+	CreateApp(ctx context.Context, a config.App) error
+	App(ctx context.Context, name string) (config.App, error)
+	Apps(ctx context.Context) ([]config.App, error)
+	UpdateApp(ctx context.Context, name string, change func(config.App) (config.App, error)) (config.App, error)
+	AppDisabled(ctx context.Context, app string) (bool, error)
+	CreateJob(ctx context.Context, j config.Job) error
+	Job(ctx context.Context, name string) (config.Job, error)
+	Jobs(ctx context.Context) ([]config.Job, error)
+	JobOrAppDisabled(ctx context.Context, j config.Job) (bool, error)
+	Running(ctx context.Context) ([]state.RunningEntry, error)
+	Ready(ctx context.Context) ([]state.ReadyEntry, error)
+	Failovers(ctx context.Context) ([]state.FailoverEntry, error)
+}
+
+// Scheduler is what the handlers ask of the leader: the operations that also act on Mesos.
+type Scheduler interface {
+	JobChanged(ctx context.Context, job string)
+	UpdateJob(ctx context.Context, j config.Job) error
+	DeleteJob(ctx context.Context, job string) error
+	DisableJob(ctx context.Context, job string) error
+	EnableJob(ctx context.Context, job string) error
+	DisableApp(ctx context.Context, app string) error
+	EnableApp(ctx context.Context, app string) error
+	DeleteApp(ctx context.Context, app string) error
+	Trigger(ctx context.Context, job string) error
+	Idle(taskID string) bool
+}
+
+// Config is the API's configuration.
+type Config struct {
+	Root  string // "user:password" of the administrator; "" disables authentication
+	Guest string // "user:password" of the read-only guest
+	Zone  string // default time zone of jobs registered without one
+	Log   logrus.FieldLogger
+	Now   func() time.Time
+}
+
+// Server serves the API.
+type Server struct {
+	store Store
+	sched Scheduler
+	cfg   Config
+}
+
+// New returns the API's handler, for every path under /api.
+func New(store Store, sched Scheduler, cfg Config) http.Handler {
+	if cfg.Zone == "" {
+		cfg.Zone = config.LocalZone()
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.StandardLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{store: store, sched: sched, cfg: cfg}
+	r := mux.NewRouter()
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, "")
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path, "")
+	})
+	s.appRoutes(r)
+	s.jobRoutes(r)
+	return s.auth(r)
+}
+
+// auth enforces HTTP Basic credentials when a root user is configured: the guest may only read.
+func (s *Server) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Root == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		user, pass, ok := r.BasicAuth()
+		given := user + ":" + pass
+		switch {
+		case ok && equal(given, s.cfg.Root):
+			next.ServeHTTP(w, r)
+		case ok && s.cfg.Guest != "" && equal(given, s.cfg.Guest):
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				writeError(w, http.StatusForbidden, "the guest may only read", "")
+				return
+			}
+			next.ServeHTTP(w, r)
+		default:
+			w.Header().Set("WWW-Authenticate", `Basic realm="ejcloud"`)
+			writeError(w, http.StatusUnauthorized, "credentials required", "")
+		}
+	})
+}
+
+// equal compares credentials in constant time.
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// body reads a request body of at most MaxBody bytes.
+func body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxBody), "")
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "cannot read the request body: "+err.Error(), "")
+		return nil, false
+	}
+	return b, true
+}
+
+// fail answers an error with the status its kind calls for.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var fe *config.FieldError
+	switch {
+	case errors.As(err, &fe):
+		writeError(w, http.StatusBadRequest, fe.Message, fe.Field)
+	case errors.Is(err, state.ErrAppNotFound):
+		writeError(w, http.StatusBadRequest, "appName: "+err.Error(), "appName")
+	case errors.Is(err, state.ErrExists):
+		writeError(w, http.StatusConflict, err.Error(), "")
+	case errors.Is(err, state.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error(), "")
+	case errors.Is(err, errBadRequest):
+		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "), "")
+	case errors.Is(err, state.ErrQueueFull), errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error(), "")
+	default:
+		s.cfg.Log.WithError(err).WithField("path", r.URL.Path).Error("internal error")
+		writeError(w, http.StatusInternalServerError, "internal error: "+err.Error(), "")
+	}
+}
+
+var errBadRequest = errors.New("bad request")
+
+// ErrUnavailable is wrapped by a Scheduler's errors that mean "try again, perhaps elsewhere":
+// the instance stopped leading while it answered. The API answers them 503.
+var ErrUnavailable = errors.New("api: unavailable")
+
+func writeError(w http.ResponseWriter, code int, msg, field string) {
+	body := map[string]string{"error": msg}
+	if field != "" {
+		body["field"] = field
+	}
+	writeJSON(w, code, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func noContent(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }

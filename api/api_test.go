@@ -1,0 +1,224 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+const appBody = `{"appName":"app","appURL":"http://127.0.0.1/app.tar.gz","bootstrapScript":"bin/start.sh"}`
+const jobBody = `{"jobName":"job","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"0/5 * * * * ?",
+ "shardingTotalCount":"3","cpuCount":"0.5","memoryMB":"64","scriptCommandLine":"echo hi","timeZone":"UTC"}`
+
+type fixture struct {
+	store *fakeStore
+	sched *fakeSched
+	h     http.Handler
+}
+
+func newFixture(cfg Config) *fixture {
+	st := newFakeStore()
+	sc := &fakeSched{store: st, idle: map[string]bool{}}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	cfg.Log, cfg.Zone = log, "UTC"
+	cfg.Now = func() time.Time { return time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC) }
+	return &fixture{store: st, sched: sc, h: New(st, sc, cfg)}
+}
+
+func (f *fixture) do(method, path, body string, auth ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if len(auth) == 2 {
+		req.SetBasicAuth(auth[0], auth[1])
+	}
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	return rec
+}
+
+// seeded has an app "app", a job "job" and a DAEMON job "daemon".
+func seeded() *fixture {
+	f := newFixture(Config{})
+	f.do("POST", "/api/app", appBody)
+	f.do("POST", "/api/job/register", jobBody)
+	d := strings.Replace(strings.Replace(jobBody, `"job"`, `"daemon"`, 1), "TRANSIENT", "DAEMON", 1)
+	f.do("POST", "/api/job/register", d)
+	f.sched.ops = nil
+	return f
+}
+
+func TestEndpoints(t *testing.T) {
+	id := taskid.New(taskid.Meta{JobName: "job", Item: 1}, taskid.Failover, "S3")
+	tests := []struct {
+		name         string
+		method, path string
+		body         string
+		wantCode     int
+		wantBody     string // JSON compared structurally when it starts with [ or {; substring otherwise
+		wantOps      []string
+	}{
+		{name: "register an app", method: "POST", path: "/api/app", body: strings.Replace(appBody, `"app"`, `"other"`, 1), wantCode: 204},
+		{name: "register an app twice", method: "POST", path: "/api/app", body: appBody, wantCode: 409},
+		{name: "list apps", method: "GET", path: "/api/app/list", wantCode: 200, wantBody: `"appName":"app"`},
+		{name: "get an app", method: "GET", path: "/api/app/app", wantCode: 200, wantBody: `"bootstrapScript":"bin/start.sh"`},
+		{name: "get a missing app", method: "GET", path: "/api/app/nope", wantCode: 404},
+		{name: "partial app update", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":"256"}`, wantCode: 204},
+		{name: "update of a missing app", method: "PUT", path: "/api/app", body: `{"appName":"nope","memoryMB":256}`, wantCode: 404},
+		{name: "update without appName", method: "PUT", path: "/api/app", body: `{"memoryMB":256}`, wantCode: 400, wantBody: `"field":"appName"`},
+		{name: "update with an invalid value", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":1}`, wantCode: 400, wantBody: `"field":"memoryMB"`},
+		{name: "app disabled?", method: "GET", path: "/api/app/app/disable", wantCode: 200, wantBody: "false"},
+		{name: "disable an app", method: "POST", path: "/api/app/app/disable", wantCode: 204, wantOps: []string{"disable-app app"}},
+		{name: "enable an app", method: "POST", path: "/api/app/app/enable", wantCode: 204, wantOps: []string{"enable-app app"}},
+		{name: "enable an app, 2.1.5 form", method: "DELETE", path: "/api/app/app/disable", wantCode: 204, wantOps: []string{"enable-app app"}},
+		{name: "disable a missing app", method: "POST", path: "/api/app/nope/disable", wantCode: 404},
+		{name: "delete an app", method: "DELETE", path: "/api/app/app", wantCode: 204, wantOps: []string{"delete-app app"}},
+		{name: "register a job", method: "POST", path: "/api/job/register", body: strings.Replace(jobBody, `"job"`, `"new"`, 1), wantCode: 204, wantOps: []string{"changed new"}},
+		{name: "register a job twice", method: "POST", path: "/api/job/register", body: jobBody, wantCode: 409},
+		{name: "register a job of a missing app", method: "POST", path: "/api/job/register", body: strings.Replace(strings.Replace(jobBody, `"job"`, `"x"`, 1), `"app"`, `"nope"`, 1), wantCode: 400, wantBody: `"field":"appName"`},
+		{name: "update a job", method: "PUT", path: "/api/job/update", body: jobBody, wantCode: 204, wantOps: []string{"update job"}},
+		{name: "update a missing job", method: "PUT", path: "/api/job/update", body: strings.Replace(jobBody, `"job"`, `"nope"`, 1), wantCode: 404},
+		{name: "deregister, raw name", method: "DELETE", path: "/api/job/deregister", body: "job", wantCode: 204, wantOps: []string{"delete job"}},
+		{name: "deregister, JSON name", method: "DELETE", path: "/api/job/deregister", body: `"job"`, wantCode: 204, wantOps: []string{"delete job"}},
+		{name: "deregister a missing job", method: "DELETE", path: "/api/job/deregister", body: "nope", wantCode: 404},
+		{name: "deregister without a name", method: "DELETE", path: "/api/job/deregister", body: " ", wantCode: 400, wantBody: `"field":"jobName"`},
+		{name: "trigger", method: "POST", path: "/api/job/trigger", body: "job", wantCode: 204, wantOps: []string{"trigger job"}},
+		{name: "trigger a DAEMON job", method: "POST", path: "/api/job/trigger", body: "daemon", wantCode: 400, wantBody: "DAEMON"},
+		{name: "trigger a missing job", method: "POST", path: "/api/job/trigger", body: "nope", wantCode: 404},
+		{name: "list jobs", method: "GET", path: "/api/job/jobs", wantCode: 200, wantBody: `"jobName":"daemon"`},
+		{name: "get a job", method: "GET", path: "/api/job/jobs/job", wantCode: 200, wantBody: `"shardingTotalCount":3`},
+		{name: "get a missing job", method: "GET", path: "/api/job/jobs/nope", wantCode: 404},
+		{name: "job disabled?", method: "GET", path: "/api/job/job/disable", wantCode: 200, wantBody: "false"},
+		{name: "disable a job", method: "POST", path: "/api/job/job/disable", wantCode: 204, wantOps: []string{"disable job"}},
+		{name: "enable a job", method: "POST", path: "/api/job/job/enable", wantCode: 204, wantOps: []string{"enable job"}},
+		{name: "enable a job, 2.1.5 form", method: "DELETE", path: "/api/job/job/disable", wantCode: 204, wantOps: []string{"enable job"}},
+		{name: "next fire times", method: "GET", path: "/api/job/job/next?count=2", wantCode: 200, wantBody: `["2026-11-22T00:00:05Z","2026-11-22T00:00:10Z"]`},
+		{name: "next with a bad count", method: "GET", path: "/api/job/job/next?count=0", wantCode: 400, wantBody: `"field":"count"`},
+		{name: "running tasks", method: "GET", path: "/api/job/tasks/running", wantCode: 200,
+			wantBody: `[{"id":"` + id.String() + `","metaInfo":{"jobName":"job","shardingItems":[1]},"type":"FAILOVER","slaveId":"S3","idle":true}]`},
+		{name: "ready tasks", method: "GET", path: "/api/job/tasks/ready", wantCode: 200, wantBody: `[{"jobName":"job","times":2}]`},
+		{name: "failover tasks", method: "GET", path: "/api/job/tasks/failover", wantCode: 200,
+			wantBody: `[{"taskInfo":{"jobName":"job","shardingItems":[1]},"originalTaskId":"` + id.String() + `"}]`},
+		{name: "unknown path", method: "GET", path: "/api/nope", wantCode: 404},
+		{name: "body over 1 MiB", method: "POST", path: "/api/app", body: `{"appName":"` + strings.Repeat("a", MaxBody) + `"}`, wantCode: 413},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := seeded()
+			f.store.running = []state.RunningEntry{{Meta: id.Meta, TaskID: id.String()}}
+			f.sched.idle[id.String()] = true
+			f.store.ready = []state.ReadyEntry{{JobName: "job", Count: 2}}
+			f.store.failover = []state.FailoverEntry{{Meta: id.Meta, TaskID: id.String()}}
+			rec := f.do(tc.method, tc.path, tc.body)
+			if rec.Code != tc.wantCode {
+				t.Fatalf("%s %s: %d %s; want %d", tc.method, tc.path, rec.Code, rec.Body, tc.wantCode)
+			}
+			got := strings.TrimSpace(rec.Body.String())
+			switch {
+			case tc.wantBody == "":
+			case strings.HasPrefix(tc.wantBody, "[") || strings.HasPrefix(tc.wantBody, "{"):
+				var a, b any
+				json.Unmarshal([]byte(got), &a)
+				json.Unmarshal([]byte(tc.wantBody), &b)
+				if !reflect.DeepEqual(a, b) {
+					t.Fatalf("body %s; want %s", got, tc.wantBody)
+				}
+			case !strings.Contains(got, tc.wantBody):
+				t.Fatalf("body %s; want it to contain %s", got, tc.wantBody)
+			}
+			if tc.wantOps != nil && !reflect.DeepEqual(f.sched.Ops(), tc.wantOps) {
+				t.Fatalf("operations %v; want %v", f.sched.Ops(), tc.wantOps)
+			}
+			if rec.Code >= 400 && !strings.Contains(got, `"error"`) {
+				t.Fatalf("error answer without an error message: %s", got)
+			}
+		})
+	}
+}
+
+// Every validation rule of SPEC §3 answers 400 naming the field, and writes nothing.
+func TestValidationNamesTheFieldAndWritesNothing(t *testing.T) {
+	for _, tc := range []struct{ path, body, field string }{
+		{"/api/app", `{"appName":"a b","appURL":"/x","bootstrapScript":"s"}`, "appName"},
+		{"/api/app", `{"appName":"a","appURL":"x","bootstrapScript":"s"}`, "appURL"},
+		{"/api/app", `{"appName":"a","appURL":"/x"}`, "bootstrapScript"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","cpuCount":0}`, "cpuCount"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","memoryMB":"16"}`, "memoryMB"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","eventTraceSamplingCount":-1}`, "eventTraceSamplingCount"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","typo":1}`, "typo"},
+		{"/api/job/register", strings.Replace(jobBody, `"job"`, `"a@-@b"`, 1), "jobName"},
+		{"/api/job/register", strings.Replace(jobBody, `"SCRIPT"`, `"JAVA"`, 1), "jobType"},
+		{"/api/job/register", strings.Replace(jobBody, `"TRANSIENT"`, `"ONCE"`, 1), "jobExecutionType"},
+		{"/api/job/register", strings.Replace(jobBody, `"0/5 * * * * ?"`, `"0 0 25 * * ?"`, 1), "cron"},
+		{"/api/job/register", strings.Replace(jobBody, `"UTC"`, `"Mars/Olympus"`, 1), "timeZone"},
+		{"/api/job/register", strings.Replace(jobBody, `"3"`, `"0"`, 1), "shardingTotalCount"},
+		{"/api/job/register", strings.Replace(jobBody, `"0.5"`, `"0"`, 1), "cpuCount"},
+		{"/api/job/register", strings.Replace(jobBody, `"64"`, `"0.5"`, 1), "memoryMB"},
+		{"/api/job/register", strings.Replace(jobBody, `"echo hi"`, `""`, 1), "scriptCommandLine"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"shardingItemParameters":"9=x","jobName"`, 1), "shardingItemParameters"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"placement":"RANDOM","jobName"`, 1), "placement"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"jobShardingStrategyType":"HASH","jobName"`, 1), "jobShardingStrategyType"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"streamingProcess":true,"jobName"`, 1), "streamingProcess"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"shardingTotalCnt":3,"jobName"`, 1), "shardingTotalCnt"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			f := newFixture(Config{})
+			f.do("POST", "/api/app", appBody)
+			apps, jobs := len(f.store.apps), len(f.store.jobs)
+			rec := f.do("POST", tc.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			if rec.Code != 400 || got["field"] != tc.field || !strings.Contains(got["error"], tc.field) {
+				t.Fatalf("POST %s %s: %d %s; want 400 naming %s", tc.path, tc.body, rec.Code, rec.Body, tc.field)
+			}
+			if len(f.store.apps) != apps || len(f.store.jobs) != jobs || len(f.sched.Ops()) != 0 {
+				t.Fatal("a refused request changed something")
+			}
+		})
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	f := newFixture(Config{Root: "root:secret", Guest: "guest:look"})
+	f.do("POST", "/api/app", appBody, "root", "secret")
+	for _, tc := range []struct {
+		name         string
+		method, path string
+		auth         []string
+		want         int
+	}{
+		{"no credentials", "GET", "/api/app/list", nil, 401},
+		{"wrong password", "GET", "/api/app/list", []string{"root", "nope"}, 401},
+		{"root reads", "GET", "/api/app/list", []string{"root", "secret"}, 200},
+		{"guest reads", "GET", "/api/app/list", []string{"guest", "look"}, 200},
+		{"guest writes", "POST", "/api/app/app/disable", []string{"guest", "look"}, 403},
+		{"root writes", "POST", "/api/app/app/disable", []string{"root", "secret"}, 204},
+	} {
+		if rec := f.do(tc.method, tc.path, "", tc.auth...); rec.Code != tc.want {
+			t.Errorf("%s: %d; want %d", tc.name, rec.Code, tc.want)
+		}
+	}
+}
+
+func TestInternalFaultsAre500WithAMessage(t *testing.T) {
+	f := seeded()
+	f.store.fault = errors.New("disk on fire")
+	rec := f.do("GET", "/api/job/jobs", "")
+	if rec.Code != 500 || !strings.Contains(rec.Body.String(), "disk on fire") || strings.Contains(rec.Body.String(), "goroutine") {
+		t.Fatalf("%d %s; want 500 with the message and no stack", rec.Code, rec.Body)
+	}
+	f.store.fault = state.ErrQueueFull
+	if rec := f.do("POST", "/api/app", strings.Replace(appBody, `"app"`, `"b"`, 1)); rec.Code != 503 {
+		t.Fatalf("queue full: %d; want 503", rec.Code)
+	}
+}

@@ -1,0 +1,210 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// fakeStore keeps apps and jobs in memory, with the state layer's error kinds.
+type fakeStore struct {
+	mu       sync.Mutex
+	apps     map[string]config.App
+	jobs     map[string]config.Job
+	offApps  map[string]bool
+	offJobs  map[string]bool
+	running  []state.RunningEntry
+	ready    []state.ReadyEntry
+	failover []state.FailoverEntry
+	fault    error // returned by every call when set
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{apps: map[string]config.App{}, jobs: map[string]config.Job{}, offApps: map[string]bool{}, offJobs: map[string]bool{}}
+}
+
+func (f *fakeStore) CreateApp(_ context.Context, a config.App) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fault != nil {
+		return f.fault
+	}
+	if _, ok := f.apps[a.AppName]; ok {
+		return fmt.Errorf("create app %q: %w", a.AppName, state.ErrExists)
+	}
+	f.apps[a.AppName] = a
+	return nil
+}
+
+func (f *fakeStore) App(_ context.Context, name string) (config.App, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.apps[name]
+	if !ok {
+		return a, fmt.Errorf("app %q: %w", name, state.ErrNotFound)
+	}
+	return a, f.fault
+}
+
+func (f *fakeStore) Apps(context.Context) ([]config.App, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []config.App
+	for _, a := range f.apps {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AppName < out[j].AppName })
+	return out, f.fault
+}
+
+func (f *fakeStore) UpdateApp(ctx context.Context, name string, change func(config.App) (config.App, error)) (config.App, error) {
+	cur, err := f.App(ctx, name)
+	if err != nil {
+		return cur, err
+	}
+	next, err := change(cur)
+	if err != nil {
+		return cur, err
+	}
+	f.mu.Lock()
+	f.apps[name] = next
+	f.mu.Unlock()
+	return next, nil
+}
+
+func (f *fakeStore) AppDisabled(_ context.Context, app string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.offApps[app], f.fault
+}
+
+func (f *fakeStore) CreateJob(_ context.Context, j config.Job) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fault != nil {
+		return f.fault
+	}
+	if _, ok := f.apps[j.AppName]; !ok {
+		return fmt.Errorf("create job: %w %q", state.ErrAppNotFound, j.AppName)
+	}
+	if _, ok := f.jobs[j.JobName]; ok {
+		return fmt.Errorf("create job %q: %w", j.JobName, state.ErrExists)
+	}
+	f.jobs[j.JobName] = j
+	return nil
+}
+
+func (f *fakeStore) Job(_ context.Context, name string) (config.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[name]
+	if !ok {
+		return j, fmt.Errorf("job %q: %w", name, state.ErrNotFound)
+	}
+	return j, f.fault
+}
+
+func (f *fakeStore) Jobs(context.Context) ([]config.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []config.Job
+	for _, j := range f.jobs {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JobName < out[j].JobName })
+	return out, f.fault
+}
+
+func (f *fakeStore) JobOrAppDisabled(_ context.Context, j config.Job) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.offJobs[j.JobName] || f.offApps[j.AppName], f.fault
+}
+
+func (f *fakeStore) Running(context.Context) ([]state.RunningEntry, error) { return f.running, f.fault }
+func (f *fakeStore) Ready(context.Context) ([]state.ReadyEntry, error)     { return f.ready, f.fault }
+func (f *fakeStore) Failovers(context.Context) ([]state.FailoverEntry, error) {
+	return f.failover, f.fault
+}
+
+// fakeSched records the operations asked of the leader.
+type fakeSched struct {
+	mu    sync.Mutex
+	store *fakeStore
+	ops   []string
+	idle  map[string]bool
+}
+
+func (f *fakeSched) record(op string) {
+	f.mu.Lock()
+	f.ops = append(f.ops, op)
+	f.mu.Unlock()
+}
+
+func (f *fakeSched) Ops() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.ops...)
+}
+
+// existing fails like the scheduler does for a missing job or app.
+func (f *fakeSched) existingJob(ctx context.Context, job string) error {
+	_, err := f.store.Job(ctx, job)
+	return err
+}
+
+func (f *fakeSched) existingApp(ctx context.Context, app string) error {
+	_, err := f.store.App(ctx, app)
+	return err
+}
+
+func (f *fakeSched) JobChanged(_ context.Context, job string) { f.record("changed " + job) }
+func (f *fakeSched) UpdateJob(ctx context.Context, j config.Job) error {
+	if err := f.existingJob(ctx, j.JobName); err != nil {
+		return err
+	}
+	f.record("update " + j.JobName)
+	return nil
+}
+func (f *fakeSched) DeleteJob(ctx context.Context, job string) error {
+	return f.jobOp(ctx, "delete", job)
+}
+func (f *fakeSched) DisableJob(ctx context.Context, job string) error {
+	return f.jobOp(ctx, "disable", job)
+}
+func (f *fakeSched) EnableJob(ctx context.Context, job string) error {
+	return f.jobOp(ctx, "enable", job)
+}
+func (f *fakeSched) Trigger(ctx context.Context, job string) error {
+	return f.jobOp(ctx, "trigger", job)
+}
+func (f *fakeSched) DisableApp(ctx context.Context, app string) error {
+	return f.appOp(ctx, "disable-app", app)
+}
+func (f *fakeSched) EnableApp(ctx context.Context, app string) error {
+	return f.appOp(ctx, "enable-app", app)
+}
+func (f *fakeSched) DeleteApp(ctx context.Context, app string) error {
+	return f.appOp(ctx, "delete-app", app)
+}
+func (f *fakeSched) Idle(taskID string) bool { return f.idle[taskID] }
+
+func (f *fakeSched) jobOp(ctx context.Context, op, job string) error {
+	if err := f.existingJob(ctx, job); err != nil {
+		return err
+	}
+	f.record(op + " " + job)
+	return nil
+}
+
+func (f *fakeSched) appOp(ctx context.Context, op, app string) error {
+	if err := f.existingApp(ctx, app); err != nil {
+		return err
+	}
+	f.record(op + " " + app)
+	return nil
+}

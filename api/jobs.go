@@ -1,0 +1,256 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+func (s *Server) jobRoutes(r *mux.Router) {
+	r.HandleFunc("/api/job/register", s.registerJob).Methods(http.MethodPost)
+	r.HandleFunc("/api/job/update", s.updateJob).Methods(http.MethodPut)
+	r.HandleFunc("/api/job/deregister", s.deregisterJob).Methods(http.MethodDelete)
+	r.HandleFunc("/api/job/trigger", s.triggerJob).Methods(http.MethodPost)
+	r.HandleFunc("/api/job/jobs", s.listJobs).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/jobs/{jobName}", s.getJob).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/tasks/running", s.runningTasks).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/tasks/ready", s.readyTasks).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/tasks/failover", s.failoverTasks).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/disable", s.jobDisabled).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/disable", s.disableJob).Methods(http.MethodPost)
+	r.HandleFunc("/api/job/{jobName}/disable", s.enableJob).Methods(http.MethodDelete) // the 2.1.5 form
+	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
+	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(http.MethodGet)
+}
+
+func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
+	b, ok := body(w, r)
+	if !ok {
+		return
+	}
+	j, err := config.DecodeJob(b, s.cfg.Zone)
+	if err == nil {
+		err = s.store.CreateJob(r.Context(), j)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.sched.JobChanged(r.Context(), j.JobName)
+	noContent(w)
+}
+
+// updateJob replaces the whole config; the scheduler kills running tasks only when SPEC §3.2
+// says so.
+func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
+	b, ok := body(w, r)
+	if !ok {
+		return
+	}
+	j, err := config.DecodeJob(b, s.cfg.Zone)
+	if err == nil {
+		err = s.sched.UpdateJob(r.Context(), j)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noContent(w)
+}
+
+// jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms).
+func (s *Server) jobName(w http.ResponseWriter, r *http.Request) (string, bool) {
+	b, ok := body(w, r)
+	if !ok {
+		return "", false
+	}
+	name := strings.TrimSpace(string(b))
+	if strings.HasPrefix(name, `"`) {
+		if err := json.Unmarshal([]byte(name), &name); err != nil {
+			s.fail(w, r, &config.FieldError{Field: "jobName", Message: "jobName is not a valid JSON string: " + err.Error()})
+			return "", false
+		}
+	}
+	if name == "" {
+		s.fail(w, r, &config.FieldError{Field: "jobName", Message: "jobName is required in the body"})
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) deregisterJob(w http.ResponseWriter, r *http.Request) {
+	if name, ok := s.jobName(w, r); ok {
+		s.op(w, r, s.sched.DeleteJob, name)
+	}
+}
+
+func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
+	name, ok := s.jobName(w, r)
+	if !ok {
+		return
+	}
+	j, err := s.store.Job(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if j.JobExecutionType == config.Daemon {
+		s.fail(w, r, fmt.Errorf("%w: job %q is a DAEMON job; only TRANSIENT jobs can be triggered", errBadRequest, name))
+		return
+	}
+	s.op(w, r, s.sched.Trigger, name)
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	jobs, err := s.store.Jobs(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []config.Job{}
+	}
+	writeJSON(w, http.StatusOK, jobs)
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// jobDisabled is true when the job or its app is disabled.
+func (s *Server) jobDisabled(w http.ResponseWriter, r *http.Request) {
+	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	off, err := s.store.JobOrAppDisabled(r.Context(), j)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, off)
+}
+
+func (s *Server) disableJob(w http.ResponseWriter, r *http.Request) {
+	s.op(w, r, s.sched.DisableJob, mux.Vars(r)["jobName"])
+}
+
+func (s *Server) enableJob(w http.ResponseWriter, r *http.Request) {
+	s.op(w, r, s.sched.EnableJob, mux.Vars(r)["jobName"])
+}
+
+// nextFires lists the job's next fire times in its own zone (?count=5, at most 100).
+func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
+	count := 5
+	if c := r.URL.Query().Get("count"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > 100 {
+			s.fail(w, r, &config.FieldError{Field: "count", Message: "count must be an integer from 1 to 100, got " + strconv.Quote(c)})
+			return
+		}
+		count = n
+	}
+	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	times, err := producer.Next(j, s.cfg.Now(), count)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]string, len(times))
+	for i, t := range times {
+		out[i] = t.Format(time.RFC3339)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type metaInfo struct {
+	JobName       string `json:"jobName"`
+	ShardingItems []int  `json:"shardingItems"`
+}
+
+func (s *Server) runningTasks(w http.ResponseWriter, r *http.Request) {
+	running, err := s.store.Running(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	type task struct {
+		ID       string   `json:"id"`
+		MetaInfo metaInfo `json:"metaInfo"`
+		Type     string   `json:"type"`
+		SlaveID  string   `json:"slaveId"`
+		Idle     bool     `json:"idle"`
+	}
+	out := []task{}
+	for _, e := range running {
+		t := task{ID: e.TaskID, MetaInfo: metaInfo{JobName: e.Meta.JobName, ShardingItems: []int{e.Meta.Item}}, Idle: s.sched.Idle(e.TaskID)}
+		if id, err := taskid.Parse(e.TaskID); err == nil {
+			t.Type, t.SlaveID = string(id.Type), id.AgentID
+		}
+		out = append(out, t)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) readyTasks(w http.ResponseWriter, r *http.Request) {
+	ready, err := s.store.Ready(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	type entry struct {
+		JobName string `json:"jobName"`
+		Times   int    `json:"times"`
+	}
+	out := []entry{}
+	for _, e := range ready {
+		out = append(out, entry{JobName: e.JobName, Times: e.Count})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) failoverTasks(w http.ResponseWriter, r *http.Request) {
+	fos, err := s.store.Failovers(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	type entry struct {
+		TaskInfo       metaInfo `json:"taskInfo"`
+		OriginalTaskID string   `json:"originalTaskId"`
+	}
+	out := []entry{}
+	for _, e := range fos {
+		out = append(out, entry{TaskInfo: metaInfo{JobName: e.Meta.JobName, ShardingItems: []int{e.Meta.Item}}, OriginalTaskID: e.TaskID})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// op runs a scheduler operation on a name and answers 204, or the error.
+func (s *Server) op(w http.ResponseWriter, r *http.Request, f func(context.Context, string) error, name string) {
+	if err := f(r.Context(), name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noContent(w)
+}
