@@ -96,7 +96,9 @@ func New(store Store, sched Scheduler, cfg Config) http.Handler {
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path, "")
 	})
 	s.appRoutes(r)
+	s.traceRoutes(r) // before the job routes: /api/job/events/… is not a job named "events"
 	s.jobRoutes(r)
+	s.operateRoutes(r)
 	return s.auth(r)
 }
 

@@ -222,3 +222,38 @@ func TestInternalFaultsAre500WithAMessage(t *testing.T) {
 		t.Fatalf("queue full: %d; want 503", rec.Code)
 	}
 }
+
+func TestOperateAndTraceEndpoints(t *testing.T) {
+	f := seeded() // its clock stands still, so the second reconciliation is within 10 s
+	for _, tc := range []struct {
+		name, method, path string
+		want               int
+		contains           string
+	}{
+		{"reconcile explicit", "POST", "/api/operate/reconcile/explicit", 204, ""},
+		{"again within 10 s", "POST", "/api/operate/reconcile/explicit", 429, "10 s"},
+		{"implicit is its own kind", "POST", "/api/operate/reconcile/implicit", 204, ""},
+		{"unknown kind", "POST", "/api/operate/reconcile/sideways", 404, ""},
+		{"sandbox", "GET", "/api/operate/sandbox?appName=app", 200, `"hostname":"127.0.0.2"`},
+		{"sandbox without app", "GET", "/api/operate/sandbox", 400, `"field":"appName"`},
+		{"sandbox of a missing app", "GET", "/api/operate/sandbox?appName=nope", 404, ""},
+		{"executions", "GET", "/api/job/events/executions?per_page=10&page=1&startTime=2026-11-01%2000:00:00&endTime=2026-11-22", 200, `"total":0`},
+		{"executions with a bad date", "GET", "/api/job/events/executions?startTime=yesterday", 400, `"field":"startTime"`},
+		{"status traces ending before they start", "GET", "/api/job/events/statusTraces?startTime=2026-11-22&endTime=2026-11-01", 400, `"field":"endTime"`},
+		{"bad page size", "GET", "/api/job/events/statusTraces?per_page=0", 400, `"field":"per_page"`},
+		{"bad order", "GET", "/api/job/events/executions?order=up", 400, `"field":"order"`},
+		{"task results", "GET", "/api/job/statistics/tasks/results?since=lastWeek", 200, "[]"},
+		{"task results, bad since", "GET", "/api/job/statistics/tasks/results?since=forever", 400, `"field":"since"`},
+		{"task results of the last hour", "GET", "/api/job/statistics/tasks/results/lastHour", 200, `"successCount":0`},
+		{"running jobs", "GET", "/api/job/statistics/jobs/running", 200, "[]"},
+		{"execution types", "GET", "/api/job/statistics/jobs/executionType", 200, "transientJobCount"},
+	} {
+		rec := f.do(tc.method, tc.path, "")
+		if rec.Code != tc.want || !strings.Contains(rec.Body.String(), tc.contains) {
+			t.Fatalf("%s: %s %s = %d %s; want %d containing %q", tc.name, tc.method, tc.path, rec.Code, rec.Body, tc.want, tc.contains)
+		}
+	}
+	if ops := f.sched.Ops(); !reflect.DeepEqual(ops, []string{"reconcile explicit=true", "reconcile explicit=false"}) {
+		t.Fatalf("operations %v", ops)
+	}
+}

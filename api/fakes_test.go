@@ -208,3 +208,12 @@ func (f *fakeSched) appOp(ctx context.Context, op, app string) error {
 	f.record(op + " " + app)
 	return nil
 }
+
+func (f *fakeSched) Reconcile(_ context.Context, explicit bool) error {
+	f.record(fmt.Sprintf("reconcile explicit=%v", explicit))
+	return nil
+}
+
+func (f *fakeSched) Sandboxes(_ context.Context, app string) ([]Sandbox, error) {
+	return []Sandbox{{Hostname: "127.0.0.2", Path: "/work/slaves/S0/frameworks/F/executors/" + app + "@-@S0/runs/latest"}}, nil
+}

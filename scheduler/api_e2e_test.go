@@ -152,3 +152,26 @@ func TestAuthAndStandbyRedirect(t *testing.T) {
 		t.Fatalf("standby: %d %q; want 307 to the leader", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
+
+// Reconciliation on demand (429 within 10 s) and the app's sandboxes, against mesos-local.
+func TestOperateEndpoints(t *testing.T) {
+	s := newSystem(t, 1)
+	base := "http://" + s.sched.cfg.HTTPAddr
+	j := s.holdJob("boxed", 1, "")
+	s.register(j)
+	s.trigger("boxed")
+	await.True(t, 30*time.Second, "running", func() bool { return len(s.runs("boxed")) == 1 })
+	if code, body := call(t, "POST", base+"/api/operate/reconcile/explicit", ""); code != 204 {
+		t.Fatalf("reconcile: %d %s", code, body)
+	}
+	if code, _ := call(t, "POST", base+"/api/operate/reconcile/explicit", ""); code != 429 {
+		t.Fatalf("second reconcile within 10 s: %d; want 429", code)
+	}
+	code, body := call(t, "GET", base+"/api/operate/sandbox?appName=app", "")
+	var boxes []map[string]string
+	json.Unmarshal([]byte(body), &boxes)
+	if code != 200 || len(boxes) != 1 || !strings.HasPrefix(boxes[0]["hostname"], "127.0.0.") || !strings.Contains(boxes[0]["path"], "/executors/app@-@") {
+		t.Fatalf("sandbox: %d %s", code, body)
+	}
+	s.release("boxed")
+}

@@ -215,6 +215,39 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 	})
 }
 
+// masterState is what the scheduler reads of the master's /master/state.
+type masterState struct {
+	Frameworks []struct {
+		ID        string `json:"id"`
+		Executors []struct {
+			ExecutorID string `json:"executor_id"`
+			SlaveID    string `json:"slave_id"`
+			Directory  string `json:"directory"`
+		} `json:"executors"`
+	} `json:"frameworks"`
+	Slaves []struct {
+		ID       string `json:"id"`
+		Hostname string `json:"hostname"`
+	} `json:"slaves"`
+}
+
+func (ld *leader) masterState(ctx context.Context) (masterState, error) {
+	var doc masterState
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(ld.cfg.MesosURL, "/")+"/master/state", nil)
+	if err != nil {
+		return doc, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return doc, fmt.Errorf("read the master's state: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return doc, fmt.Errorf("decode /master/state: %w", err)
+	}
+	return doc, nil
+}
+
 // masterExecutors lists this framework's executors from the master's /master/state: the
 // executors a previous leader launched are known only there.
 func (ld *leader) masterExecutors(ctx context.Context) (map[string]bool, error) {
@@ -223,30 +256,61 @@ func (ld *leader) masterExecutors(ctx context.Context) (map[string]bool, error) 
 	if err != nil {
 		return out, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(ld.cfg.MesosURL, "/")+"/master/state", nil)
+	doc, err := ld.masterState(ctx)
 	if err != nil {
 		return out, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return out, err
-	}
-	defer resp.Body.Close()
-	var doc struct {
-		Frameworks []struct {
-			ID        string `json:"id"`
-			Executors []struct {
-				ExecutorID string `json:"executor_id"`
-			} `json:"executors"`
-		} `json:"frameworks"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return out, fmt.Errorf("decode /master/state: %w", err)
 	}
 	for _, f := range doc.Frameworks {
 		if f.ID == fwID {
 			for _, e := range f.Executors {
 				out[e.ExecutorID] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// Reconcile runs one explicit or implicit reconciliation (POST /api/operate/reconcile/…).
+func (s *instance) Reconcile(ctx context.Context, explicit bool) error {
+	ld, err := s.leaderState()
+	if err != nil {
+		return err
+	}
+	return ld.onLoop(ctx, func(ctx context.Context) {
+		if explicit {
+			ld.reconcileExplicit(ctx)
+		} else {
+			ld.call(ctx, calls.Reconcile())
+		}
+	})
+}
+
+// Sandboxes lists where the app's executors keep their files (GET /api/operate/sandbox).
+func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, error) {
+	ld, err := s.leaderState()
+	if err != nil {
+		return nil, err
+	}
+	fwID, err := ld.store.FrameworkID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := ld.masterState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hosts := map[string]string{}
+	for _, sl := range doc.Slaves {
+		hosts[sl.ID] = sl.Hostname
+	}
+	var out []api.Sandbox
+	for _, f := range doc.Frameworks {
+		if f.ID != fwID {
+			continue
+		}
+		for _, e := range f.Executors {
+			if ex, err := taskid.ParseExecutor(e.ExecutorID); err == nil && ex.AppName == app {
+				out = append(out, api.Sandbox{Hostname: hosts[e.SlaveID], Path: e.Directory})
 			}
 		}
 	}

@@ -174,19 +174,24 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 // it knows (SPEC §5.8). The answers come back as updates.
 func (ld *leader) reconcile(ctx context.Context) {
 	ld.lastRecon = time.Now()
+	ld.reconcileExplicit(ctx)
+	ld.call(ctx, calls.Reconcile())
+}
+
+func (ld *leader) reconcileExplicit(ctx context.Context) {
 	running, err := ld.store.Running(ctx)
 	if err != nil {
-		ld.log.WithError(err).Warn("reconciliation skipped: cannot read the running queue")
+		ld.log.WithError(err).Warn("explicit reconciliation skipped: cannot read the running queue")
 		return
 	}
-	if len(running) > 0 {
-		tasks := map[string]string{}
-		for _, r := range running {
-			if id, err := taskid.Parse(r.TaskID); err == nil {
-				tasks[r.TaskID] = id.AgentID
-			}
-		}
-		ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(tasks)))
+	if len(running) == 0 {
+		return
 	}
-	ld.call(ctx, calls.Reconcile())
+	tasks := map[string]string{}
+	for _, r := range running {
+		if id, err := taskid.Parse(r.TaskID); err == nil {
+			tasks[r.TaskID] = id.AgentID
+		}
+	}
+	ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(tasks)))
 }
