@@ -33,13 +33,13 @@ func decodeObject(body []byte, fields map[string]setter) error {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&raw); err != nil {
-		return &FieldError{Field: "", Message: "body is not a JSON object: " + err.Error()}
+		return &FieldError{Field: "body", Message: "body is not a JSON object: " + err.Error()}
 	}
 	if raw == nil {
-		return &FieldError{Field: "", Message: "body is not a JSON object"}
+		return &FieldError{Field: "body", Message: "body is not a JSON object"}
 	}
 	if dec.More() {
-		return &FieldError{Field: "", Message: "body has data after the JSON object"}
+		return &FieldError{Field: "body", Message: "body has data after the JSON object"}
 	}
 	names := make([]string, 0, len(raw))
 	for name := range raw {
@@ -48,7 +48,10 @@ func decodeObject(body []byte, fields map[string]setter) error {
 	sort.Strings(names) // report the first problem deterministically
 	for _, name := range names {
 		set, ok := fields[name]
-		if !ok {
+		switch {
+		case !ok && name == "":
+			return &FieldError{Field: "body", Message: `body has a field with an empty name ""`}
+		case !ok:
 			return fieldErr(name, "is not a known field")
 		}
 		v := raw[name]

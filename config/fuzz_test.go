@@ -19,8 +19,8 @@ func FuzzDecodeJob(f *testing.F) {
 			if verr := j.Validate(); verr != nil {
 				t.Fatalf("DecodeJob(%q) accepted a job that does not validate: %v", body, verr)
 			}
-		case !errors.As(err, &fe):
-			t.Fatalf("DecodeJob(%q) error %T %v is not a FieldError", body, err, err)
+		case !errors.As(err, &fe) || fe.Field == "":
+			t.Fatalf("DecodeJob(%q) error %T %v is not a FieldError naming a field", body, err, err)
 		}
 	})
 }
@@ -36,8 +36,8 @@ func FuzzDecodeApp(f *testing.F) {
 			if verr := a.Validate(); verr != nil {
 				t.Fatalf("DecodeApp(%q) accepted an invalid app: %v", body, verr)
 			}
-		case !errors.As(err, &fe):
-			t.Fatalf("DecodeApp(%q) error %T %v is not a FieldError", body, err, err)
+		case !errors.As(err, &fe) || fe.Field == "":
+			t.Fatalf("DecodeApp(%q) error %T %v is not a FieldError naming a field", body, err, err)
 		}
 	})
 }
