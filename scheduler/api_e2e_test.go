@@ -175,3 +175,18 @@ func TestOperateEndpoints(t *testing.T) {
 	}
 	s.release("boxed")
 }
+
+func TestMetrics(t *testing.T) {
+	s := newSystem(t, 1)
+	j := s.scriptJob("measured", 2, "")
+	s.register(j)
+	s.trigger("measured")
+	await.True(t, 30*time.Second, "ran", func() bool { return len(s.runs("measured")) == 2 && s.runningCount("measured") == 0 })
+	code, body := call(t, "GET", "http://"+s.sched.cfg.HTTPAddr+"/metrics", "")
+	for _, want := range []string{"ejcloud_leader 1", "ejcloud_mesos_subscribed 1", "ejcloud_tasks_launched_total 2",
+		`ejcloud_status_updates_total{state="TASK_FINISHED"} 2`, `ejcloud_queue_depth{queue="running"} 0`, "ejcloud_zk_round_trips_total "} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/metrics: %d, no %q in\n%s", code, want, body)
+		}
+	}
+}

@@ -103,6 +103,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		}
 		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")
+		ld.inst.metrics.add(func(m *metrics) { m.launched += len(ts) })
 	}
 	var unused []mesos.Offer
 	for agentID, os := range byAgent {
@@ -122,6 +123,7 @@ func (ld *leader) decline(ctx context.Context, offers []mesos.Offer) {
 		ids[i] = o.ID
 	}
 	ld.call(ctx, calls.Decline(ids...).With(calls.RefuseSeconds(refuseSeconds*1e9)))
+	ld.inst.metrics.add(func(m *metrics) { m.declined += len(ids) })
 }
 
 // executorFor returns the ExecutorInfo for an app on an agent: the one already running there,
@@ -280,6 +282,13 @@ func (ld *leader) recordUnplaced(w work, res binpack.Result) {
 	ld.mu.Lock()
 	ld.unplaced = reasons
 	ld.mu.Unlock()
+	ld.inst.metrics.add(func(m *metrics) {
+		for _, u := range res.Unplaced {
+			for r := range u.Reasons {
+				m.unplaced[r]++
+			}
+		}
+	})
 	for job, r := range reasons {
 		ld.log.WithFields(logrus.Fields{"job": job, "reasons": r}).Info("shards not placed this cycle")
 	}

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.MesosStartupTimeout == 0 {
 		cfg.MesosStartupTimeout = time.Minute
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), startedAt: time.Now()}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), startedAt: time.Now(), metrics: newMetrics()}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -107,6 +107,7 @@ type instance struct {
 	everSubscribed bool
 
 	startedAt time.Time
+	metrics   *metrics
 }
 
 func (s *instance) status() (leader, subscribed bool) {
@@ -141,6 +142,7 @@ func (s *instance) elect(ctx context.Context) error {
 			continue
 		}
 		s.log.WithField("node", l.Path()).Info("elected leader")
+		s.metrics.add(func(m *metrics) { m.leaderChanges++ })
 		s.setLeader(true)
 		err = s.lead(ctx, l)
 		s.setLeader(false)

@@ -22,6 +22,7 @@ func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
 		ld.log.WithError(err).WithField("task", st.TaskID.Value).Warn("status update not recorded; not acknowledging it")
 		return
 	}
+	ld.inst.metrics.add(func(m *metrics) { m.updates[st.GetState().String()]++ })
 	if len(st.UUID) > 0 && st.AgentID != nil {
 		ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
 	}

@@ -280,3 +280,37 @@ func (s *Store) HasPendingWork(ctx context.Context) (bool, error) {
 	}
 	return false, nil
 }
+
+// Depths counts the entries of the queues: pending runs (summed counts), running tasks and
+// failover entries, reading only node stats.
+func (s *Store) Depths(ctx context.Context) (ready, running, failover int, err error) {
+	entries, err := s.Ready(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, e := range entries {
+		ready += e.Count
+	}
+	count := func(dir string) (int, error) {
+		jobs, err := s.children(ctx, s.path(dir))
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, j := range jobs {
+			st, err := s.stat(ctx, s.path(dir, j))
+			if err != nil {
+				return 0, err
+			}
+			if st != nil {
+				n += int(st.NumChildren)
+			}
+		}
+		return n, nil
+	}
+	if running, err = count(runningDir); err != nil {
+		return 0, 0, 0, err
+	}
+	failover, err = count(failoverDir)
+	return ready, running, failover, err
+}
