@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -61,6 +62,12 @@ func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 	t.Cleanup(store.Close)
 	s := &system{t: t, env: env, mesos: c, store: store, dir: t.TempDir()}
 	s.sched = start(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() { // where every goroutine stood when the test gave up
+			buf := make([]byte, 8<<20)
+			t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+		}
+	})
 	await.True(t, 30*time.Second, "scheduler leads and is subscribed to Mesos", func() bool {
 		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
 		return resp != nil && resp.StatusCode == 200
@@ -125,7 +132,11 @@ func TestScriptJobRunsEveryShardOnEveryFire(t *testing.T) {
 	spread := s.scriptJob("spread", 4, "*/2 * * * * ?")
 	binpacked := s.scriptJob("binpacked", 4, "*/2 * * * * ?")
 	binpacked.Placement = config.Binpack
+	// One job first: two jobs firing at the same instant may each see a different set of
+	// offers (Mesos re-offers an agent's freed resources before the other agent's filter
+	// expires), and SPREAD can only spread over the agents offered in its cycle.
 	s.register(spread)
+	await.True(t, 30*time.Second, "spread ran", func() bool { return len(s.runs("spread")) == 4 })
 	s.register(binpacked)
 	for _, job := range []string{"spread", "binpacked"} {
 		await.True(t, 30*time.Second, job+": every shard ran on two fires", func() bool {

@@ -202,14 +202,20 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case f := <-ld.exec:
 			f(ctx)
 		case <-ld.work:
-			if ld.suppressed {
-				ld.call(ctx, calls.Revive())
-				ld.suppressed = false
-			}
+			// New work REVIVEs even when not suppressed (SPEC §5.4 step 6): REVIVE also clears
+			// the refusal filters of the last declines, so that every agent is offered to the
+			// new work at once — SPREAD needs them all — instead of after the filters expire.
+			ld.log.WithField("suppressed", ld.suppressed).Debug("work appeared; reviving")
+			ld.call(ctx, calls.Revive())
+			ld.suppressed = false
 		case <-tick.C:
 			ld.timeUnreachable(ctx)
 			if ld.suppressed {
-				if pending, err := ld.store.HasPendingWork(ctx); err == nil && pending {
+				pending, err := ld.store.HasPendingWork(ctx)
+				if err != nil {
+					ld.log.WithError(err).Warn("cannot check the queues for pending work")
+				}
+				if err == nil && pending {
 					ld.call(ctx, calls.Revive()) // work written by someone else: the API, a tool
 					ld.suppressed = false
 				}

@@ -35,6 +35,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		ld.decline(ctx, offers)
 		return
 	}
+	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.groups)}).Debug("offer cycle")
 	if len(w.groups) == 0 {
 		ld.decline(ctx, offers)
 		if !ld.suppressed {
@@ -178,6 +179,18 @@ func agentsOf(offers []mesos.Offer) ([]binpack.Agent, map[string][]mesos.Offer) 
 // skipped, and the entries of jobs that no longer exist are removed.
 func (ld *leader) eligible(ctx context.Context) (work, error) {
 	w := work{apps: map[string]config.App{}, ready: map[string]state.ReadyEntry{}, failover: map[string][]state.FailoverEntry{}}
+	// The queues are read before the jobs: an entry is written only for a job that exists, so
+	// every entry's job is in the later job list unless it was really deleted. Read the other
+	// way round, a job registered and triggered in between would look deleted, and its entry
+	// would be removed.
+	ready, err := ld.store.Ready(ctx)
+	if err != nil {
+		return w, err
+	}
+	fos, err := ld.store.Failovers(ctx)
+	if err != nil {
+		return w, err
+	}
 	jobs, err := ld.store.Jobs(ctx)
 	if err != nil {
 		return w, err
@@ -215,10 +228,6 @@ func (ld *leader) eligible(ctx context.Context) (work, error) {
 		_, appOK := w.apps[j.AppName]
 		return j, appOK && !offJobs[name] && !offApps[j.AppName]
 	}
-	fos, err := ld.store.Failovers(ctx)
-	if err != nil {
-		return w, err
-	}
 	for _, f := range fos {
 		if _, exists := byName[f.Meta.JobName]; !exists {
 			ld.store.RemoveFailover(ctx, f.Meta)
@@ -236,10 +245,6 @@ func (ld *leader) eligible(ctx context.Context) (work, error) {
 			g.Items = append(g.Items, f.Meta.Item)
 		}
 		w.groups, w.jobs = append(w.groups, g), append(w.jobs, j)
-	}
-	ready, err := ld.store.Ready(ctx)
-	if err != nil {
-		return w, err
 	}
 	for _, r := range ready {
 		if _, exists := byName[r.JobName]; !exists {

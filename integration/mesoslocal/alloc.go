@@ -160,6 +160,7 @@ func (c *Cluster) allocate() {
 			made = append(made, c.newOffer(f, a, role, free))
 		}
 		if len(made) > 0 {
+			c.log.WithField("framework", f.id).WithField("offers", len(made)).Debug("offers sent")
 			f.send(&scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: made}})
 		}
 	}
@@ -253,6 +254,7 @@ func (c *Cluster) revive(f *framework, roles []string) {
 		delete(f.suppressed, r)
 		c.clearFilters(f, r)
 	}
+	c.log.WithField("framework", f.id).WithField("roles", roles).Debug("REVIVE")
 	c.allocateSoon()
 }
 
@@ -264,6 +266,7 @@ func (c *Cluster) suppress(f *framework, roles []string) {
 	for _, r := range roles {
 		f.suppressed[r] = true
 	}
+	c.log.WithField("framework", f.id).WithField("roles", roles).Debug("SUPPRESS")
 }
 
 // callRoles returns the roles a REVIVE/SUPPRESS applies to (empty: all the framework's), or
