@@ -61,11 +61,8 @@ func (p *schedulerProcess) ready(t *testing.T) bool {
 // FrameworkID, and the jobs go on running.
 func TestStandbyTakesOverAfterTheLeaderIsKilled(t *testing.T) {
 	bin := buildSchedulerBinary(t)
-	// The in-process scheduler of newSystem is stopped at once: the binaries do the work.
 	s := newSystem(t, 2)
-	s.sched.stop()
-	<-s.sched.done
-	s.sched.done <- nil
+	s.handOverToBinaries(t)
 	a := startSchedulerBinary(t, bin, s, s.mesos.URL())
 	b := startSchedulerBinary(t, bin, s, s.mesos.URL())
 	var leader, standby *schedulerProcess
@@ -79,13 +76,6 @@ func TestStandbyTakesOverAfterTheLeaderIsKilled(t *testing.T) {
 		return leader != nil
 	})
 	ctx := context.Background()
-	// The app fetched the executor from the stopped in-process scheduler; fetch the file itself.
-	if _, err := s.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) {
-		a.AppURL, a.BootstrapScript = buildExecutor(t), "./"+filepath.Base(buildExecutor(t))
-		return a, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 	fwBefore, err := s.store.FrameworkID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -140,16 +130,8 @@ func buildSchedulerBinary(t *testing.T) string {
 func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 2)
-	s.sched.stop()
-	<-s.sched.done
-	s.sched.done <- nil
+	s.handOverToBinaries(t)
 	ctx := context.Background()
-	if _, err := s.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) {
-		a.AppURL, a.BootstrapScript = buildExecutor(t), "./"+filepath.Base(buildExecutor(t))
-		return a, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const shards, kills = 3, 20
 	j := s.scriptJob("audit", shards, "")
 	j.Failover = true // a launch cut short by a leader's death is recovered by reconciliation + failover
@@ -196,5 +178,20 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 			}
 		}
 		lines += len(got)
+	}
+}
+
+// handOverToBinaries stops the system's in-process scheduler, so that scheduler binaries do the
+// work, and points the app at the executor file (it was fetched from the stopped scheduler).
+func (s *system) handOverToBinaries(t *testing.T) {
+	t.Helper()
+	s.sched.stop()
+	<-s.sched.done
+	s.sched.done <- nil
+	if _, err := s.store.UpdateApp(context.Background(), "app", func(a config.App) (config.App, error) {
+		a.AppURL, a.BootstrapScript = buildExecutor(t), "./"+filepath.Base(buildExecutor(t))
+		return a, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
