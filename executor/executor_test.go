@@ -79,11 +79,6 @@ func shard(o mesos.Offer, exec *mesos.ExecutorInfo, j config.Job, item int, para
 		Resources: mesostest.Scalars(0.1, 16), Data: p.Encode()}
 }
 
-func (e *env) launch(tasks ...mesos.TaskInfo) {
-	e.t.Helper()
-	e.s.Launch(e.s.Offers()[0], tasks...)
-}
-
 func (e *env) offer() mesos.Offer { return e.s.Offers()[0] }
 
 func statusData(t *testing.T, st mesos.TaskStatus) taskdata.Status {

@@ -37,17 +37,10 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 		log.Warn("status update for a task that is not ejcloud's; ignoring it")
 		return nil
 	}
-	job, err := ld.store.Job(ctx, id.JobName)
-	jobGone := errors.Is(err, state.ErrNotFound)
-	if err != nil && !jobGone {
-		return err
-	}
 	switch s {
 	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
 		log.Debug("task state")
 		return nil
-	case mesos.TASK_RUNNING:
-		return ld.running(ctx, id, job, jobGone, st, log)
 	case mesos.TASK_UNREACHABLE:
 		if _, seen := ld.unreachable[tid]; !seen {
 			ld.unreachable[tid] = time.Now()
@@ -57,18 +50,27 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	}
 	delete(ld.unreachable, tid)
 	follow := state.NoFollowUp
-	switch s {
-	case mesos.TASK_FINISHED:
-	case mesos.TASK_FAILED:
-		if d, _ := taskdata.DecodeStatus(st.Data); !d.JobFailed {
+	jobFailed := false
+	if s == mesos.TASK_FAILED {
+		d, _ := taskdata.DecodeStatus(st.Data)
+		jobFailed = d.JobFailed
+	}
+	// FINISHED and job failures end the task whatever the job says: no need to read it.
+	if s != mesos.TASK_FINISHED && !jobFailed {
+		job, jobGone, err := ld.job(ctx, id.JobName)
+		if err != nil {
+			return err
+		}
+		switch s {
+		case mesos.TASK_RUNNING:
+			return ld.running(ctx, id, jobGone, st, log)
+		case mesos.TASK_KILLED:
+			if !jobGone && job.JobExecutionType == config.Daemon && !ld.disabled(ctx, job) {
+				follow = state.Rerun
+			}
+		default: // FAILED, ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
 			follow = ld.failoverFollowUp(ctx, job, jobGone)
 		}
-	case mesos.TASK_KILLED:
-		if !jobGone && job.JobExecutionType == config.Daemon && !ld.disabled(ctx, job) {
-			follow = state.Rerun
-		}
-	default: // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
-		follow = ld.failoverFollowUp(ctx, job, jobGone)
 	}
 	ended, err := ld.store.EndTask(ctx, id, follow)
 	if err != nil {
@@ -86,9 +88,8 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 
 // running handles TASK_RUNNING: a task that is not (or no longer) the shard's running task,
 // or whose job is gone, is killed; daemon heartbeats mark the task busy or idle.
-func (ld *leader) running(ctx context.Context, id taskid.ID, job config.Job, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger) error {
+func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger) error {
 	tid := id.String()
-	delete(ld.unreachable, tid)
 	current, err := ld.store.RunningOf(ctx, id.JobName)
 	if err != nil {
 		return err
@@ -115,6 +116,15 @@ func (ld *leader) running(ctx context.Context, id taskid.ID, job config.Job, job
 		ld.setIdle(tid, true, false)
 	}
 	return nil
+}
+
+// job reads a job's config; gone reports that it was deleted (not an error).
+func (ld *leader) job(ctx context.Context, name string) (j config.Job, gone bool, err error) {
+	j, err = ld.store.Job(ctx, name)
+	if errors.Is(err, state.ErrNotFound) {
+		return j, true, nil
+	}
+	return j, false, err
 }
 
 // failoverFollowUp: shards of failover-enabled and DAEMON jobs are relaunched, unless the job
@@ -153,9 +163,8 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			delete(ld.unreachable, tid)
 			continue
 		}
-		job, err := ld.store.Job(ctx, id.JobName)
-		jobGone := errors.Is(err, state.ErrNotFound)
-		if err != nil && !jobGone {
+		job, jobGone, err := ld.job(ctx, id.JobName)
+		if err != nil {
 			continue
 		}
 		ended, err := ld.store.EndTask(ctx, id, ld.failoverFollowUp(ctx, job, jobGone))

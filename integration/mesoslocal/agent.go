@@ -2,7 +2,6 @@ package mesoslocal
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -247,5 +246,3 @@ func (a *agent) shutdown() {
 		go a.stopServer(srv) // handlers need c.mu, which the caller holds
 	}
 }
-
-var errNoExecutor = errors.New("executor cannot be found")

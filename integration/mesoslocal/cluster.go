@@ -46,17 +46,16 @@ type Cluster struct {
 	host     string
 	port     int
 
-	mu             sync.Mutex // guards every field below and all agent, executor and task state
-	masterInfo     mesos.MasterInfo
-	frameworks     map[string]*framework
-	removed        []string // removed framework ids, oldest first
-	agents         []*agent
-	offers         map[string]*offer
-	nextFramework  int
-	nextOffer      int
-	allocTimer     Timer
-	closed         bool
-	reconcileDelay time.Duration
+	mu            sync.Mutex // guards every field below and all agent, executor and task state
+	masterInfo    mesos.MasterInfo
+	frameworks    map[string]*framework
+	removed       []string // removed framework ids, oldest first
+	agents        []*agent
+	offers        map[string]*offer
+	nextFramework int
+	nextOffer     int
+	allocTimer    Timer
+	closed        bool
 
 	ln, standbyLn net.Listener
 	srv, standby  *http.Server

@@ -5,7 +5,6 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
-	"github.com/sirupsen/logrus"
 )
 
 // task is the master's record of a task.
@@ -212,10 +211,6 @@ func (c *Cluster) agent(id string) *agent {
 		}
 	}
 	return nil
-}
-
-func (c *Cluster) logTask(t *task) logrus.FieldLogger {
-	return c.log.WithFields(logrus.Fields{"task": t.info.TaskID.Value, "agent": t.agent.id})
 }
 
 // lostOr is the state a partition-aware framework gets; others get TASK_LOST instead
