@@ -170,8 +170,19 @@ func TestValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"jobShardingStrategyType":"HASH","jobName"`, 1), "jobShardingStrategyType"},
 		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"streamingProcess":true,"jobName"`, 1), "streamingProcess"},
 		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"shardingTotalCnt":3,"jobName"`, 1), "shardingTotalCnt"},
+		{"/api/job/register", strings.Replace(jobBody, `"job"`, `"`+strings.Repeat("j", 101)+`"`, 1), "jobName"},
+		{"/api/job/register", strings.Replace(jobBody, `"app"`, `"a/b"`, 1), "appName"},
+		{"/api/job/register", strings.Replace(jobBody, `"SCRIPT"`, `"SIMPLE"`, 1), "jobClass"},
+		{"/api/job/register", strings.Replace(strings.Replace(jobBody, `"TRANSIENT"`, `"DAEMON"`, 1), `"cron":"0/5 * * * * ?",`, "", 1), "cron"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"shardingItemParameters":"0=a,0=b","jobName"`, 1), "shardingItemParameters"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"shardingItemParameters":"x=a","jobName"`, 1), "shardingItemParameters"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"failover":"maybe","jobName"`, 1), "failover"},
+		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"jobProperties":{"a":1},"jobName"`, 1), "jobProperties"},
+		{"/api/job/register", `[1,2]`, "body"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","appCacheEnable":"sometimes"}`, "appCacheEnable"},
+		{"/api/app", `{"appName":"` + strings.Repeat("a", 101) + `","appURL":"/x","bootstrapScript":"s"}`, "appName"},
 	} {
-		t.Run(tc.field, func(t *testing.T) {
+		t.Run(tc.field+" "+tc.path, func(t *testing.T) {
 			f := newFixture(Config{})
 			f.do("POST", "/api/app", appBody)
 			apps, jobs := len(f.store.apps), len(f.store.jobs)
