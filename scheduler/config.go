@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
 )
 
 // Config is the scheduler's configuration: the flags of SPEC §2.
@@ -43,6 +45,9 @@ type Config struct {
 
 	// started, if set, is given the instance once it serves (tests use it).
 	started func(*instance)
+	// updateSeen, if set, is given every status update as the leader receives it, before it is
+	// recorded (the latency benchmark uses it).
+	updateSeen func(mesos.TaskStatus)
 }
 
 // Flags registers every flag on fs and returns the Config they fill.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
@@ -42,11 +43,14 @@ type system struct {
 	sched *running
 	store *state.Store
 	dir   string
+	// updates holds every status update the agents took, for audits.
+	updates *audit.Recorder
 }
 
 func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 	env := statetest.StartZooKeeper(t)
-	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents = agents })
+	rec := audit.NewRecorder(nil)
+	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents, o.OnStatusUpdate = agents, rec.Observe })
 	cfg := testConfig(t, env)
 	cfg.MesosURL = c.URL()
 	cfg.ExecutorBinary = buildExecutor(t)
@@ -60,7 +64,7 @@ func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	s := &system{t: t, env: env, mesos: c, store: store, dir: t.TempDir()}
+	s := &system{t: t, env: env, mesos: c, store: store, dir: t.TempDir(), updates: rec}
 	s.sched = start(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() { // where every goroutine stood when the test gave up

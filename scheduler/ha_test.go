@@ -14,6 +14,8 @@ import (
 	expect "github.com/Netflix/go-expect"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/cron"
+	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
 )
 
@@ -123,21 +125,31 @@ func buildSchedulerBinary(t *testing.T) string {
 	return bin
 }
 
-// Across 20 leader kills during a workload, no shard of any run is run twice and none is lost.
-// Each run is triggered alone and awaited, so the lines a run appends are its shards; a leader
-// is SIGKILLed while every run is under way, at a different moment each time, and comes back
-// as a standby.
+// Across 20 leader kills during a cron workload, no shard of any fire runs twice and no fire's
+// shard is lost, as the status updates the agents took show (integration/audit); the scripts'
+// own output is the second witness. Each kill waits for the new leader to launch something, then
+// falls at a different phase of the second, so kills land before, during and after launches.
 func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 2)
 	s.handOverToBinaries(t)
 	ctx := context.Background()
-	const shards, kills = 3, 20
-	j := s.scriptJob("audit", shards, "")
-	j.Failover = true // a launch cut short by a leader's death is recovered by reconciliation + failover
-	j.ScriptCommandLine = strings.Replace(j.ScriptCommandLine, "; true", "; sleep 0.2; true", 1)
-	if err := s.store.CreateJob(ctx, j); err != nil {
-		t.Fatal(err)
+	const kills = 20
+	var jobs []config.Job
+	var audited []audit.Job
+	for _, spec := range []struct {
+		name   string
+		shards int
+		cron   string
+	}{{"every-second", 3, "*/1 * * * * ?"}, {"every-2s", 2, "*/2 * * * * ?"}} {
+		j := s.scriptJob(spec.name, spec.shards, spec.cron)
+		j.Failover = true // a launch cut short by a leader's death is recovered by reconciliation + failover
+		j.ScriptCommandLine = strings.Replace(j.ScriptCommandLine, "; true", "; sleep 0.2; true", 1)
+		if err := s.store.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		sched, _ := cron.Parse(j.Cron)
+		jobs, audited = append(jobs, j), append(audited, audit.Job{Name: j.JobName, Shards: j.ShardingTotalCount, Schedule: sched, Since: time.Now()})
 	}
 	extra := []string{"--zk-session-timeout", "1s"}
 	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
@@ -149,36 +161,61 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 		}
 		return -1
 	}
-	lines := 0
-	for run := 0; run < kills; run++ {
+	for k := 0; k < kills; k++ {
 		var l int
 		await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
-		if err := s.store.AddReady(ctx, "audit", true); err != nil {
-			t.Fatal(err)
-		}
-		// Deliberate fault timing, not a wait: the kill falls at a different phase of each run
-		// (before the leader's next tick notices the work, during the launch, while shards run).
-		time.Sleep(time.Duration(run%10) * 250 * time.Millisecond)
+		led := time.Now()
+		await.True(t, 30*time.Second, fmt.Sprintf("kill %d: the leader launches", k), func() bool { return startedSince(s.updates.Updates(), led) })
+		// Deliberate fault timing, not a wait: the kill falls at phase k/10 of a second.
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second + time.Duration(k%10)*100*time.Millisecond).Sub(now))
 		procs[l].cmd.Process.Signal(syscall.SIGKILL)
 		procs[l].cmd.Wait()
 		procs[l] = startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)
-		await.True(t, 60*time.Second, fmt.Sprintf("run %d complete", run), func() bool {
-			r, _ := s.store.ReadyOf(ctx, "audit")
-			return r.Count == 0 && s.runningCount("audit") == 0 && s.failoverCount() == 0 && len(s.runLines("audit")) >= lines+shards
-		})
-		got := s.runLines("audit")[lines:]
-		items := map[string]int{}
-		for _, line := range got {
-			item, _, _ := strings.Cut(line, " ")
-			items[item]++
+	}
+	// Stop the fires, so that the work in hand can finish and the audit sees every task end.
+	var l int
+	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
+	for _, j := range jobs {
+		j.Cron = "0 0 0 1 1 ? 2099"
+		body, _ := json.Marshal(j)
+		if code, msg := call(t, "PUT", "http://"+procs[l].addr+"/api/job/update", string(body)); code != 204 {
+			t.Fatalf("stopping %s's fires: %d %s", j.JobName, code, msg)
 		}
-		for i := 0; i < shards; i++ {
-			if items[itoa(i)] != 1 {
-				t.Fatalf("run %d: shard %d ran %d times; want exactly once (lines %q)", run, i, items[itoa(i)], got)
+	}
+	await.True(t, 60*time.Second, "the work in hand is done", func() bool {
+		for _, j := range jobs {
+			if s.ready(j.JobName) != 0 || s.runningCount(j.JobName) != 0 {
+				return false
 			}
 		}
-		lines += len(got)
+		return s.failoverCount() == 0
+	})
+	rep := audit.Check(audited, s.updates.Updates())
+	t.Log(rep)
+	if !rep.OK() {
+		t.Fatal("the audit found duplicate or lost shard runs")
 	}
+	if min := 2 * kills; rep.Rounds < min {
+		t.Fatalf("%d rounds over %d kills; want at least %d (the workload barely ran)", rep.Rounds, kills, min)
+	}
+	lines := 0
+	for _, j := range jobs {
+		lines += len(s.runLines(j.JobName))
+	}
+	if lines != rep.ShardRuns {
+		t.Fatalf("the scripts ran %d times; the status updates show %d shard runs", lines, rep.ShardRuns)
+	}
+}
+
+// startedSince says a task reported TASK_RUNNING after t.
+func startedSince(updates []audit.Update, t time.Time) bool {
+	for _, u := range updates {
+		if u.State == "TASK_RUNNING" && u.At.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // handOverToBinaries stops the system's in-process scheduler, so that scheduler binaries do the

@@ -18,6 +18,9 @@ import (
 // update records a status update (SPEC §5.7) and only then acknowledges it. An update that
 // could not be recorded is not acknowledged, so Mesos sends it again.
 func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
+	if seen := ld.cfg.updateSeen; seen != nil {
+		seen(st)
+	}
 	if err := ld.record(ctx, st); err != nil {
 		ld.log.WithError(err).WithField("task", st.TaskID.Value).Warn("status update not recorded; not acknowledging it")
 		return

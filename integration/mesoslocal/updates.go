@@ -62,6 +62,9 @@ func (a *agent) statusUpdate(frameworkID, executorID string, st mesos.TaskStatus
 	if st.Timestamp == nil {
 		st.Timestamp = ptr(a.c.now())
 	}
+	if h := a.c.opts.OnStatusUpdate; h != nil {
+		h(frameworkID, st)
+	}
 	s.pending = append(s.pending, st)
 	if len(s.pending) == 1 {
 		s.interval = a.c.opts.StatusUpdateRetryMin

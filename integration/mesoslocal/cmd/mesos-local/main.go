@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/envflag"
+	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 )
 
@@ -36,6 +37,7 @@ func main() {
 	fs.DurationVar(&o.ExecutorReregistrationTimeout, "executor-reregistration-timeout", 0, "(Mesos: 2s)")
 	fs.DurationVar(&o.RecoveryTimeout, "recovery-timeout", 0, "how long executors wait for a restarted agent (Mesos: 15m)")
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
+	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
 		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone}; state: GET /master/state.")
@@ -59,6 +61,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, "mesos-local:", err)
 			os.Exit(1)
 		}
+	}
+	if *record != "" {
+		f, err := os.OpenFile(*record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mesos-local: --record-updates:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		// Unbuffered: an audit reads the file while mesos-local runs, and after it is killed.
+		o.OnStatusUpdate = audit.NewRecorder(f).Observe
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,257 @@
+// Package audit checks, from the status updates the Mesos agents took, that every fire of a
+// TRANSIENT job ran each of its shards exactly once: none twice, none lost. Tests and the soak
+// collect the updates at mesos-local (Recorder) while they kill executors and leaders, and
+// Check them once the system is quiet.
+//
+// What the updates show, and what the audit relies on (SPEC §5.4, §5.7):
+//   - A fire puts the job in the ready queue; the offer cycle launches all its shards at once
+//     (READY tasks) and only when none of the job's shards is running or waiting for failover.
+//     So a job's runs form rounds that never overlap, and a round's READY tasks have distinct
+//     shards.
+//   - A shard lost to an infrastructure failure is relaunched as a FAILOVER task of the same
+//     round; the new round of the job cannot start before it ends.
+//   - A round consumes at least one fire of its own: one that came after the previous round was
+//     written ahead (which was after the round before that had ended) and before its own tasks
+//     reported anything. With misfire off, several fires may merge into one round; no fire is
+//     ever used by two rounds.
+//
+// A shard "ran" when a task of it reached TASK_FINISHED, or TASK_FAILED marked as the job's
+// own failure (the script or job code failed: that is a run, not a loss).
+package audit
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ejcloud/ejcloud/cron"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// Update is one status update as an agent took it.
+type Update struct {
+	TaskID    string    `json:"taskId"`
+	State     string    `json:"state"` // a mesos.TaskState name, e.g. TASK_RUNNING
+	JobFailed bool      `json:"jobFailed,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Job is what the audit needs to know of one TRANSIENT job.
+type Job struct {
+	Name   string
+	Shards int
+	// Schedule is the job's cron; nil for a job that only runs when triggered, whose rounds are
+	// then not matched to fires.
+	Schedule *cron.Schedule
+	// Since is when the job was registered: no fire before it counts.
+	Since time.Time
+}
+
+// Report is what Check found.
+type Report struct {
+	Jobs       int
+	Rounds     int      // fires that ran (a round may stand for several merged fires)
+	ShardRuns  int      // shards that ran, over all rounds
+	Relaunches int      // FAILOVER tasks
+	Duplicates int      // shard runs beyond one per round, and rounds without a fire of their own
+	Lost       int      // shards of a round that never ran
+	Problems   []string // one line per finding, in job and time order
+}
+
+// OK says the audit found nothing wrong.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches: %d duplicate, %d lost",
+		r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Duplicates, r.Lost)
+	for _, p := range r.Problems {
+		b.WriteString("\n  " + p)
+	}
+	return b.String()
+}
+
+// task is one task's life as its updates tell it.
+type task struct {
+	id      string
+	item    int
+	kind    taskid.Type
+	first   time.Time // its first update
+	end     time.Time // its terminal update; zero while it has none
+	ran     bool
+	endedAs string
+}
+
+type round struct {
+	start  time.Time // the first update of its first task
+	end    time.Time // the last terminal update of any of its tasks
+	tasks  []*task
+	readyN map[int]bool // shards with a READY task in the round
+}
+
+var terminal = map[string]bool{
+	"TASK_FINISHED": true, "TASK_FAILED": true, "TASK_KILLED": true, "TASK_LOST": true, "TASK_ERROR": true,
+	"TASK_DROPPED": true, "TASK_GONE": true, "TASK_GONE_BY_OPERATOR": true,
+}
+
+// Check audits the updates of the given jobs; updates of other tasks are ignored.
+func Check(jobs []Job, updates []Update) Report {
+	rep := Report{Jobs: len(jobs)}
+	byJob := tasksByJob(updates)
+	for _, j := range jobs {
+		rounds := roundsOf(byJob[j.Name])
+		problem := func(f string, args ...any) {
+			rep.Problems = append(rep.Problems, j.Name+": "+fmt.Sprintf(f, args...))
+		}
+		for _, t := range byJob[j.Name] {
+			if t.item >= j.Shards {
+				problem("task %s runs shard %d of a %d-shard job", t.id, t.item, j.Shards)
+			}
+		}
+		for k, r := range rounds {
+			rep.Rounds++
+			at := r.start.Format("15:04:05.000")
+			for item := 0; item < j.Shards; item++ {
+				ran := checkShard(r, item, func(f string, args ...any) {
+					problem("round %d (%s) shard %d: %s", k, at, item, fmt.Sprintf(f, args...))
+				}, &rep)
+				switch {
+				case ran == 0:
+					rep.Lost++
+					problem("round %d (%s) shard %d: never ran", k, at, item)
+				case ran > 1:
+					rep.Duplicates += ran - 1
+				}
+				rep.ShardRuns += min(ran, 1)
+			}
+		}
+		if j.Schedule != nil {
+			rep.Duplicates += matchFires(j, rounds, problem)
+		}
+	}
+	return rep
+}
+
+func tasksByJob(updates []Update) map[string][]*task {
+	tasks := map[string]*task{}
+	for _, u := range updates {
+		id, err := taskid.Parse(u.TaskID)
+		if err != nil {
+			continue
+		}
+		t := tasks[u.TaskID]
+		if t == nil {
+			t = &task{id: u.TaskID, item: id.Item, kind: id.Type, first: u.At}
+			tasks[u.TaskID] = t
+		}
+		if u.At.Before(t.first) {
+			t.first = u.At
+		}
+		if terminal[u.State] && (t.end.IsZero() || u.At.After(t.end)) {
+			t.end, t.endedAs = u.At, u.State
+			t.ran = u.State == "TASK_FINISHED" || u.State == "TASK_FAILED" && u.JobFailed
+		}
+	}
+	byJob := map[string][]*task{}
+	for _, t := range tasks {
+		id, _ := taskid.Parse(t.id)
+		byJob[id.JobName] = append(byJob[id.JobName], t)
+	}
+	for _, ts := range byJob {
+		sort.Slice(ts, func(i, k int) bool {
+			if !ts[i].first.Equal(ts[k].first) {
+				return ts[i].first.Before(ts[k].first)
+			}
+			return ts[i].id < ts[k].id
+		})
+	}
+	return byJob
+}
+
+// roundsOf splits a job's tasks, in order of their first update, into rounds: a READY task of
+// a shard that already has one in the current round starts the next round, unless a task of
+// the current round is still alive (then it is a second launch within the round, which
+// checkShard reports); a FAILOVER task belongs to the round under way.
+func roundsOf(tasks []*task) []*round {
+	var rounds []*round
+	var cur *round
+	for _, t := range tasks {
+		if cur == nil || t.kind == taskid.Ready && cur.readyN[t.item] && cur.endedBy(t.first) {
+			cur = &round{start: t.first, readyN: map[int]bool{}}
+			rounds = append(rounds, cur)
+		}
+		if t.kind == taskid.Ready {
+			cur.readyN[t.item] = true
+		}
+		cur.tasks = append(cur.tasks, t)
+		if t.end.After(cur.end) {
+			cur.end = t.end
+		}
+	}
+	return rounds
+}
+
+// endedBy says every task of the round had ended before t.
+func (r *round) endedBy(t time.Time) bool {
+	for _, x := range r.tasks {
+		if x.end.IsZero() || !x.end.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkShard reports how often a shard ran in a round and what was wrong with its tasks: a
+// task that never ended, two tasks alive at once, a task launched after the shard had run.
+func checkShard(r *round, item int, problem func(string, ...any), rep *Report) int {
+	ran := 0
+	var prev *task
+	for _, t := range r.tasks {
+		if t.item != item {
+			continue
+		}
+		if t.kind == taskid.Failover {
+			rep.Relaunches++
+		}
+		if t.end.IsZero() {
+			problem("task %s never ended", t.id)
+		}
+		if prev != nil {
+			switch {
+			case prev.end.IsZero() || t.first.Before(prev.end):
+				problem("task %s ran while %s was still alive", t.id, prev.id)
+			case prev.ran:
+				problem("task %s launched after %s had run", t.id, prev.id)
+			}
+		}
+		if t.ran {
+			ran++
+		}
+		prev = t
+	}
+	return ran
+}
+
+// matchFires gives each round, in order, the earliest fire it can have consumed: after the
+// previous round's fire and after the round before that ended, and no later than its own first
+// update. A round left without one was launched twice for one fire.
+func matchFires(j Job, rounds []*round, problem func(string, ...any)) int {
+	dup := 0
+	last := j.Since.Add(-time.Nanosecond)
+	for k, r := range rounds {
+		after := last
+		if k >= 2 && rounds[k-2].end.After(after) {
+			after = rounds[k-2].end
+		}
+		fire := j.Schedule.Next(after)
+		if fire.IsZero() || fire.After(r.start) {
+			dup++
+			problem("round %d (%s) has no fire of its own: the last fire it could use (after %s) went to an earlier round",
+				k, r.start.Format("15:04:05.000"), after.Format("15:04:05.000"))
+			continue
+		}
+		last = fire
+	}
+	return dup
+}
