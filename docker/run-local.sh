@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The `make run` environment: a local ZooKeeper (data in .run/zk, kept between runs), mesos-local
-# with two agents (sandboxes in .run/mesos) and the scheduler. Ctrl-C stops everything this script
-# started, executors included.
+# with two agents (sandboxes in .run/mesos) and the scheduler, with root credentials generated on
+# the first run (kept in .run/credentials) and a demo app and jobs registered. A second run reuses
+# all of it. Ctrl-C stops everything this script started, executors included.
+#
+# Overridable (the integration test runs it on free ports): EJCLOUD_RUN_DIR, EJCLOUD_RUN_BIN,
+# EJCLOUD_RUN_ZK_PORT, EJCLOUD_RUN_MESOS_ADDR, EJCLOUD_HTTP_ADDR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-run="$root/.run"
+run=${EJCLOUD_RUN_DIR:-$root/.run}
+bin=${EJCLOUD_RUN_BIN:-$root/bin}
 zk_port=${EJCLOUD_RUN_ZK_PORT:-2181}
 http_addr=${EJCLOUD_HTTP_ADDR:-127.0.0.1:8899}
 mesos_addr=${EJCLOUD_RUN_MESOS_ADDR:-127.0.0.1:5050}
@@ -13,8 +18,13 @@ mkdir -p "$run/zk/data" "$run/logs" "$run/mesos"
 pids=()
 stop() {
   trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # In reverse order of starting: the scheduler before Mesos, Mesos (and its executors) before
+  # ZooKeeper, each waited for.
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM -- "-${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
   echo "stopped."
 }
 trap stop EXIT
@@ -26,10 +36,20 @@ zk_ok() { # "imok" comes without a newline, so read fails at EOF but still fills
   { exec 3<>"/dev/tcp/127.0.0.1/$zk_port" && printf ruok >&3 && read -r -t 2 ans <&3; } 2>/dev/null
   [ "$ans" = imok ]
 }
-http_ok() {
-  local host=${http_addr%:*} port=${http_addr##*:}
-  { exec 3<>"/dev/tcp/$host/$port" && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 && read -r -t 2 status <&3 && [[ $status == *" 200 "* ]]; } 2>/dev/null
+# request METHOD PATH [BODY]: one HTTP/1.0 request to the scheduler, with the root credentials
+# (bash's /dev/tcp: a fresh Debian machine may have no curl); prints the status code.
+request() {
+  local host=${http_addr%:*} port=${http_addr##*:} body=${3:-} status=""
+  {
+    exec 3<>"/dev/tcp/$host/$port" &&
+      printf '%s %s HTTP/1.0\r\nAuthorization: Basic %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+        "$1" "$2" "$(printf %s "$creds" | base64 -w0)" "${#body}" "$body" >&3 &&
+      read -r -t 5 _ status _ <&3
+  } 2>/dev/null || true
+  exec 3<&- 2>/dev/null || true
+  echo "${status:-000}"
 }
+ready_ok() { [ "$(request GET /readyz)" = 200 ]; }
 wait_for() { # what, check, log
   for _ in $(seq 1 300); do "$2" && return 0; sleep 0.2; done
   echo "$1 did not come up; see $3" >&2; tail -20 "$3" >&2; exit 1
@@ -52,22 +72,47 @@ setsid java -Xmx256m -Dzookeeper.admin.enableServer=false -cp "$cp" \
   org.apache.zookeeper.server.ZooKeeperServerMain "$run/zk/zoo.cfg" >"$run/logs/zookeeper.log" 2>&1 &
 pids+=($!)
 wait_for ZooKeeper zk_ok "$run/logs/zookeeper.log"
-echo "ZooKeeper     127.0.0.1:$zk_port (data in .run/zk)"
+echo "ZooKeeper     127.0.0.1:$zk_port (data in ${run#"$root/"}/zk)"
 
-setsid "$root/bin/mesos-local" --addr "$mesos_addr" --agents 2 --work-dir "$run/mesos" \
+setsid "$bin/mesos-local" --addr "$mesos_addr" --agents 2 --work-dir "$run/mesos" \
   >"$run/logs/mesos-local.log" 2>&1 &
 pids+=($!)
 mesos_ok() { grep -q "mesos-local: master" "$run/logs/mesos-local.log"; }
 wait_for mesos-local mesos_ok "$run/logs/mesos-local.log"
 echo "Mesos         http://$mesos_addr  (state: /master/state; faults: POST /local/agents/{id}/{partition|heal|kill|restart|gone})"
 
-setsid "$root/bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
-  --mesos-url "http://$mesos_addr" \
+# Root credentials: generated once, kept with the rest of the state.
+if [ ! -s "$run/credentials" ]; then
+  (umask 077; printf 'root:%s\n' "$(head -c 18 /dev/urandom | base64 | tr -d '/+=')" >"$run/credentials")
+fi
+creds=$(cat "$run/credentials")
+
+setsid "$bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
+  --mesos-url "http://$mesos_addr" --auth-root "$creds" \
   >"$run/logs/scheduler.log" 2>&1 &
 pids+=($!)
-wait_for "the scheduler" http_ok "$run/logs/scheduler.log"
-echo "Scheduler     http://$http_addr  (health: /healthz, leadership: /readyz)"
-echo "Logs          .run/logs/"
-echo "Press Ctrl-C to stop everything."
+wait_for "the scheduler" ready_ok "$run/logs/scheduler.log"
+
+# The demo: an app running the stock executor the scheduler serves, a TRANSIENT SCRIPT job of
+# 4 shards every 10 s and a DAEMON job. A second run finds them registered (409) and keeps them.
+register() { # what, method, path, body
+  local code
+  code=$(request "$2" "$3" "$4")
+  case $code in
+  204) echo "registered    $1" ;;
+  409) echo "kept          $1 (registered by an earlier run)" ;;
+  *) echo "registering $1 failed with HTTP $code; see .run/logs/scheduler.log" >&2; exit 1 ;;
+  esac
+}
+register "app demo-app" POST /api/app '{"appName":"demo-app","appURL":"http://'"$http_addr"'/executor/ejcloud-executor","bootstrapScript":"./ejcloud-executor","cpuCount":0.1,"memoryMB":64,"appCacheEnable":true}'
+register "job demo-script (TRANSIENT, every 10 s, 4 shards)" POST /api/job/register '{"jobName":"demo-script","appName":"demo-app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"*/10 * * * * ?","shardingTotalCount":4,"cpuCount":0.1,"memoryMB":32,"failover":true,"scriptCommandLine":"echo \"demo-script shard $EJCLOUD_SHARDING_ITEM ran at $(date +%T)\"","description":"make run demo: look for its output in the sandboxes"}'
+register "job demo-daemon (DAEMON, every 5 s)" POST /api/job/register '{"jobName":"demo-daemon","appName":"demo-app","jobType":"SCRIPT","jobExecutionType":"DAEMON","cron":"*/5 * * * * ?","shardingTotalCount":1,"cpuCount":0.1,"memoryMB":32,"scriptCommandLine":"echo \"demo-daemon ran at $(date +%T)\"","description":"make run demo: a long-running task that runs its script on its own cron"}'
+
+echo
+echo "Console/API   http://$http_addr   user:password $creds"
+echo "              e.g. curl -u '$creds' http://$http_addr/api/job/tasks/running"
+echo "Scheduler     health /healthz, leadership /readyz, metrics /metrics"
+echo "Logs          ${run#"$root/"}/logs/   sandboxes ${run#"$root/"}/mesos/"
+echo "Press Ctrl-C to stop everything (pids ${pids[*]})."
 wait -n "${pids[@]}" || true
-echo "a process exited; see .run/logs/" >&2
+echo "a process exited; see ${run#"$root/"}/logs/" >&2

@@ -34,7 +34,13 @@ func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
 func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	tid := st.TaskID.Value
 	s := st.GetState()
-	log := ld.log.WithFields(logrus.Fields{"task": tid, "state": s.String(), "reason": st.GetReason().String(), "message": st.GetMessage()})
+	log := ld.log.WithFields(logrus.Fields{"task": tid, "state": s.String()})
+	if st.Reason != nil { // an absent reason would print as the enum's zero, REASON_COMMAND_EXECUTOR_FAILED
+		log = log.WithField("reason", st.Reason.String())
+	}
+	if st.GetMessage() != "" {
+		log = log.WithField("message", st.GetMessage())
+	}
 	id, err := taskid.Parse(tid)
 	if err != nil {
 		log.Warn("status update for a task that is not ejcloud's; ignoring it")
