@@ -110,7 +110,7 @@ register "job demo-daemon (DAEMON, every 5 s)" POST /api/job/register '{"jobName
 
 echo
 echo "Console/API   http://$http_addr   user:password $creds"
-echo "              e.g. curl -u '$creds' http://$http_addr/api/job/tasks/running"
+echo "              e.g. curl -u \"\$(cat ${run#"$root/"}/credentials)\" http://$http_addr/api/job/tasks/running"
 echo "Scheduler     health /healthz, leadership /readyz, metrics /metrics"
 echo "Logs          ${run#"$root/"}/logs/   sandboxes ${run#"$root/"}/mesos/"
 echo "Press Ctrl-C to stop everything (pids ${pids[*]})."
