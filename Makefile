@@ -7,7 +7,7 @@ BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint zookeeper clean
+.PHONY: build test run bench fuzz lint soak zookeeper clean
 
 build:
 	@mkdir -p $(BIN)
@@ -43,3 +43,9 @@ zookeeper:
 
 clean:
 	rm -rf $(BIN)
+
+# The soak (not part of `make test`): 200 jobs × 5 shards every 10 s with executor and leader
+# SIGKILLs, then an exactly-once audit of every fire. SOAK_DURATION=10m by default.
+SOAK_DURATION ?= 10m
+soak: zookeeper
+	EJCLOUD_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 0 -v ./integration/

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,13 +55,32 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  *expect.Console
-	log  *strings.Builder // everything it printed, for failures
+	log  *syncBuf // everything it printed, for failures
+}
+
+// syncBuf is the output of a process: written by the goroutine draining its console, read by
+// the test.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start runs a binary and waits for the line that says it is up.
 func start(t *testing.T, name, upLine string, args ...string) *proc {
 	t.Helper()
-	log := &strings.Builder{}
+	log := &syncBuf{}
 	console, err := expect.NewConsole(expect.WithDefaultTimeout(60*time.Second), expect.WithStdout(log))
 	if err != nil {
 		t.Fatal(err)
@@ -133,10 +153,15 @@ var masterLine = regexp.MustCompile(`master (http://\S+) with \d+ agents \[([^\]
 
 func startMesos(t *testing.T, agents int) *mesos {
 	t.Helper()
+	return startMesosWith(t, agents, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]")
+}
+
+func startMesosWith(t *testing.T, agents int, resources string) *mesos {
+	t.Helper()
 	work := t.TempDir()
 	updates := filepath.Join(t.TempDir(), "updates.jsonl")
 	p := start(t, "mesos-local", "work dir", "--addr", freeAddr(t), "--agents", fmt.Sprint(agents),
-		"--agent-resources", "cpus:4;mem:4096;disk:1000;ports:[31000-32000]", "--work-dir", work,
+		"--agent-resources", resources, "--work-dir", work,
 		"--allocation-interval", "50ms", "--heartbeat-interval", "1s", "--agent-ping-timeout", "100ms",
 		"--max-agent-ping-timeouts", "3", "--status-update-retry", "200ms", "--status-update-retry-max", "2s",
 		"--executor-registration-timeout", "20s", "--executor-shutdown-grace-period", "500ms",

@@ -28,7 +28,7 @@ var (
 type makeRun struct {
 	cmd        *exec.Cmd
 	out        *expect.Console
-	log        *strings.Builder
+	log        *syncBuf
 	url        string
 	user, pass string
 	pids       []int
@@ -36,7 +36,7 @@ type makeRun struct {
 
 func startMakeRun(t *testing.T, dir, zkPort, mesosAddr, httpAddr string) *makeRun {
 	t.Helper()
-	log := &strings.Builder{}
+	log := &syncBuf{}
 	console, err := expect.NewConsole(expect.WithDefaultTimeout(90*time.Second), expect.WithStdout(log))
 	if err != nil {
 		t.Fatal(err)
