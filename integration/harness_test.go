@@ -98,6 +98,7 @@ func start(t *testing.T, name, upLine string, args ...string) *proc {
 		if t.Failed() {
 			t.Logf("%s (pid %d) printed:\n%s", name, cmd.Process.Pid, tail(log.String(), 6000))
 		}
+		keep(t, fmt.Sprintf("%s-%d.log", name, cmd.Process.Pid), []byte(log.String()))
 	})
 	if _, err := console.ExpectString(upLine); err != nil {
 		t.Fatalf("%s did not print %q: %v\n%s", name, upLine, err, log.String())
@@ -119,6 +120,19 @@ func (p *proc) stop(sig syscall.Signal) {
 	case <-time.After(20 * time.Second):
 		p.cmd.Process.Kill()
 		<-done
+	}
+}
+
+// keep saves a file under $EJCLOUD_TEST_KEEP/<test>/, if set, for a post-mortem of a failed
+// run (the test's temporary directories are removed when it ends).
+func keep(t *testing.T, name string, data []byte) {
+	dir := os.Getenv("EJCLOUD_TEST_KEEP")
+	if dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		os.WriteFile(filepath.Join(dir, name), data, 0o644)
 	}
 }
 
@@ -170,6 +184,10 @@ func startMesosWith(t *testing.T, agents int, resources string) *mesos {
 	if m == nil {
 		t.Fatalf("mesos-local's first line names no master and agents:\n%s", p.log.String())
 	}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(updates)
+		keep(t, "updates.jsonl", b)
+	})
 	return &mesos{proc: p, url: m[1], work: work, agents: strings.Fields(m[2]), updates: updates}
 }
 

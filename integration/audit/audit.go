@@ -87,7 +87,7 @@ type round struct {
 	start  time.Time // the first update of its first task
 	end    time.Time // the last terminal update of any of its tasks
 	tasks  []*task
-	readyN map[int]bool // shards with a READY task in the round
+	shards map[int]bool // shards with a task in the round
 }
 
 var terminal = map[string]bool{
@@ -170,20 +170,19 @@ func tasksByJob(updates []Update) map[string][]*task {
 }
 
 // roundsOf splits a job's tasks, in order of their first update, into rounds: a READY task of
-// a shard that already has one in the current round starts the next round, unless a task of
-// the current round is still alive (then it is a second launch within the round, which
-// checkShard reports); a FAILOVER task belongs to the round under way.
+// a shard that already has a task (READY, or FAILOVER after a launch that never reached its
+// agent) in the current round starts the next round, unless a task of the current round is
+// still alive (then it is a second launch within the round, which checkShard reports); a
+// FAILOVER task belongs to the round under way.
 func roundsOf(tasks []*task) []*round {
 	var rounds []*round
 	var cur *round
 	for _, t := range tasks {
-		if cur == nil || t.kind == taskid.Ready && cur.readyN[t.item] && cur.endedBy(t.first) {
-			cur = &round{start: t.first, readyN: map[int]bool{}}
+		if cur == nil || t.kind == taskid.Ready && cur.shards[t.item] && cur.endedBy(t.first) {
+			cur = &round{start: t.first, shards: map[int]bool{}}
 			rounds = append(rounds, cur)
 		}
-		if t.kind == taskid.Ready {
-			cur.readyN[t.item] = true
-		}
+		cur.shards[t.item] = true
 		cur.tasks = append(cur.tasks, t)
 		if t.end.After(cur.end) {
 			cur.end = t.end

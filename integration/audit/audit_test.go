@@ -89,6 +89,9 @@ func TestCheck(t *testing.T) {
 			[]life{{item: "0", kind: "FAILOVER", name: "f0", first: 0.5, end: 0.6}}), rounds: 1, relaunch: 1},
 		{name: "a launch lost before it reached an agent, relaunched by failover", lives: join(
 			healthy(0.05, "a")[1:], []life{{item: "0", kind: "FAILOVER", name: "f0", first: 1.5, end: 1.6}}), rounds: 1, relaunch: 1},
+		{name: "a launch lost before it reached an agent, failed over, then the next round", lives: join(
+			healthy(0.05, "a")[1:], []life{{item: "0", kind: "FAILOVER", name: "f0", first: 1.5, end: 1.6}},
+			[]life{{item: "0", kind: "READY", name: "b0", first: 4.05, end: 4.1}}, healthy(4.05, "b")[1:]), rounds: 2, relaunch: 1},
 		{name: "a business failure is a run", lives: join(
 			[]life{killed(healthy(0.05, "a")[0], 0.07, "TASK_FAILED")}, healthy(0.05, "a")[1:]), rounds: 1},
 		{name: "a killed shard never relaunched is lost", lives: join(
