@@ -78,7 +78,7 @@ func (s *syncBuf) String() string {
 }
 
 // start runs a binary and waits for the line that says it is up.
-func start(t *testing.T, name, upLine string, args ...string) *proc {
+func start(t testing.TB, name, upLine string, args ...string) *proc {
 	t.Helper()
 	log := &syncBuf{}
 	console, err := expect.NewConsole(expect.WithDefaultTimeout(60*time.Second), expect.WithStdout(log))
@@ -125,7 +125,7 @@ func (p *proc) stop(sig syscall.Signal) {
 
 // keep saves a file under $EJCLOUD_TEST_KEEP/<test>/, if set, for a post-mortem of a failed
 // run (the test's temporary directories are removed when it ends).
-func keep(t *testing.T, name string, data []byte) {
+func keep(t testing.TB, name string, data []byte) {
 	dir := os.Getenv("EJCLOUD_TEST_KEEP")
 	if dir == "" {
 		return
@@ -143,7 +143,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -165,12 +165,12 @@ type mesos struct {
 
 var masterLine = regexp.MustCompile(`master (http://\S+) with \d+ agents \[([^\]]*)\]`)
 
-func startMesos(t *testing.T, agents int) *mesos {
+func startMesos(t testing.TB, agents int) *mesos {
 	t.Helper()
 	return startMesosWith(t, agents, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]")
 }
 
-func startMesosWith(t *testing.T, agents int, resources string) *mesos {
+func startMesosWith(t testing.TB, agents int, resources string) *mesos {
 	t.Helper()
 	work := t.TempDir()
 	updates := filepath.Join(t.TempDir(), "updates.jsonl")
@@ -293,7 +293,7 @@ type scheduler struct {
 	addr string
 }
 
-func startScheduler(t *testing.T, zk statetest.Env, m *mesos, extra ...string) *scheduler {
+func startScheduler(t testing.TB, zk statetest.Env, m *mesos, extra ...string) *scheduler {
 	t.Helper()
 	addr := freeAddr(t)
 	args := append([]string{"--zk-servers", strings.Join(zk.Servers, ","), "--zk-namespace", zk.Namespace,

@@ -3,7 +3,10 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,4 +134,73 @@ func BenchmarkTriggerToRunning(b *testing.B) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkFailoverRelaunch measures, through mesos-local and the real executor, the time from
+// SIGKILL of the executor running a failover job's shard to the leader receiving the task's
+// TASK_FAILED (detect-ms: the agent sees the executor die and reports its task) and the
+// TASK_RUNNING of its FAILOVER relaunch (relaunch-ms: requeue, REVIVE, offer, launch, and a
+// new executor fetched and started, since the old one is gone).
+func BenchmarkFailoverRelaunch(b *testing.B) {
+	type seen struct {
+		id    string
+		state mesos.TaskState
+		at    time.Time
+	}
+	updates := make(chan seen, 1024)
+	s := newSystem(b, 1, func(c *Config) {
+		c.updateSeen = func(st mesos.TaskStatus) {
+			select {
+			case updates <- seen{st.TaskID.Value, st.GetState(), time.Now()}:
+			default: // never block the leader; a lost sample fails the wait below
+			}
+		}
+	})
+	j := s.holdJob("fo", 1, "")
+	j.Failover = true
+	if err := s.store.CreateJob(context.Background(), j); err != nil {
+		b.Fatal(err)
+	}
+	await := func(what string, match func(seen) bool) seen {
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case u := <-updates:
+				if match(u) {
+					return u
+				}
+			case <-deadline:
+				b.Fatalf("no %s within 30 s", what)
+			}
+		}
+	}
+	release := filepath.Join(s.dir, "release-fo")
+	var detect, relaunch []time.Duration
+	for b.Loop() {
+		os.Remove(release)
+		s.trigger("fo")
+		first := await("TASK_RUNNING", func(u seen) bool { return u.state == mesos.TASK_RUNNING })
+		pids := s.executorPIDs(s.mesos.AgentIDs()[0])
+		if len(pids) != 1 {
+			b.Fatalf("executors %v; want one", pids)
+		}
+		killed := time.Now()
+		syscall.Kill(pids[0], syscall.SIGKILL)
+		failed := await("TASK_FAILED", func(u seen) bool { return u.id == first.id && u.state == mesos.TASK_FAILED })
+		again := await("the relaunch's TASK_RUNNING", func(u seen) bool {
+			id, err := taskid.Parse(u.id)
+			return err == nil && id.Type == taskid.Failover && u.state == mesos.TASK_RUNNING
+		})
+		detect, relaunch = append(detect, failed.at.Sub(killed)), append(relaunch, again.at.Sub(killed))
+		s.release("fo")
+		await("TASK_FINISHED", func(u seen) bool { return u.id == again.id && u.state == mesos.TASK_FINISHED })
+	}
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"detect", detect}, {"relaunch", relaunch}} {
+		sort.Slice(m.d, func(i, j int) bool { return m.d[i] < m.d[j] })
+		b.ReportMetric(float64(m.d[len(m.d)/2].Microseconds())/1000, m.name+"-p50-ms")
+		b.ReportMetric(float64(m.d[len(m.d)*99/100].Microseconds())/1000, m.name+"-p99-ms")
+	}
 }

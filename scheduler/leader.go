@@ -270,11 +270,15 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	scheduled := 0
 	for _, j := range jobs {
 		if err := ld.prod.Put(j); err != nil {
 			ld.log.WithError(err).WithField("job", j.JobName).Warn("job not scheduled")
+			continue
 		}
+		scheduled++
 	}
+	ld.log.WithFields(logrus.Fields{"jobs": len(jobs), "scheduled": scheduled}).Info("jobs loaded")
 	return nil
 }
 
