@@ -42,6 +42,24 @@ func setPlacement(job, placement string) string {
 	return string(b)
 }
 
+// startWorld starts a world of agents with one leading scheduler and app "app" registered.
+func startWorld(t *testing.T, agents int, schedulerFlags ...string) (*world, *scheduler) {
+	t.Helper()
+	w := newWorld(t, agents)
+	s := startScheduler(t, w.zk, w.mesos, schedulerFlags...)
+	leaderOf(t, s)
+	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	return w, s
+}
+
+// triggerHeld registers a trigger-only job whose shards hold until released, SPREAD over the
+// agents, and triggers it.
+func (w *world) triggerHeld(t *testing.T, s *scheduler, name string, shards int, failover bool) {
+	t.Helper()
+	s.must(t, 204, "POST", "/api/job/register", setPlacement(w.jobJSON(name, shards, "", failover, w.hold(name)), "SPREAD"))
+	s.must(t, 204, "POST", "/api/job/trigger", name)
+}
+
 // An app and a job registered through the REST API run on the agents when their cron says;
 // their tasks show in /api/job/tasks/running while they run; every fire ran each shard once.
 func TestRESTRegistrationRunsOnCron(t *testing.T) {
@@ -86,12 +104,8 @@ func TestRESTRegistrationRunsOnCron(t *testing.T) {
 // SIGKILL of an executor fails its shard over: TASK_FAILED, failover queue, relaunch; the shard
 // on the other agent is not touched.
 func TestExecutorKillFailsOver(t *testing.T) {
-	w := newWorld(t, 2)
-	s := startScheduler(t, w.zk, w.mesos)
-	leaderOf(t, s)
-	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
-	s.must(t, 204, "POST", "/api/job/register", setPlacement(w.jobJSON("fo", 2, "", true, w.hold("fo")), "SPREAD"))
-	s.must(t, 204, "POST", "/api/job/trigger", "fo")
+	w, s := startWorld(t, 2)
+	w.triggerHeld(t, s, "fo", 2, true)
 	await.True(t, 30*time.Second, "both shards running", func() bool { r := w.runs("fo"); return len(r["0"]) == 1 && len(r["1"]) == 1 })
 	victim := w.runs("fo")["0"][0]
 	pids := w.mesos.executorPIDs(victim)
@@ -114,12 +128,8 @@ func TestExecutorKillFailsOver(t *testing.T) {
 // A partitioned agent's task is UNREACHABLE and still counts as running (no relaunch before
 // the unreachable timeout); healed, it runs on to the end, once.
 func TestAgentPartitionAndHeal(t *testing.T) {
-	w := newWorld(t, 2)
-	s := startScheduler(t, w.zk, w.mesos, "--unreachable-timeout", "1h")
-	leaderOf(t, s)
-	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
-	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("part", 1, "", true, w.hold("part")))
-	s.must(t, 204, "POST", "/api/job/trigger", "part")
+	w, s := startWorld(t, 2, "--unreachable-timeout", "1h")
+	w.triggerHeld(t, s, "part", 1, true)
 	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("part")["0"]) == 1 })
 	agent := w.runs("part")["0"][0]
 	w.mesos.fault(t, agent, "partition")
@@ -149,12 +159,8 @@ func hasState(states map[string]string, want string) bool {
 // An agent restart keeps the framework's executor (checkpointing): it reconnects to the new
 // agent, and its task finishes once, with no failover.
 func TestAgentRestartRecoversTheExecutor(t *testing.T) {
-	w := newWorld(t, 1)
-	s := startScheduler(t, w.zk, w.mesos)
-	leaderOf(t, s)
-	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
-	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("restart", 1, "", true, w.hold("restart")))
-	s.must(t, 204, "POST", "/api/job/trigger", "restart")
+	w, s := startWorld(t, 1)
+	w.triggerHeld(t, s, "restart", 1, true)
 	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("restart")["0"]) == 1 })
 	agent := w.mesos.agents[0]
 	before := w.mesos.executorPIDs(agent)
@@ -261,12 +267,8 @@ func TestZooKeeperRestart(t *testing.T) {
 
 // Deleting an app stops its executors on every agent and removes its jobs.
 func TestAppDeletionStopsItsExecutors(t *testing.T) {
-	w := newWorld(t, 2)
-	s := startScheduler(t, w.zk, w.mesos)
-	leaderOf(t, s)
-	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
-	s.must(t, 204, "POST", "/api/job/register", setPlacement(w.jobJSON("doomed", 2, "", false, w.hold("doomed")), "SPREAD"))
-	s.must(t, 204, "POST", "/api/job/trigger", "doomed")
+	w, s := startWorld(t, 2)
+	w.triggerHeld(t, s, "doomed", 2, false)
 	await.True(t, 30*time.Second, "an executor on each agent", func() bool {
 		return len(w.mesos.executorPIDs(w.mesos.agents[0])) == 1 && len(w.mesos.executorPIDs(w.mesos.agents[1])) == 1
 	})
@@ -286,10 +288,7 @@ func TestAppDeletionStopsItsExecutors(t *testing.T) {
 
 // Bad input on every endpoint answers an error and leaves ZooKeeper exactly as it was.
 func TestBadInputsLeaveZooKeeperUnchanged(t *testing.T) {
-	w := newWorld(t, 1)
-	s := startScheduler(t, w.zk, w.mesos, "--auth-guest", "guest:guest")
-	leaderOf(t, s)
-	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	w, s := startWorld(t, 1, "--auth-guest", "guest:guest")
 	job := w.jobJSON("steady", 2, "", false, "")
 	s.must(t, 204, "POST", "/api/job/register", job)
 	before := statetest.Dump(t, w.zk)

@@ -38,7 +38,6 @@ type leader struct {
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
-	lostForever map[string]bool               // tasks handled as LOST after the unreachable timeout
 	lastRecon   time.Time
 
 	mu       sync.Mutex // guards unplaced and idle, read by the API
@@ -61,7 +60,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	ld := &leader{
 		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, lostForever: map[string]bool{},
+		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 	}
 	ld.prod = producer.New(ld.store, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })

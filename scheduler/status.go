@@ -109,7 +109,7 @@ func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st me
 			ours = true
 		}
 	}
-	if jobGone || !ours || ld.lostForever[tid] {
+	if jobGone || !ours {
 		log.Warn("killing a task that is not the running task of its shard")
 		agent := ""
 		if st.AgentID != nil {
@@ -161,7 +161,8 @@ func (ld *leader) setIdle(tid string, idle, forget bool) {
 }
 
 // timeUnreachable treats tasks unreachable for longer than --unreachable-timeout as lost
-// (SPEC §5.7); should one come back, it is killed.
+// (SPEC §5.7). Should one come back, it is killed: its RUNNING names a task that is no longer
+// in the running queue (see running), so no memory of it is kept here.
 func (ld *leader) timeUnreachable(ctx context.Context) {
 	for tid, since := range ld.unreachable {
 		if time.Since(since) < ld.cfg.UnreachableTimeout {
@@ -181,7 +182,6 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			continue
 		}
 		delete(ld.unreachable, tid)
-		ld.lostForever[tid] = true
 		ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 		if ended.Requeued {
 			ld.poke()
