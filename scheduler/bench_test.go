@@ -69,7 +69,7 @@ func BenchmarkOfferCycle(b *testing.B) {
 	rec := &recordingCaller{calls: map[scheduler.Call_Type]int{}}
 	ld := &leader{cfg: Config{}, log: quietLog(), store: store, work: make(chan struct{}, 1),
 		executors: map[string]mesos.ExecutorInfo{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
-		sub: &subscription{caller: rec, frameworkID: "fw-0000"}}
+		sub: &subscription{caller: rec, frameworkID: "fw-0000"}, inst: &instance{metrics: newMetrics()}}
 	ld.prod = producer.New(store, nil, ld.log, nil)
 	offers := benchOffers(100)
 	var trips, launched uint64

@@ -183,6 +183,32 @@ func (s *Store) Jobs(ctx context.Context) ([]config.Job, error) {
 	return readConfigs(ctx, s, jobsDir, "job", config.ParseJob)
 }
 
+// JobsNamed reads the named jobs at once (pipelined); a job that does not exist is absent from
+// the result. The offer cycle uses it to read only the jobs that have work queued, rather
+// than every job.
+func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]config.Job, error) {
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = s.path(jobsDir, n)
+	}
+	nodes, err := s.getMany(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]config.Job, len(names))
+	for i, n := range nodes {
+		if !n.exists {
+			continue
+		}
+		j, err := config.ParseJob(n.data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %q: %v", ErrCorrupt, names[i], err)
+		}
+		out[names[i]] = j
+	}
+	return out, nil
+}
+
 // UpdateJob replaces a job's config and returns the previous one, which the caller compares
 // (config.Job.RestartsTasks) to decide whether running tasks must be killed. The job must
 // exist (ErrNotFound) and its app too (ErrAppNotFound).

@@ -185,3 +185,40 @@ func TestDeleteJobLeavesRunningNodesForTheKills(t *testing.T) {
 		t.Fatal("EndTask did not remove the running node of the deleted job")
 	}
 }
+
+// JobsNamed returns the named jobs that exist, and leaves out the ones that do not.
+func TestJobsNamed(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	if err := s.CreateApp(ctx, testApp("app")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if err := s.CreateJob(ctx, testJob(n, "app")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		names []string
+		want  []string
+	}{
+		{nil, nil},
+		{[]string{"a"}, []string{"a"}},
+		{[]string{"c", "gone", "a"}, []string{"a", "c"}},
+		{[]string{"gone"}, nil},
+	}
+	for _, c := range cases {
+		got, err := s.JobsNamed(ctx, c.names)
+		if err != nil {
+			t.Fatalf("JobsNamed(%v): %v", c.names, err)
+		}
+		if len(got) != len(c.want) {
+			t.Fatalf("JobsNamed(%v) = %v; want %v", c.names, got, c.want)
+		}
+		for _, n := range c.want {
+			if got[n].JobName != n || got[n].AppName != "app" {
+				t.Fatalf("JobsNamed(%v)[%s] = %+v", c.names, n, got[n])
+			}
+		}
+	}
+}

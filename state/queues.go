@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -180,12 +181,27 @@ func (s *Store) readQueue(ctx context.Context, dir string) ([]queueEntry, error)
 	if err != nil {
 		return nil, err
 	}
+	// The jobs are read concurrently: go-zookeeper pipelines the requests over its one
+	// connection, so a queue of many jobs costs a few round trips of latency, not two per job.
+	per := make([][]queueEntry, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			per[i], errs[i] = s.readJobQueue(ctx, dir, job)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	var out []queueEntry
-	for _, job := range jobs {
-		entries, err := s.readJobQueue(ctx, dir, job)
-		if err != nil {
-			return nil, err
-		}
+	for _, entries := range per {
 		out = append(out, entries...)
 	}
 	return out, nil
