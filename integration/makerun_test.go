@@ -19,7 +19,7 @@ import (
 )
 
 var (
-	credsLine = regexp.MustCompile(`Console/API\s+(http://\S+)\s+user:password (\S+):(\S+)`)
+	credsLine = regexp.MustCompile(`API\s+(http://\S+)\s+user:password (\S+):(\S+)`)
 	pidsLine  = regexp.MustCompile(`\(pids ([0-9 ]+)\)`)
 )
 
