@@ -205,7 +205,7 @@ func (m *mesos) fault(t *testing.T, agent, action string) {
 	}
 }
 
-// state is mesos-local's /master/state.
+// masterState is the part of mesos-local's /master/state the tests read.
 type masterState struct {
 	Frameworks []struct {
 		ID    string `json:"id"`
