@@ -47,11 +47,17 @@ func readConfig[T any](ctx context.Context, s *Store, dir, kind, name string, pa
 	if !n.exists {
 		return zero, 0, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
-	c, err := parse(n.data)
+	c, err := parseConfig(kind, name, n.data, parse)
+	return c, n.version, err
+}
+
+// parseConfig parses a config node's data; bad data is ErrCorrupt, naming the node.
+func parseConfig[T any](kind, name string, data []byte, parse func([]byte) (T, error)) (T, error) {
+	c, err := parse(data)
 	if err != nil {
-		return zero, 0, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, kind, name, err)
+		return c, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, kind, name, err)
 	}
-	return c, n.version, nil
+	return c, nil
 }
 
 // readConfigs reads and parses every config node of a directory, sorted by name.
@@ -62,9 +68,9 @@ func readConfigs[T any](ctx context.Context, s *Store, dir, kind string, parse f
 	}
 	out := make([]T, 0, len(nodes))
 	for _, n := range nodes {
-		c, err := parse(n.data)
+		c, err := parseConfig(kind, n.name, n.data, parse)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, kind, n.name, err)
+			return nil, err
 		}
 		out = append(out, c)
 	}
@@ -200,9 +206,9 @@ func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]confi
 		if !n.exists {
 			continue
 		}
-		j, err := config.ParseJob(n.data)
+		j, err := parseConfig("job", names[i], n.data, config.ParseJob)
 		if err != nil {
-			return nil, fmt.Errorf("%w: job %q: %v", ErrCorrupt, names[i], err)
+			return nil, err
 		}
 		out[names[i]] = j
 	}

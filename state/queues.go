@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -181,23 +180,14 @@ func (s *Store) readQueue(ctx context.Context, dir string) ([]queueEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	// The jobs are read concurrently: go-zookeeper pipelines the requests over its one
-	// connection, so a queue of many jobs costs a few round trips of latency, not two per job.
+	// The jobs are read concurrently, so a queue of many jobs costs a few round trips of
+	// latency, not two per job (each job's read is itself a list plus a getMany).
 	per := make([][]queueEntry, len(jobs))
-	errs := make([]error, len(jobs))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i, job := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			per[i], errs[i] = s.readJobQueue(ctx, dir, job)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = concurrently(len(jobs), 16, func(i int) (err error) {
+		per[i], err = s.readJobQueue(ctx, dir, jobs[i])
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	var out []queueEntry

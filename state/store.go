@@ -270,24 +270,34 @@ func (s *Store) children(ctx context.Context, p string) ([]string, error) {
 	return names, nil
 }
 
-// getMany reads many nodes at once. go-zookeeper pipelines concurrent requests over the one
-// connection, so n reads cost about one round trip of latency instead of n.
+// getMany reads many nodes at once.
 func (s *Store) getMany(ctx context.Context, paths []string) ([]node, error) {
 	out := make([]node, len(paths))
-	errs := make([]error, len(paths))
-	sem := make(chan struct{}, 64)
+	err := concurrently(len(paths), 64, func(i int) (err error) {
+		out[i], err = s.get(ctx, paths[i])
+		return err
+	})
+	return out, err
+}
+
+// concurrently runs f(0…n-1), at most limit at a time, and joins their errors. go-zookeeper
+// pipelines concurrent requests over its one connection, so n reads issued this way cost about
+// one round trip of latency instead of n.
+func concurrently(n, limit int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
-	for i, p := range paths {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i], errs[i] = s.get(ctx, p)
+			errs[i] = f(i)
 		}()
 	}
 	wg.Wait()
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // OpError says which operation of a multi failed.
