@@ -39,8 +39,9 @@ type Config struct {
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
 
-	// MesosStartupTimeout: if no subscription to Mesos succeeds this long after the process
-	// started, the scheduler exits (default 60s). Later losses are retried for ever.
+	// MesosStartupTimeout: if no subscription to Mesos succeeds this long after this instance
+	// was elected leader, the scheduler exits (default 60s): a wrong --mesos-url fails fast.
+	// Each leadership term has its own budget; losses after a subscription are retried for ever.
 	MesosStartupTimeout time.Duration
 
 	// started, if set, is given the instance once it serves (tests use it).
@@ -78,6 +79,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
 	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database DSN (sqlite://, postgres://, mysql://)")
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
+	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	return c
@@ -85,6 +87,9 @@ func Flags(fs *flag.FlagSet) *Config {
 
 // Validate checks what the flags alone cannot.
 func (c *Config) Validate() error {
+	if c.MesosStartupTimeout < 0 {
+		return fmt.Errorf("--mesos-startup-timeout must not be negative, got %v", c.MesosStartupTimeout)
+	}
 	if c.JobStateQueueSize < 1 {
 		return fmt.Errorf("--job-state-queue-size must be at least 1, got %d", c.JobStateQueueSize)
 	}

@@ -34,6 +34,8 @@ type leader struct {
 	exec   chan func(context.Context) // operations from other goroutines, run by the event loop
 
 	// Owned by the event loop.
+	elected     time.Time // when this leadership term began: the Mesos start-up budget counts from it
+	everSubbed  bool      // this term has subscribed to Mesos at least once
 	sub         *subscription
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
@@ -58,7 +60,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		}
 	}()
 	ld := &leader{
-		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(),
+		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(), elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
@@ -111,7 +113,7 @@ func (ld *leader) loop(ctx context.Context) error {
 			return err
 		case ctx.Err() != nil:
 			return nil
-		case errors.As(err, &failed) && !ld.inst.hasSubscribed() && time.Since(ld.inst.startedAt) > ld.cfg.MesosStartupTimeout:
+		case errors.As(err, &failed) && !ld.everSubbed && time.Since(ld.elected) > ld.cfg.MesosStartupTimeout:
 			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.MesosURL, ld.cfg.MesosStartupTimeout, failed.error)
 		case errors.As(err, &failed):
 			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
@@ -134,14 +136,16 @@ func (ld *leader) session(ctx context.Context) error {
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return subscribeFailed{fmt.Errorf("read the FrameworkID: %w", err)}
 	}
-	// The subscription lives in streamCtx until its stream ends. Before the process's first
+	// The subscription lives in streamCtx until its stream ends. Before this term's first
 	// subscription the handshake is also bounded by the start-up budget (mesos-go retries
 	// inside one call); the bound must not outlive the handshake, or it would cut the stream.
+	// The budget counts from the election, not from process start: a standby may have waited
+	// for hours, and it must get the same chance to reach Mesos as a fresh instance.
 	streamCtx, endStream := context.WithCancel(ctx)
 	defer endStream()
 	var budget *time.Timer
-	if !ld.inst.hasSubscribed() {
-		budget = time.AfterFunc(time.Until(ld.inst.startedAt.Add(ld.cfg.MesosStartupTimeout+time.Second)), endStream)
+	if !ld.everSubbed {
+		budget = time.AfterFunc(time.Until(ld.elected.Add(ld.cfg.MesosStartupTimeout+time.Second)), endStream)
 	}
 	sub, err := ld.cfg.subscribe(streamCtx, fwID, "http://"+ld.inst.advertised)
 	if budget != nil && !budget.Stop() && err == nil {
@@ -180,6 +184,7 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 	}
 	ld.sub = sub
 	ld.suppressed = false
+	ld.everSubbed = true
 	ld.inst.setSubscribed(true)
 	ld.log.WithField("framework_id", sub.frameworkID).Info("subscribed to Mesos")
 	ld.ensureDaemons(ctx)
@@ -319,14 +324,7 @@ func (s *instance) setLeaderState(ld *leader, apiHandler http.Handler) {
 func (s *instance) setSubscribed(v bool) {
 	s.mu.Lock()
 	s.subscribed = v
-	s.everSubscribed = s.everSubscribed || v
 	s.mu.Unlock()
-}
-
-func (s *instance) hasSubscribed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.everSubscribed
 }
 
 // JobChanged tells the leader that a job was registered, updated or deleted, so that its cron

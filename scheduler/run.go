@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.MesosStartupTimeout == 0 {
 		cfg.MesosStartupTimeout = time.Minute
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), startedAt: time.Now(), metrics: newMetrics()}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: newMetrics()}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -99,15 +99,13 @@ type instance struct {
 	store      *state.Store
 	advertised string // host:port of this instance's HTTP server, as other instances reach it
 
-	mu             sync.Mutex // guards leader, subscribed and ld
-	leader         bool
-	subscribed     bool
-	ld             *leader      // the leader's state while this instance leads
-	api            http.Handler // the REST API, bound to the leader's fenced store
-	everSubscribed bool
+	mu         sync.Mutex // guards leader, subscribed and ld
+	leader     bool
+	subscribed bool
+	ld         *leader      // the leader's state while this instance leads
+	api        http.Handler // the REST API, bound to the leader's fenced store
 
-	startedAt time.Time
-	metrics   *metrics
+	metrics *metrics
 }
 
 func (s *instance) status() (leader, subscribed bool) {

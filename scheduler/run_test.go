@@ -149,6 +149,7 @@ func TestConfigValidation(t *testing.T) {
 		{"non-loopback with credentials is fine", func(c *Config) { c.HTTPAddr = "0.0.0.0:8899"; c.AuthRoot = "root:pw" }, ""},
 		{"credentials need a colon", func(c *Config) { c.AuthGuest = "guest" }, "--auth-guest"},
 		{"queue size must be positive", func(c *Config) { c.JobStateQueueSize = 0 }, "--job-state-queue-size"},
+		{"start-up timeout must not be negative", func(c *Config) { c.MesosStartupTimeout = -time.Second }, "--mesos-startup-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
