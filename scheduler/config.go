@@ -31,6 +31,7 @@ type Config struct {
 	JobStateQueueSize  int
 	ReconcileInterval  time.Duration
 	UnreachableTimeout time.Duration
+	StaleTaskThreshold time.Duration
 	EventTraceDB       string
 	ExecutorBinary     string
 	LogLevel           string
@@ -77,6 +78,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
+	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
 	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database DSN (sqlite://, postgres://, mysql://)")
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")

@@ -40,6 +40,7 @@ type leader struct {
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
+	stale       staleTasks
 	lastRecon   time.Time
 
 	mu       sync.Mutex // guards unplaced and idle, read by the API
@@ -214,6 +215,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.suppressed = false
 		case <-tick.C:
 			ld.timeUnreachable(ctx)
+			ld.checkStale(ctx)
 			if ld.suppressed {
 				pending, err := ld.store.HasPendingWork(ctx)
 				if err != nil {

@@ -19,6 +19,7 @@ type metrics struct {
 	updates       map[string]int // by task state
 	unplaced      map[string]int // by reason
 	leaderChanges int
+	staleTasks    int // running tasks silent for longer than --stale-task-threshold
 }
 
 func newMetrics() *metrics {
@@ -55,7 +56,7 @@ func (s *instance) metricsHandler(w http.ResponseWriter, r *http.Request) {
 	for reason, n := range m.unplaced {
 		unplaced[`{reason="`+reason+`"}`] = float64(n)
 	}
-	launched, declined, changes := m.launched, m.declined, m.leaderChanges
+	launched, declined, changes, stale := m.launched, m.declined, m.leaderChanges, m.staleTasks
 	m.mu.Unlock()
 	metric("ejcloud_leader", "gauge", "1 while this instance leads", map[string]float64{"": b2f(leader)})
 	metric("ejcloud_mesos_subscribed", "gauge", "1 while the leader is subscribed to Mesos", map[string]float64{"": b2f(subscribed)})
@@ -64,6 +65,8 @@ func (s *instance) metricsHandler(w http.ResponseWriter, r *http.Request) {
 	metric("ejcloud_offers_declined_total", "counter", "offers declined", map[string]float64{"": float64(declined)})
 	metric("ejcloud_status_updates_total", "counter", "status updates recorded, by state", updates)
 	metric("ejcloud_unplaced_shards_total", "counter", "shards a cycle could not place, by reason", unplaced)
+	metric("ejcloud_tasks_stale", "gauge", "running tasks whose agent has said nothing of them for longer than --stale-task-threshold",
+		map[string]float64{"": float64(stale)})
 	metric("ejcloud_zk_round_trips_total", "counter", "ZooKeeper requests made", map[string]float64{"": float64(s.store.RoundTrips())})
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()

@@ -46,8 +46,10 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 		log.Warn("status update for a task that is not ejcloud's; ignoring it")
 		return nil
 	}
+	ld.stale.heardOf(tid, st.GetSource() == mesos.SOURCE_MASTER, time.Now())
 	switch s {
 	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
+		delete(ld.unreachable, tid) // its agent speaks of it: it is reachable again
 		log.Debug("task state")
 		return nil
 	case mesos.TASK_UNREACHABLE:
@@ -85,6 +87,7 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	if err != nil {
 		return err
 	}
+	ld.stale.ended(tid)
 	if ended.Removed {
 		log.WithField("requeued", ended.Requeued).Info("task ended")
 	}
@@ -110,6 +113,7 @@ func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st me
 		}
 	}
 	if jobGone || !ours {
+		ld.stale.ended(tid)
 		log.Warn("killing a task that is not the running task of its shard")
 		agent := ""
 		if st.AgentID != nil {
@@ -182,6 +186,7 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			continue
 		}
 		delete(ld.unreachable, tid)
+		ld.stale.ended(tid)
 		ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 		if ended.Requeued {
 			ld.poke()
@@ -203,6 +208,11 @@ func (ld *leader) reconcileExplicit(ctx context.Context) {
 		ld.log.WithError(err).Warn("explicit reconciliation skipped: cannot read the running queue")
 		return
 	}
+	ids := make([]string, len(running))
+	for i, r := range running {
+		ids[i] = r.TaskID
+	}
+	ld.stale.sync(ids, time.Now())
 	if len(running) == 0 {
 		return
 	}
