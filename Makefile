@@ -15,8 +15,12 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sdk-executor ./executor/examples/sdk-executor
 
 # Tests need a real ZooKeeper (Debian's zookeeper package); install it when it is missing.
+# They run under no-leftovers, which fails the run if any process they started (executors'
+# scripts included) is still alive after `go test` ends.
 test: zookeeper
-	$(GO) test -race -count=1 -timeout 14m ./...
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
+	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
 
 run: build zookeeper
 	./docker/run-local.sh

@@ -10,11 +10,11 @@ require (
 	github.com/mesos/mesos-go v0.0.11
 	github.com/sirupsen/logrus v1.10.2
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/sys v0.13.0
 )
 
 require (
 	github.com/creack/pty v1.1.17 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/pquerna/ffjson v0.0.0-20190930134022-aa0246cd15f7 // indirect
-	golang.org/x/sys v0.13.0 // indirect
 )
