@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -38,7 +39,17 @@ func testConfig(t testing.TB, env statetest.Env) Config {
 	}
 	cfg.ZKServers, cfg.ZKNamespace, cfg.Hostname = env.Servers, env.Namespace, "127.0.0.1"
 	cfg.HTTPAddr = freeAddr(t)
+	cfg.MesosURL = noMesos(t) // never the default URL: whatever listens there is not the test's
 	return *cfg
+}
+
+// noMesos is a master URL the test owns at which no Mesos answers: every call gets a 503.
+func noMesos(t testing.TB) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no Mesos master here (test)", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func freeAddr(t testing.TB) string {

@@ -38,10 +38,10 @@ func TestLeftovers(t *testing.T) {
 		{name: "a failing command passes its status through", script: "exit 3", wantCode: 3},
 		{name: "an orphan that exits within the grace is fine", script: "(sleep 0.2) & exit 0", wantCode: 0},
 		{name: "an orphan that outlives the grace fails the run and is killed",
-			script: `sh -c 'echo $$ > "$PIDFILE"; exec sleep 60' & while [ ! -s "$PIDFILE" ]; do sleep 0.01; done; exit 0`,
+			script:   `sh -c 'echo $$ > "$PIDFILE"; exec sleep 60' & while [ ! -s "$PIDFILE" ]; do sleep 0.01; done; exit 0`,
 			wantCode: 1, wantErr: "sleep 60", orphan: true},
 		{name: "a grandchild in another session is found too",
-			script: `setsid sh -c 'echo $$ > "$PIDFILE"; exec sleep 60' & while [ ! -s "$PIDFILE" ]; do sleep 0.01; done; exit 0`,
+			script:   `setsid sh -c 'echo $$ > "$PIDFILE"; exec sleep 60' & while [ ! -s "$PIDFILE" ]; do sleep 0.01; done; exit 0`,
 			wantCode: 1, wantErr: "sleep 60", orphan: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
