@@ -11,7 +11,9 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,26 +147,59 @@ func body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// fail answers an error with the status its kind calls for.
+// fail answers an error with the status its kind calls for. Bodies speak of the app, job or
+// queue concerned, never of ZooKeeper paths or client errors: those go to the log.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var fe *config.FieldError
+	subject := subjectOf(err)
 	switch {
 	case errors.As(err, &fe):
 		writeError(w, http.StatusBadRequest, fe.Message, fe.Field)
 	case errors.Is(err, state.ErrAppNotFound):
-		writeError(w, http.StatusBadRequest, "appName: "+err.Error(), "appName")
+		writeError(w, http.StatusBadRequest, "appName: "+or(subject, "the app")+" does not exist", "appName")
 	case errors.Is(err, state.ErrExists):
-		writeError(w, http.StatusConflict, err.Error(), "")
+		writeError(w, http.StatusConflict, or(subject, "it")+" already exists", "")
 	case errors.Is(err, state.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error(), "")
+		writeError(w, http.StatusNotFound, or(subject, "what was asked for")+" does not exist", "")
 	case errors.Is(err, errBadRequest):
 		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "), "")
-	case errors.Is(err, state.ErrQueueFull), errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
-		writeError(w, http.StatusServiceUnavailable, err.Error(), "")
+	case errors.Is(err, state.ErrQueueFull):
+		writeError(w, http.StatusServiceUnavailable, or(subject, "the queue")+" is full (--job-state-queue-size); retry later", "")
+	case errors.Is(err, state.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "ZooKeeper is unavailable; retry later", "")
+	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "this scheduler instance is not (or no longer) the leader; retry, and follow the redirect to the leader", "")
 	default:
-		s.cfg.Log.WithError(err).WithField("path", r.URL.Path).Error("internal error")
-		writeError(w, http.StatusInternalServerError, "internal error: "+err.Error(), "")
+		id := errorID()
+		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Error("internal error")
+		writeError(w, http.StatusInternalServerError, "internal error "+id+": the scheduler's log has the details under error_id="+id, "")
 	}
+}
+
+// subjectOf is what the error says it was about (state.SubjectError, state.OpError), or "".
+func subjectOf(err error) string {
+	var sub interface{ Subject() string }
+	for e := err; errors.As(e, &sub); {
+		if s := sub.Subject(); s != "" {
+			return s
+		}
+		e = errors.Unwrap(sub.(error))
+	}
+	return ""
+}
+
+// errorID ties a 500 answer to its log line.
+func errorID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func or(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
 }
 
 var errBadRequest = errors.New("bad request")

@@ -34,7 +34,7 @@ func (f *fakeStore) CreateApp(_ context.Context, a config.App) error {
 		return f.fault
 	}
 	if _, ok := f.apps[a.AppName]; ok {
-		return fmt.Errorf("create app %q: %w", a.AppName, state.ErrExists)
+		return fmt.Errorf("create app: %w", &state.SubjectError{Kind: "app", Name: a.AppName, Err: state.ErrExists})
 	}
 	f.apps[a.AppName] = a
 	return nil
@@ -45,7 +45,7 @@ func (f *fakeStore) App(_ context.Context, name string) (config.App, error) {
 	defer f.mu.Unlock()
 	a, ok := f.apps[name]
 	if !ok {
-		return a, fmt.Errorf("app %q: %w", name, state.ErrNotFound)
+		return a, &state.SubjectError{Kind: "app", Name: name, Err: state.ErrNotFound}
 	}
 	return a, f.fault
 }
@@ -89,10 +89,10 @@ func (f *fakeStore) CreateJob(_ context.Context, j config.Job) error {
 		return f.fault
 	}
 	if _, ok := f.apps[j.AppName]; !ok {
-		return fmt.Errorf("create job: %w %q", state.ErrAppNotFound, j.AppName)
+		return fmt.Errorf("create job: %w", &state.SubjectError{Kind: "app", Name: j.AppName, Err: state.ErrAppNotFound})
 	}
 	if _, ok := f.jobs[j.JobName]; ok {
-		return fmt.Errorf("create job %q: %w", j.JobName, state.ErrExists)
+		return fmt.Errorf("create job: %w", &state.SubjectError{Kind: "job", Name: j.JobName, Err: state.ErrExists})
 	}
 	f.jobs[j.JobName] = j
 	return nil
@@ -103,7 +103,7 @@ func (f *fakeStore) Job(_ context.Context, name string) (config.Job, error) {
 	defer f.mu.Unlock()
 	j, ok := f.jobs[name]
 	if !ok {
-		return j, fmt.Errorf("job %q: %w", name, state.ErrNotFound)
+		return j, &state.SubjectError{Kind: "job", Name: name, Err: state.ErrNotFound}
 	}
 	return j, f.fault
 }

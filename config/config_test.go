@@ -115,6 +115,19 @@ func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
 	}
 }
 
+// A missing number without a default is "required", not "too small": 0 is not what was sent.
+func TestDecodeJobMissingNumbersAreRequired(t *testing.T) {
+	for _, tc := range []struct{ field, value string }{
+		{"shardingTotalCount", ""}, {"cpuCount", ""}, {"memoryMB", ""}, {"cpuCount", "null"}, {"memoryMB", "null"},
+	} {
+		body := withField(t, validJob, tc.field, tc.value)
+		var fe *FieldError
+		if _, err := DecodeJob(body, "UTC"); !errors.As(err, &fe) || fe.Field != tc.field || fe.Message != tc.field+" is required" {
+			t.Errorf("DecodeJob without %s (%q) = %v; want %q", tc.field, tc.value, err, tc.field+" is required")
+		}
+	}
+}
+
 func TestDecodeJobDaemonNeedsCron(t *testing.T) {
 	body := withField(t, string(withField(t, validJob, "jobExecutionType", `"DAEMON"`)), "cron", "")
 	var fe *FieldError

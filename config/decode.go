@@ -150,5 +150,13 @@ func stringMap(dst *map[string]string) setter {
 	}
 }
 
+// mark records in given that the field had a value (JSON null is no value).
+func mark(given map[string]bool, name string, set setter) setter {
+	return func(raw json.RawMessage) error {
+		given[name] = true
+		return set(raw)
+	}
+}
+
 // ignored accepts any value: fields that Elastic-Job-Cloud 2.1.5 accepted and ignored.
 func ignored(json.RawMessage) error { return nil }

@@ -60,6 +60,8 @@ type Job struct {
 // PUT /api/job/update alike). A job without timeZone gets defaultZone.
 func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	j := Job{Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{}}
+	// Numbers that have no default: a missing one must say so, not "must be at least 1, got 0".
+	given := map[string]bool{}
 	err := decodeObject(body, map[string]setter{
 		"jobName":                 str(&j.JobName),
 		"appName":                 str(&j.AppName),
@@ -68,11 +70,11 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"jobExecutionType":        str(&j.JobExecutionType),
 		"cron":                    str(&j.Cron),
 		"timeZone":                str(&j.TimeZone),
-		"shardingTotalCount":      integer(&j.ShardingTotalCount),
+		"shardingTotalCount":      mark(given, "shardingTotalCount", integer(&j.ShardingTotalCount)),
 		"shardingItemParameters":  str(&j.ShardingItemParameters),
 		"jobParameter":            str(&j.JobParameter),
-		"cpuCount":                float(&j.CPUCount),
-		"memoryMB":                float(&j.MemoryMB),
+		"cpuCount":                mark(given, "cpuCount", float(&j.CPUCount)),
+		"memoryMB":                mark(given, "memoryMB", float(&j.MemoryMB)),
 		"failover":                boolean(&j.Failover),
 		"misfire":                 boolean(&j.Misfire),
 		"streamingProcess":        boolean(&j.StreamingProcess),
@@ -89,6 +91,11 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	})
 	if err != nil {
 		return Job{}, err
+	}
+	for _, f := range []string{"shardingTotalCount", "cpuCount", "memoryMB"} {
+		if !given[f] {
+			return Job{}, fieldErr(f, "is required")
+		}
 	}
 	if j.TimeZone == "" {
 		j.TimeZone = defaultZone

@@ -337,6 +337,11 @@ func TestBadInputsLeaveZooKeeperUnchanged(t *testing.T) {
 		if code == 400 && !strings.Contains(msg, `"field"`) && !strings.Contains(msg, `"error"`) {
 			t.Errorf("%s %s: a 400 must say what is wrong: %s", b.method, b.path, msg)
 		}
+		for _, internal := range []string{w.zk.Namespace, "zk:", "state:"} {
+			if strings.Contains(msg, internal) {
+				t.Errorf("%s %s: the answer shows ZooKeeper internals (%q): %s", b.method, b.path, internal, msg)
+			}
+		}
 	}
 	after := statetest.Dump(t, w.zk)
 	for p, v := range before {

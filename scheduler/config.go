@@ -32,7 +32,6 @@ type Config struct {
 	ReconcileInterval  time.Duration
 	UnreachableTimeout time.Duration
 	StaleTaskThreshold time.Duration
-	EventTraceDB       string
 	ExecutorBinary     string
 	LogLevel           string
 	LogFormat          string
@@ -79,7 +78,6 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
-	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database DSN (sqlite://, postgres://, mysql://)")
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

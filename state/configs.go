@@ -45,7 +45,7 @@ func readConfig[T any](ctx context.Context, s *Store, dir, kind, name string, pa
 		return zero, 0, err
 	}
 	if !n.exists {
-		return zero, 0, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+		return zero, 0, &SubjectError{Kind: kind, Name: name, Err: ErrNotFound}
 	}
 	c, err := parseConfig(kind, name, n.data, parse)
 	return c, n.version, err
@@ -169,7 +169,7 @@ func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
 func appMissing(err error, appPath string) error {
 	var op *OpError
 	if errors.As(err, &op) && op.Path == appPath && errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("%w %q", ErrAppNotFound, base(appPath))
+		return &SubjectError{Kind: "app", Name: base(appPath), Err: ErrAppNotFound}
 	}
 	return err
 }

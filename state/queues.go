@@ -41,12 +41,12 @@ func (s *Store) admit(ctx context.Context, dir string) (any, error) {
 		return nil, err
 	}
 	if st == nil {
-		return nil, fmt.Errorf("%s: %w", root, ErrNotFound)
+		return nil, &OpError{Op: "stat", Path: root, Err: ErrNotFound}
 	}
 	if int(st.NumChildren) >= s.queueLimit {
 		s.log.WithField("queue", root).WithField("limit", s.queueLimit).
 			Warn("queue is full (job-state-queue-size); refusing the add")
-		return nil, fmt.Errorf("%w: %s has %d children (job-state-queue-size %d)", ErrQueueFull, root, st.NumChildren, s.queueLimit)
+		return nil, &OpError{Op: "admit", Path: root, Err: fmt.Errorf("%w: %d entries (job-state-queue-size %d)", ErrQueueFull, st.NumChildren, s.queueLimit)}
 	}
 	return setOp(root, nil, st.Version), nil
 }
