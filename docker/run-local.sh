@@ -4,6 +4,9 @@
 # the first run (kept in .run/credentials) and a demo app and jobs registered. A second run reuses
 # all of it. Ctrl-C stops everything this script started, executors included.
 #
+# Each run logs into a folder of its own, .run/logs/<date-time>/, with .run/logs/latest naming
+# the newest, so an earlier run's logs are kept.
+#
 # Overridable (the integration test runs it on free ports): EJCLOUD_RUN_DIR, EJCLOUD_RUN_BIN,
 # EJCLOUD_RUN_ZK_PORT, EJCLOUD_RUN_MESOS_ADDR, EJCLOUD_HTTP_ADDR.
 set -euo pipefail
@@ -13,7 +16,7 @@ bin=${EJCLOUD_RUN_BIN:-$root/bin}
 zk_port=${EJCLOUD_RUN_ZK_PORT:-2181}
 http_addr=${EJCLOUD_HTTP_ADDR:-127.0.0.1:8899}
 mesos_addr=${EJCLOUD_RUN_MESOS_ADDR:-127.0.0.1:5050}
-mkdir -p "$run/zk/data" "$run/logs" "$run/mesos"
+show() { echo "${1#"$root/"}"; } # a path as the user, in the project root, would type it
 
 pids=()
 stop() {
@@ -25,12 +28,12 @@ stop() {
     kill -TERM -- "-${pids[i]}" 2>/dev/null || true
     wait "${pids[i]}" 2>/dev/null || true
   done
-  echo "stopped."
+  [ ${#pids[@]} = 0 ] || echo "stopped."
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; } # host:port
 zk_ok() { # "imok" comes without a newline, so read fails at EOF but still fills ans
   local ans=""
   { exec 3<>"/dev/tcp/127.0.0.1/$zk_port" && printf ruok >&3 && read -r -t 2 ans <&3; } 2>/dev/null
@@ -50,14 +53,37 @@ request() {
   echo "${status:-000}"
 }
 ready_ok() { [ "$(request GET /readyz)" = 200 ]; }
-wait_for() { # what, check, log
-  for _ in $(seq 1 300); do "$2" && return 0; sleep 0.2; done
-  echo "$1 did not come up; see $3" >&2; tail -20 "$3" >&2; exit 1
+wait_for() { # what, check, log: polls until check passes, the process dies, or 60 s pass
+  local pid=${pids[${#pids[@]} - 1]}
+  for _ in $(seq 1 300); do
+    "$2" && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "$1 exited while starting; see $(show "$3"):" >&2; tail -20 "$3" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+  echo "$1 did not come up within 60 s; see $(show "$3"):" >&2; tail -20 "$3" >&2; exit 1
 }
 
-if port_open "$zk_port"; then
-  echo "port $zk_port is in use: stop what is there, or set EJCLOUD_RUN_ZK_PORT" >&2; exit 1
-fi
+# Every port first, before anything starts: something else listening there would be talked to
+# as if it were ours (a foreign scheduler answers 401, a foreign Mesos takes our framework).
+check_port() { # addr, what, the variable that moves it
+  if port_open "$1"; then
+    echo "$1 (for $2) is in use: stop what listens there, or move it: make run $3" >&2
+    busy=1
+  fi
+}
+busy=0
+check_port "127.0.0.1:$zk_port" ZooKeeper "EJCLOUD_RUN_ZK_PORT=<port>"
+check_port "$mesos_addr" mesos-local "EJCLOUD_RUN_MESOS_ADDR=127.0.0.1:<port>"
+check_port "$http_addr" "the scheduler" "EJCLOUD_HTTP_ADDR=127.0.0.1:<port>"
+[ "$busy" = 0 ] || exit 1
+
+mkdir -p "$run/zk/data" "$run/mesos"
+logs="$run/logs/$(date +%Y%m%d-%H%M%S)"
+[ -e "$logs" ] && logs="$logs-$$"
+mkdir -p "$logs"
+ln -sfn "$(basename "$logs")" "$run/logs/latest"
 cat > "$run/zk/zoo.cfg" <<CFG
 tickTime=2000
 dataDir=$run/zk/data
@@ -69,16 +95,16 @@ CFG
 cp="/usr/share/java/zookeeper.jar"
 [ -f /usr/share/java/slf4j-nop.jar ] && cp="$cp:/usr/share/java/slf4j-nop.jar"
 setsid java -Xmx256m -Dzookeeper.admin.enableServer=false -cp "$cp" \
-  org.apache.zookeeper.server.ZooKeeperServerMain "$run/zk/zoo.cfg" >"$run/logs/zookeeper.log" 2>&1 &
+  org.apache.zookeeper.server.ZooKeeperServerMain "$run/zk/zoo.cfg" >"$logs/zookeeper.log" 2>&1 &
 pids+=($!)
-wait_for ZooKeeper zk_ok "$run/logs/zookeeper.log"
+wait_for ZooKeeper zk_ok "$logs/zookeeper.log"
 echo "ZooKeeper     127.0.0.1:$zk_port (data in ${run#"$root/"}/zk)"
 
 setsid "$bin/mesos-local" --addr "$mesos_addr" --agents 2 --work-dir "$run/mesos" \
-  >"$run/logs/mesos-local.log" 2>&1 &
+  >"$logs/mesos-local.log" 2>&1 &
 pids+=($!)
-mesos_ok() { grep -q "mesos-local: master" "$run/logs/mesos-local.log"; }
-wait_for mesos-local mesos_ok "$run/logs/mesos-local.log"
+mesos_ok() { grep -q "mesos-local: master" "$logs/mesos-local.log"; }
+wait_for mesos-local mesos_ok "$logs/mesos-local.log"
 echo "Mesos         http://$mesos_addr  (state: /master/state; faults: POST /local/agents/{id}/{partition|heal|kill|restart|gone})"
 
 # Root credentials: generated once, kept with the rest of the state.
@@ -89,9 +115,9 @@ creds=$(cat "$run/credentials")
 
 setsid "$bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
   --mesos-url "http://$mesos_addr" --auth-root "$creds" \
-  >"$run/logs/scheduler.log" 2>&1 &
+  >"$logs/scheduler.log" 2>&1 &
 pids+=($!)
-wait_for "the scheduler" ready_ok "$run/logs/scheduler.log"
+wait_for "the scheduler" ready_ok "$logs/scheduler.log"
 
 # The demo: an app running the stock executor the scheduler serves, a TRANSIENT SCRIPT job of
 # 4 shards every 10 s and a DAEMON job. A second run finds them registered (409) and keeps them.
@@ -101,7 +127,7 @@ register() { # what, method, path, body
   case $code in
   204) echo "registered    $1" ;;
   409) echo "kept          $1 (registered by an earlier run)" ;;
-  *) echo "registering $1 failed with HTTP $code; see .run/logs/scheduler.log" >&2; exit 1 ;;
+  *) echo "registering $1 failed with HTTP $code; see $(show "$logs/scheduler.log")" >&2; exit 1 ;;
   esac
 }
 register "app demo-app" POST /api/app '{"appName":"demo-app","appURL":"http://'"$http_addr"'/executor/ejcloud-executor","bootstrapScript":"./ejcloud-executor","cpuCount":0.1,"memoryMB":64,"appCacheEnable":true}'
@@ -112,7 +138,7 @@ echo
 echo "API           http://$http_addr   user:password $creds   (the web console is not built yet)"
 echo "              e.g. curl -u \"\$(cat ${run#"$root/"}/credentials)\" http://$http_addr/api/job/tasks/running"
 echo "Scheduler     health /healthz, leadership /readyz, metrics /metrics"
-echo "Logs          ${run#"$root/"}/logs/   sandboxes ${run#"$root/"}/mesos/"
+echo "Logs          $(show "$logs")/ (earlier runs' beside it)   sandboxes $(show "$run/mesos")/"
 echo "Press Ctrl-C to stop everything (pids ${pids[*]})."
 wait -n "${pids[@]}" || true
-echo "a process exited; see ${run#"$root/"}/logs/" >&2
+echo "a process exited; see $(show "$logs")/" >&2

@@ -60,7 +60,7 @@ func startMakeRun(t *testing.T, dir, zkPort, mesosAddr, httpAddr string) *makeRu
 		if t.Failed() {
 			t.Logf("run-local.sh printed:\n%s", log.String())
 			for _, f := range []string{"scheduler.log", "mesos-local.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, "logs", f))
+				b, _ := os.ReadFile(filepath.Join(dir, "logs", "latest", f))
 				t.Logf("%s:\n%s", f, tail(string(b), 4000))
 			}
 		}
@@ -155,6 +155,43 @@ func TestMakeRun(t *testing.T) {
 		}
 	}
 	second.interrupt(t)
+	runs, _ := filepath.Glob(filepath.Join(dir, "logs", "2*", "scheduler.log"))
+	if len(runs) != 2 {
+		t.Errorf("logs of %d runs kept (%v); want both runs'", len(runs), runs)
+	}
+}
+
+// With any of its three ports taken, make run starts nothing and names, for each busy port,
+// the variable that moves it.
+func TestMakeRunRefusesBusyPorts(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		addrs = append(addrs, l.Addr().String())
+	}
+	_, zkPort, _ := net.SplitHostPort(addrs[0])
+	dir := t.TempDir()
+	cmd := exec.Command("../docker/run-local.sh")
+	cmd.Env = append(os.Environ(), "EJCLOUD_RUN_DIR="+dir, "EJCLOUD_RUN_BIN="+bins, "EJCLOUD_RUN_ZK_PORT="+zkPort,
+		"EJCLOUD_RUN_MESOS_ADDR="+addrs[1], "EJCLOUD_HTTP_ADDR="+addrs[2])
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("run-local.sh with busy ports: %v; want exit 1\n%s", err, out)
+	}
+	for _, want := range []string{addrs[0] + " (for ZooKeeper) is in use", "EJCLOUD_RUN_ZK_PORT=",
+		addrs[1] + " (for mesos-local) is in use", "EJCLOUD_RUN_MESOS_ADDR=",
+		addrs[2] + " (for the scheduler) is in use", "EJCLOUD_HTTP_ADDR="} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logs")); !os.IsNotExist(err) {
+		t.Errorf("it started something (logs exist: %v)", err)
+	}
 }
 
 // sandboxOutput is everything the tasks printed, on every agent.
