@@ -178,3 +178,49 @@ func TestUnknownJobClassStopsWithoutRelaunch(t *testing.T) {
 		t.Fatalf("%d launches; want 1", n)
 	}
 }
+
+// A shard whose task keeps killing its executor (a failure that may heal) backs off up to
+// --failover-backoff-max and is never stopped; the backoff shows over REST and in /metrics.
+// Updating the job forgets the backoff: the waiting shard is relaunched at once.
+func TestCrashingShardBacksOffToTheCap(t *testing.T) {
+	w := newWorld(t, 1)
+	s := startScheduler(t, w.zk, w.mesos, "--failover-backoff-min", "200ms", "--failover-backoff-max", "800ms")
+	leaderOf(t, s)
+	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	crash := w.jobJSON("crash", 1, neverCron, true, "kill -9 $PPID") // $PPID: the executor
+	s.must(t, 204, "POST", "/api/job/register", crash)
+	s.must(t, 204, "POST", "/api/job/trigger", "crash")
+
+	await.True(t, 60*time.Second, "the shard backed off at the cap", func() bool {
+		f := failureOf(t, s, "crash")
+		if f.Stopped {
+			t.Fatalf("stopped: %+v; an executor that dies may heal, the job must not stop", f.Stop)
+		}
+		return len(f.Backoff) == 1 && f.Backoff[0].DelaySeconds == 0.8 && f.Backoff[0].Failures >= 4 &&
+			strings.Contains(f.Backoff[0].LastFailure, "TASK_FAILED")
+	})
+	await.True(t, 30*time.Second, "/metrics shows the backoff", func() bool {
+		m := s.must(t, 200, "GET", "/metrics", "")
+		return strings.Contains(m, `ejcloud_failover_backoff_seconds{job="crash"} 0.8`+"\n") && strings.Contains(m, "ejcloud_failover_backoff_shards 1\n")
+	})
+	at := w.mesos.launches(t, "crash")
+	for i := 1; i < len(at); i++ {
+		want := min(200*time.Millisecond<<(i-1), 800*time.Millisecond)
+		if at[i].Sub(at[i-1]) < want {
+			t.Fatalf("launch %d came %v after the one before; want at least %v (launches at %v)", i+1, at[i].Sub(at[i-1]), want, at)
+		}
+	}
+	if !strings.Contains(s.log.String(), "relaunched after the backoff") {
+		t.Fatal("the scheduler did not warn of the backoff")
+	}
+
+	// The fixed job runs at once, however long the backoff it was waiting for.
+	s.must(t, 204, "PUT", "/api/job/update", w.jobJSON("crash", 1, neverCron, true, ""))
+	quiet(t, s, "crash")
+	if f := failureOf(t, s, "crash"); f.Stopped || len(f.Backoff) != 0 {
+		t.Fatalf("after the fix: %+v; want neither stop nor backoff", f)
+	}
+	if r := w.runs("crash")["0"]; len(r) < 5 {
+		t.Fatalf("the shard ran %d times; want the crashes and the fixed run", len(r))
+	}
+}
