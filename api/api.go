@@ -60,6 +60,10 @@ type Scheduler interface {
 	DeleteApp(ctx context.Context, app string) error
 	Trigger(ctx context.Context, job string) error
 	Idle(taskID string) bool
+	// Failure is the job's stop mark and backoff (GET /api/job/{jobName}/failure).
+	Failure(ctx context.Context, job string) (JobFailure, error)
+	// AppUpdated tells the leader that an app's config changed: its jobs' stop marks clear.
+	AppUpdated(ctx context.Context, app string) error
 }
 
 // Config is the API's configuration.

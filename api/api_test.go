@@ -76,7 +76,7 @@ func TestEndpoints(t *testing.T) {
 		{name: "list apps", method: "GET", path: "/api/app/list", wantCode: 200, wantBody: `"appName":"app"`},
 		{name: "get an app", method: "GET", path: "/api/app/app", wantCode: 200, wantBody: `"bootstrapScript":"bin/start.sh"`},
 		{name: "get a missing app", method: "GET", path: "/api/app/nope", wantCode: 404, wantBody: `app \"nope\" does not exist`},
-		{name: "partial app update", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":"256"}`, wantCode: 204},
+		{name: "partial app update", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":"256"}`, wantCode: 204, wantOps: []string{"app-updated app"}},
 		{name: "update of a missing app", method: "PUT", path: "/api/app", body: `{"appName":"nope","memoryMB":256}`, wantCode: 404},
 		{name: "update without appName", method: "PUT", path: "/api/app", body: `{"memoryMB":256}`, wantCode: 400, wantBody: `"field":"appName"`},
 		{name: "update with an invalid value", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":1}`, wantCode: 400, wantBody: `"field":"memoryMB"`},
@@ -106,6 +106,11 @@ func TestEndpoints(t *testing.T) {
 		{name: "enable a job", method: "POST", path: "/api/job/job/enable", wantCode: 204, wantOps: []string{"enable job"}},
 		{name: "enable a job, 2.1.5 form", method: "DELETE", path: "/api/job/job/disable", wantCode: 204, wantOps: []string{"enable job"}},
 		{name: "next fire times", method: "GET", path: "/api/job/job/next?count=2", wantCode: 200, wantBody: `["2026-11-22T00:00:05Z","2026-11-22T00:00:10Z"]`},
+		{name: "failure of a healthy job", method: "GET", path: "/api/job/job/failure", wantCode: 200, wantBody: `{"jobName":"job","stopped":false,"backoff":[]}`},
+		{name: "failure of a stopped job", method: "GET", path: "/api/job/daemon/failure", wantCode: 200,
+			wantBody: `{"jobName":"daemon","stopped":true,"stop":{"reason":"unknown jobClass","message":"unknown jobClass \"x\"","taskId":"` + id.String() + `","state":"TASK_ERROR","since":"2026-11-22T00:00:00Z"},` +
+				`"backoff":[{"jobName":"daemon","shardingItem":2,"failures":3,"delaySeconds":4,"retryAt":"2026-11-22T00:00:04Z","lastFailure":"TASK_LOST"}]}`},
+		{name: "failure of a missing job", method: "GET", path: "/api/job/nope/failure", wantCode: 404},
 		{name: "next with a bad count", method: "GET", path: "/api/job/job/next?count=0", wantCode: 400, wantBody: `"field":"count"`},
 		{name: "running tasks", method: "GET", path: "/api/job/tasks/running", wantCode: 200,
 			wantBody: `[{"id":"` + id.String() + `","metaInfo":{"jobName":"job","shardingItems":[1]},"type":"FAILOVER","slaveId":"S3","idle":true}]`},
@@ -120,6 +125,10 @@ func TestEndpoints(t *testing.T) {
 			f := seeded()
 			f.store.running = []state.RunningEntry{{Meta: id.Meta, TaskID: id.String()}}
 			f.sched.idle[id.String()] = true
+			at := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+			f.sched.failures = map[string]JobFailure{"daemon": {JobName: "daemon", Stopped: true,
+				Stop:    &state.Stop{Reason: "unknown jobClass", Message: `unknown jobClass "x"`, TaskID: id.String(), State: "TASK_ERROR", Since: at},
+				Backoff: []ShardBackoff{{JobName: "daemon", ShardingItem: 2, Failures: 3, DelaySeconds: 4, RetryAt: at.Add(4 * time.Second), LastFailure: "TASK_LOST"}}}}
 			f.store.ready = []state.ReadyEntry{{JobName: "job", Count: 2}}
 			f.store.failover = []state.FailoverEntry{{Meta: id.Meta, TaskID: id.String()}}
 			rec := f.do(tc.method, tc.path, tc.body)

@@ -55,6 +55,9 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	_, err := s.store.UpdateApp(r.Context(), name, func(cur config.App) (config.App, error) {
 		return config.PatchApp(cur, b)
 	})
+	if err == nil {
+		err = s.sched.AppUpdated(r.Context(), name)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -37,6 +37,10 @@ func (noScheduler) EnableApp(context.Context, string) error     { return nil }
 func (noScheduler) DeleteApp(context.Context, string) error     { return nil }
 func (noScheduler) Trigger(context.Context, string) error       { return nil }
 func (noScheduler) Idle(string) bool                            { return false }
+func (noScheduler) AppUpdated(context.Context, string) error    { return nil }
+func (noScheduler) Failure(_ context.Context, job string) (api.JobFailure, error) {
+	return api.JobFailure{JobName: job}, nil
+}
 
 func jobJSON(name string) string {
 	return `{"jobName":"` + name + `","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"0 0/5 * * * ?","shardingTotalCount":4,"cpuCount":0.1,"memoryMB":64,"scriptCommandLine":"true","timeZone":"UTC"}`

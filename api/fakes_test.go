@@ -137,6 +137,8 @@ type fakeSched struct {
 	store *fakeStore
 	ops   []string
 	idle  map[string]bool
+	// failures are the answers of Failure, by job.
+	failures map[string]JobFailure
 }
 
 func (f *fakeSched) record(op string) {
@@ -192,6 +194,18 @@ func (f *fakeSched) DeleteApp(ctx context.Context, app string) error {
 	return f.appOp(ctx, "delete-app", app)
 }
 func (f *fakeSched) Idle(taskID string) bool { return f.idle[taskID] }
+func (f *fakeSched) Failure(ctx context.Context, job string) (JobFailure, error) {
+	if err := f.existingJob(ctx, job); err != nil {
+		return JobFailure{}, err
+	}
+	if fl, ok := f.failures[job]; ok {
+		return fl, nil
+	}
+	return JobFailure{JobName: job, Backoff: []ShardBackoff{}}, nil
+}
+func (f *fakeSched) AppUpdated(ctx context.Context, app string) error {
+	return f.appOp(ctx, "app-updated", app)
+}
 
 func (f *fakeSched) jobOp(ctx context.Context, op, job string) error {
 	if err := f.existingJob(ctx, job); err != nil {

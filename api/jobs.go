@@ -31,6 +31,7 @@ func (s *Server) jobRoutes(r *mux.Router) {
 	r.HandleFunc("/api/job/{jobName}/disable", s.enableJob).Methods(http.MethodDelete) // the 2.1.5 form
 	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
 	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(http.MethodGet)
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {

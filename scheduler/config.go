@@ -32,6 +32,8 @@ type Config struct {
 	ReconcileInterval  time.Duration
 	UnreachableTimeout time.Duration
 	StaleTaskThreshold time.Duration
+	FailoverBackoffMin time.Duration
+	FailoverBackoffMax time.Duration
 	ExecutorBinary     string
 	LogLevel           string
 	LogFormat          string
@@ -78,6 +80,8 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
+	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
+	fs.DurationVar(&c.FailoverBackoffMax, "failover-backoff-max", 5*time.Minute, "longest wait before relaunching a shard that keeps failing")
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -92,6 +96,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JobStateQueueSize < 1 {
 		return fmt.Errorf("--job-state-queue-size must be at least 1, got %d", c.JobStateQueueSize)
+	}
+	if c.FailoverBackoffMin <= 0 || c.FailoverBackoffMax < c.FailoverBackoffMin {
+		return fmt.Errorf("--failover-backoff-min must be positive and at most --failover-backoff-max, got %v and %v", c.FailoverBackoffMin, c.FailoverBackoffMax)
 	}
 	for name, cred := range map[string]string{"--auth-root": c.AuthRoot, "--auth-guest": c.AuthGuest, "--zk-digest": c.ZKDigest} {
 		if cred != "" && !strings.Contains(cred, ":") {

@@ -43,6 +43,8 @@ type leader struct {
 	stale       staleTasks
 	lastRecon   time.Time
 
+	relaunch *relaunches // failures in a row per shard: failover backoff and stops
+
 	mu       sync.Mutex // guards unplaced and idle, read by the API
 	unplaced map[string]map[string]int
 	idle     map[string]bool
@@ -65,8 +67,9 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+		relaunch: newRelaunches(s.cfg.FailoverBackoffMin, s.cfg.FailoverBackoffMax),
 	}
-	ld.prod = producer.New(ld.store, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
+	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
 	defer s.setLeaderState(nil, nil)
 
@@ -216,16 +219,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case <-tick.C:
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
-			if ld.suppressed {
-				pending, err := ld.store.HasPendingWork(ctx)
-				if err != nil {
-					ld.log.WithError(err).Warn("cannot check the queues for pending work")
-				}
-				if err == nil && pending {
-					ld.call(ctx, calls.Revive()) // work written by someone else: the API, a tool
-					ld.suppressed = false
-				}
-			}
+			ld.wakeForWork(ctx)
 			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {
 				ld.reconcile(ctx)
 			}

@@ -177,8 +177,9 @@ func agentsOf(offers []mesos.Offer) ([]binpack.Agent, map[string][]mesos.Offer) 
 }
 
 // eligible gathers the cycle's work (SPEC §5.4 step 1): failover items first (each once,
-// not while the shard runs), then ready jobs with no running task; disabled jobs and apps are
-// skipped, and the entries of jobs that no longer exist are removed.
+// not while the shard runs, not before its backoff ran out), then ready jobs with no running
+// task and no failover item; disabled and stopped jobs and disabled apps are skipped, and the
+// entries of jobs that no longer exist are removed.
 func (ld *leader) eligible(ctx context.Context) (work, error) {
 	w := work{apps: map[string]config.App{}, ready: map[string]state.ReadyEntry{}, failover: map[string][]state.FailoverEntry{}}
 	// The queues are read before the jobs: an entry is written only for a job that exists, so
@@ -220,6 +221,10 @@ func (ld *leader) eligible(ctx context.Context) (work, error) {
 	if err != nil {
 		return w, err
 	}
+	stopped, err := ld.store.StoppedJobs(ctx)
+	if err != nil {
+		return w, err
+	}
 	running, err := ld.store.Running(ctx)
 	if err != nil {
 		return w, err
@@ -236,14 +241,21 @@ func (ld *leader) eligible(ctx context.Context) (work, error) {
 			return j, false
 		}
 		_, appOK := w.apps[j.AppName]
-		return j, appOK && !offJobs[name] && !offApps[j.AppName]
+		return j, appOK && !offJobs[name] && !offApps[j.AppName] && !stopped[name]
 	}
+	now := time.Now()
+	failingJob := map[string]bool{} // jobs with a failover item, launched now or backed off
 	for _, f := range fos {
 		if _, exists := byName[f.Meta.JobName]; !exists {
 			ld.store.RemoveFailover(ctx, f.Meta)
 			continue
 		}
 		if _, ok := usable(f.Meta.JobName); !ok || runningShard[f.Meta] {
+			continue
+		}
+		// A backed-off item stays queued, and holds its job's whole-job runs back with it.
+		failingJob[f.Meta.JobName] = true
+		if !ld.relaunch.due(f.Meta, now) {
 			continue
 		}
 		w.failover[f.Meta.JobName] = append(w.failover[f.Meta.JobName], f)
@@ -262,7 +274,7 @@ func (ld *leader) eligible(ctx context.Context) (work, error) {
 			continue
 		}
 		j, ok := usable(r.JobName)
-		if !ok || runningJob[r.JobName] || len(w.failover[r.JobName]) > 0 {
+		if !ok || runningJob[r.JobName] || failingJob[r.JobName] {
 			continue
 		}
 		g := ld.group(j, w.apps[j.AppName])

@@ -84,13 +84,17 @@ func (s *instance) DisableJob(ctx context.Context, job string) error {
 	return ld.killJobs(ctx, job)
 }
 
-// EnableJob removes the marker and reschedules the job.
+// EnableJob removes the marker and the stop, and reschedules the job. Enabling a job that is
+// not disabled is how an operator says "try again" to a stopped job without changing it.
 func (s *instance) EnableJob(ctx context.Context, job string) error {
 	ld, err := s.leaderState()
 	if err != nil {
 		return err
 	}
 	if err := ld.store.EnableJob(ctx, job); err != nil {
+		return err
+	}
+	if err := ld.clearStop(ctx, job, "job enable"); err != nil {
 		return err
 	}
 	s.JobChanged(ctx, job)
@@ -113,13 +117,16 @@ func (s *instance) DisableApp(ctx context.Context, app string) error {
 	return ld.killJobs(ctx, jobs...)
 }
 
-// EnableApp removes the app's marker and reschedules its jobs.
+// EnableApp removes the app's marker and its jobs' stops, and reschedules its jobs.
 func (s *instance) EnableApp(ctx context.Context, app string) error {
 	ld, err := s.leaderState()
 	if err != nil {
 		return err
 	}
 	if err := ld.store.EnableApp(ctx, app); err != nil {
+		return err
+	}
+	if err := ld.clearStopsOf(ctx, app, "app enable"); err != nil {
 		return err
 	}
 	jobs, err := ld.jobsOf(ctx, app)
@@ -146,8 +153,9 @@ func (ld *leader) jobsOf(ctx context.Context, app string) ([]string, error) {
 	return out, nil
 }
 
-// UpdateJob replaces a job's config. Running tasks are killed (and the job rescheduled) only
-// when what a task is made of changed (SPEC §3.2); a cron or zone change only reschedules.
+// UpdateJob replaces a job's config and clears its stop. Running tasks are killed (and the
+// job rescheduled) only when what a task is made of changed (SPEC §3.2); a cron or zone change
+// only reschedules.
 func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	ld, err := s.leaderState()
 	if err != nil {
@@ -155,6 +163,9 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	}
 	prev, err := ld.store.UpdateJob(ctx, j)
 	if err != nil {
+		return err
+	}
+	if err := ld.clearStop(ctx, j.JobName, "job update"); err != nil {
 		return err
 	}
 	if prev.RestartsTasks(j) {
@@ -176,6 +187,7 @@ func (s *instance) DeleteJob(ctx context.Context, job string) error {
 		return err
 	}
 	ld.prod.Remove(job)
+	ld.relaunch.forgetJob(job)
 	return ld.killJobs(ctx, job)
 }
 
@@ -192,6 +204,7 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 	}
 	for _, j := range jobs {
 		ld.prod.Remove(j)
+		ld.relaunch.forgetJob(j)
 	}
 	if err := ld.killJobs(ctx, jobs...); err != nil {
 		return err
@@ -317,8 +330,8 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 	return out, nil
 }
 
-// Trigger adds one run of a TRANSIENT job, like a misfire-enabled fire (SPEC §5.3), and wakes
-// the leader at once.
+// Trigger clears the job's stop, adds one run of a TRANSIENT job, like a misfire-enabled fire
+// (SPEC §5.3), and wakes the leader at once.
 func (s *instance) Trigger(ctx context.Context, job string) error {
 	ld, err := s.leaderState()
 	if err != nil {
@@ -330,6 +343,9 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	}
 	if j.JobExecutionType == config.Daemon {
 		return fmt.Errorf("job %q is a DAEMON job: it cannot be triggered", job)
+	}
+	if err := ld.clearStop(ctx, job, "job trigger"); err != nil {
+		return err
 	}
 	if err := ld.store.AddReady(ctx, job, true); err != nil {
 		return err

@@ -61,6 +61,7 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	}
 	delete(ld.unreachable, tid)
 	follow := state.NoFollowUp
+	failed := false // an infrastructure failure of an existing job
 	jobFailed := false
 	if s == mesos.TASK_FAILED {
 		d, _ := taskdata.DecodeStatus(st.Data)
@@ -81,9 +82,10 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 			}
 		default: // FAILED, ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
 			follow = ld.failoverFollowUp(ctx, job, jobGone)
+			failed = !jobGone
 		}
 	}
-	ended, err := ld.store.EndTask(ctx, id, follow)
+	ended, err := ld.endTask(ctx, id, st, follow, failed, log)
 	if err != nil {
 		return err
 	}
@@ -122,6 +124,7 @@ func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st me
 		ld.call(ctx, calls.Kill(tid, agent))
 		return nil
 	}
+	ld.relaunch.running(id.Meta, tid, time.Now())
 	switch st.GetMessage() {
 	case "BEGIN":
 		ld.setIdle(tid, false, false)

@@ -89,12 +89,26 @@ type Ended struct {
 	// Requeued is true when the follow-up was written; it is false when the shard was queued
 	// already or the queue was full (logged as a warning).
 	Requeued bool
+	// Stopped is true when EndTaskAndStop wrote the job's stop mark; it is false when the job
+	// was stopped already (the first reason is kept).
+	Stopped bool
 }
 
 // EndTask records the end of a task as one multi: its running node goes and, with Failover,
 // its shard joins the failover queue unless queued already, or, with Rerun, the job's ready
 // count becomes 1. The caller decides the follow-up from the job's config and disable state.
 func (s *Store) EndTask(ctx context.Context, id taskid.ID, next FollowUp) (Ended, error) {
+	return s.endTask(ctx, id, next, nil)
+}
+
+// EndTaskAndStop records the end of a task that failed in a way retrying cannot heal: in one
+// multi its running node goes and the job's stop mark is written (unless the job is stopped
+// already), so that the mark survives a leader change exactly when the end is recorded.
+func (s *Store) EndTaskAndStop(ctx context.Context, id taskid.ID, stop Stop) (Ended, error) {
+	return s.endTask(ctx, id, NoFollowUp, &stop)
+}
+
+func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop) (Ended, error) {
 	var out Ended
 	parent := s.path(runningDir, id.JobName)
 	p := parent + "/" + id.Meta.String()
@@ -125,10 +139,17 @@ func (s *Store) EndTask(ctx context.Context, id taskid.ID, next FollowUp) (Ended
 		if err != nil {
 			return err
 		}
-		if err := s.multi(ctx, append(ops, follow...)...); err != nil {
+		var mark []any
+		if stop != nil {
+			if mark, err = s.stopOps(ctx, id.JobName, *stop); err != nil {
+				return err
+			}
+		}
+		ops = append(append(ops, follow...), mark...)
+		if err := s.multi(ctx, ops...); err != nil {
 			return conflictIfExists(err)
 		}
-		out = Ended{Removed: true, Requeued: len(follow) > 0}
+		out = Ended{Removed: true, Requeued: len(follow) > 0, Stopped: len(mark) > 0}
 		return nil
 	})
 	if err != nil {

@@ -12,6 +12,7 @@
 //	producer: cron fire    → Store.AddReady: /state/ready/<job>
 //	offer cycle            → Store.RecordLaunch: one multi (running+, failover−, ready−)
 //	status update          → Store.EndTask: one multi (running−, failover+ or ready=1)
+//	unhealable failure     → Store.EndTaskAndStop: one multi (running−, stopped+)
 package state
 
 import (
@@ -161,6 +162,7 @@ const (
 	failoverDir    = "state/failover"
 	disableAppDir  = "state/disable/app"
 	disableJobDir  = "state/disable/job"
+	stoppedDir     = "state/stopped"
 	frameworkIDKey = "ha/framework_id"
 	electionDir    = "ha/election"
 )
@@ -169,7 +171,7 @@ func (s *Store) path(parts ...string) string { return s.root + "/" + strings.Joi
 
 func (s *Store) ensureLayout(ctx context.Context) error {
 	dirs := []string{"", "config", appsDir, jobsDir, "state", readyDir, runningDir, failoverDir,
-		"state/disable", disableAppDir, disableJobDir, "ha", electionDir}
+		"state/disable", disableAppDir, disableJobDir, stoppedDir, "ha", electionDir}
 	for _, d := range dirs {
 		p := strings.TrimSuffix(s.path(d), "/")
 		if err := s.ensure(ctx, p); err != nil {

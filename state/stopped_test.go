@@ -1,0 +1,82 @@
+package state_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+func TestStopMark(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	launch := func(item int) taskid.ID {
+		id := taskid.New(taskid.Meta{JobName: "job", Item: item}, taskid.Ready, "S0")
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
+		return id
+	}
+	since := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	first := state.Stop{Reason: "unknown jobClass", Message: `unknown jobClass "x"`, State: "TASK_ERROR", Since: since}
+
+	if _, ok, err := s.Stopped(ctx, "job"); err != nil || ok {
+		t.Fatalf("Stopped before any stop = %v, %v; want not stopped", ok, err)
+	}
+	id := launch(0)
+	first.TaskID = id.String()
+	got, err := s.EndTaskAndStop(ctx, id, first)
+	must(t, err, "EndTaskAndStop")
+	if !got.Removed || got.Requeued || !got.Stopped {
+		t.Fatalf("EndTaskAndStop = %+v; want removed and stopped", got)
+	}
+	if r, _ := s.RunningOf(ctx, "job"); len(r) != 0 {
+		t.Fatalf("running = %v; want the task ended", r)
+	}
+	if fos, _ := s.Failovers(ctx); len(fos) != 0 {
+		t.Fatalf("failover = %v; a stopped job's shard must not be queued", fos)
+	}
+	mark, ok, err := s.Stopped(ctx, "job")
+	if err != nil || !ok || mark != first {
+		t.Fatalf("Stopped = %+v, %v, %v; want %+v", mark, ok, err, first)
+	}
+
+	// A second shard failing the same way ends, and the first reason stays.
+	id2 := launch(1)
+	got, err = s.EndTaskAndStop(ctx, id2, state.Stop{Reason: "other", TaskID: id2.String()})
+	must(t, err, "EndTaskAndStop second")
+	if !got.Removed || got.Stopped {
+		t.Fatalf("EndTaskAndStop of a stopped job = %+v; want removed, mark kept", got)
+	}
+	if mark, _, _ := s.Stopped(ctx, "job"); mark != first {
+		t.Fatalf("mark = %+v; want the first one kept", mark)
+	}
+	// A duplicate update changes nothing.
+	if got, err := s.EndTaskAndStop(ctx, id, first); err != nil || got.Removed || got.Stopped {
+		t.Fatalf("duplicate EndTaskAndStop = %+v, %v; want nothing done", got, err)
+	}
+	if names, err := s.StoppedJobs(ctx); err != nil || len(names) != 1 || !names["job"] {
+		t.Fatalf("StoppedJobs = %v, %v; want job", names, err)
+	}
+
+	cleared, err := s.ClearStop(ctx, "job")
+	if err != nil || !cleared {
+		t.Fatalf("ClearStop = %v, %v; want cleared", cleared, err)
+	}
+	if cleared, err := s.ClearStop(ctx, "job"); err != nil || cleared {
+		t.Fatalf("second ClearStop = %v, %v; want nothing to clear", cleared, err)
+	}
+	if _, ok, _ := s.Stopped(ctx, "job"); ok {
+		t.Fatal("job still stopped after ClearStop")
+	}
+
+	// Deleting the job takes its mark with it.
+	id3 := launch(2)
+	_, err = s.EndTaskAndStop(ctx, id3, first)
+	must(t, err, "EndTaskAndStop third")
+	must(t, s.DeleteJob(ctx, "job"), "DeleteJob")
+	if names, _ := s.StoppedJobs(ctx); len(names) != 0 {
+		t.Fatalf("StoppedJobs after DeleteJob = %v; want none", names)
+	}
+}
