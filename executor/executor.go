@@ -5,7 +5,19 @@
 //
 //	agent ──LAUNCH──▶ decode payload ──▶ RUNNING ──▶ run shard ──▶ FINISHED | FAILED (jobFailed) | ERROR
 //	      ──KILL────▶ cancel: SIGTERM to the script's process group, SIGKILL after the grace ──▶ KILLED
-//	      ◀─UPDATE── kept until ACKNOWLEDGED; re-sent in SUBSCRIBE after the agent restarts
+//	      ◀─UPDATE── retried until ACKNOWLEDGED; re-sent in SUBSCRIBE after the agent restarts
+//
+// Status updates are delivered as Mesos's own executor libraries deliver them (the libprocess
+// executor driver, mesos-go's executor): every update is kept until the agent ACKNOWLEDGES it;
+// while subscribed, an update the agent refused or could not take (503 "Agent has not finished
+// recovery" during an agent's recovery, a connection error) is retried with backoff, 250 ms
+// doubling to 5 s, by a goroutine of the executor, each task's updates in order; a lost
+// subscription is re-subscribed with every unacknowledged update and task. So an executor
+// never sits on an update it is not trying to deliver.
+//
+// A script runs under a small supervisor process (this binary re-executed, see supervise.go)
+// that kills the script's processes when the task is killed or ends, and when the executor
+// itself dies, however it dies: a shard's processes never outlive its task.
 package executor
 
 import (
@@ -47,14 +59,16 @@ type Executor struct {
 
 	mu           sync.Mutex // guards the fields below
 	tasks        map[string]*task
-	unacked      []mesosexec.Call_Update   // sent or not, in order, until ACKNOWLEDGED
+	out          outbox                    // updates until ACKNOWLEDGED
 	unackedTasks map[string]mesos.TaskInfo // launched, no update acknowledged yet
 	connected    bool                      // subscribed: updates may be sent
+	epoch        int                       // SUBSCRIBEDs so far
 	sampling     int
 	stopping     bool
 
-	sendMu  sync.Mutex     // serialises sends so that the agent sees each task's updates in order
-	running sync.WaitGroup // task goroutines
+	kick     chan struct{}  // wakes the delivery goroutine: an update, a subscription
+	progress chan struct{}  // the delivery goroutine had an answer from the agent
+	running  sync.WaitGroup // task goroutines
 }
 
 // New returns an executor for cfg.
@@ -74,6 +88,8 @@ func New(cfg Config, log logrus.FieldLogger) *Executor {
 		subscriber:   calls.SenderWith(httpexec.NewSender(cli.Send, httpcli.Close(true)), opts...),
 		tasks:        map[string]*task{},
 		unackedTasks: map[string]mesos.TaskInfo{},
+		kick:         make(chan struct{}, 1),
+		progress:     make(chan struct{}, 1),
 	}
 }
 
@@ -82,6 +98,19 @@ func New(cfg Config, log logrus.FieldLogger) *Executor {
 // recovery timeout (an error). A framework that does not checkpoint gives up at the first
 // disconnection, as Mesos expects.
 func (e *Executor) Run(ctx context.Context) error {
+	// The delivery goroutine outlives ctx: the tasks' last updates go out after SIGTERM, while
+	// stopAll waits for them.
+	dctx, stopDelivery := context.WithCancel(context.Background())
+	var delivery sync.WaitGroup
+	delivery.Add(1)
+	go func() {
+		defer delivery.Done()
+		e.deliver(dctx)
+	}()
+	defer func() {
+		stopDelivery()
+		delivery.Wait()
+	}()
 	var lostAt time.Time
 	for {
 		err := e.subscribe(ctx)
@@ -113,7 +142,7 @@ func (e *Executor) Run(ctx context.Context) error {
 // events until the stream ends. It returns nil when the stream ended after SUBSCRIBED.
 func (e *Executor) subscribe(ctx context.Context) error {
 	e.mu.Lock()
-	updates := append([]mesosexec.Call_Update(nil), e.unacked...)
+	updates := e.out.all()
 	tasks := make([]mesos.TaskInfo, 0, len(e.unackedTasks))
 	for _, t := range e.unackedTasks {
 		tasks = append(tasks, t)
@@ -141,7 +170,7 @@ func (e *Executor) subscribe(ctx context.Context) error {
 		switch ev.Type {
 		case mesosexec.Event_SUBSCRIBED:
 			subscribed = true
-			e.subscribed(ev.Subscribed)
+			e.subscribed(ev.Subscribed, updates)
 		case mesosexec.Event_LAUNCH:
 			e.launch(ev.Launch.Task)
 		case mesosexec.Event_LAUNCH_GROUP:
@@ -171,7 +200,9 @@ func (e *Executor) subscribe(ctx context.Context) error {
 	}
 }
 
-func (e *Executor) subscribed(s *mesosexec.Event_Subscribed) {
+// subscribed takes SUBSCRIBED: the agent has the updates the SUBSCRIBE carried; the ones made
+// since are delivered now.
+func (e *Executor) subscribed(s *mesosexec.Event_Subscribed, carried []mesosexec.Call_Update) {
 	d, err := taskdata.DecodeExecutorData(s.ExecutorInfo.Data)
 	if err != nil {
 		e.log.WithError(err).Warn("ignoring ExecutorInfo.data")
@@ -179,14 +210,11 @@ func (e *Executor) subscribed(s *mesosexec.Event_Subscribed) {
 	e.mu.Lock()
 	e.sampling = d.EventTraceSamplingCount
 	e.connected = true
-	pending := append([]mesosexec.Call_Update(nil), e.unacked...)
+	e.epoch++
+	e.out.subscribed(carried)
 	e.mu.Unlock()
 	e.log.WithField("agent", s.AgentInfo.GetID().GetValue()).Info("subscribed")
-	// Updates queued after the SUBSCRIBE call was built are sent now; the agent ignores the
-	// ones it already has (by uuid).
-	for _, u := range pending {
-		e.send(u)
-	}
+	e.wake()
 }
 
 func (e *Executor) isStopping() bool {
@@ -209,9 +237,10 @@ func (e *Executor) setConnected(v bool) {
 	e.mu.Unlock()
 }
 
-// stopAll kills every task and waits for their final updates, at most for the shutdown grace
-// period the agent gives us before it kills the whole container.
+// stopAll kills every task and waits until the agent has their final updates, at most for the
+// shutdown grace period the agent gives us before it kills the whole container.
 func (e *Executor) stopAll() {
+	deadline := time.Now().Add(e.cfg.ShutdownGracePeriod)
 	e.mu.Lock()
 	for _, t := range e.tasks {
 		t.kill(t.grace)
@@ -221,8 +250,29 @@ func (e *Executor) stopAll() {
 	go func() { e.running.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(e.cfg.ShutdownGracePeriod):
+	case <-time.After(time.Until(deadline)):
 		e.log.Warn("tasks still running at the end of the shutdown grace period")
+	}
+	e.flush(deadline)
+}
+
+// flush waits until the agent has taken every update, the subscription is lost, or deadline.
+func (e *Executor) flush(deadline time.Time) {
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	for {
+		e.mu.Lock()
+		left, connected := e.out.untaken(), e.connected
+		e.mu.Unlock()
+		if left == 0 || !connected {
+			return
+		}
+		select {
+		case <-e.progress:
+		case <-timeout.C:
+			e.log.WithField("updates", left).Warn("updates not delivered by the end of the shutdown grace period")
+			return
+		}
 	}
 }
 
@@ -236,41 +286,79 @@ func (e *Executor) update(taskID string, state mesos.TaskState, msg string, data
 	if msg != "" {
 		st.Message = &msg
 	}
-	u := mesosexec.Call_Update{Status: st}
 	e.mu.Lock()
-	e.unacked = append(e.unacked, u)
-	connected := e.connected
+	e.out.add(mesosexec.Call_Update{Status: st}, time.Now())
 	e.mu.Unlock()
 	e.log.WithFields(logrus.Fields{"task": taskID, "state": state.String(), "message": msg}).Info("task update")
-	if connected {
-		e.send(u)
+	e.wake()
+}
+
+func (e *Executor) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
 	}
 }
 
-// send posts an update; one that does not get through stays unacknowledged and travels in the
-// next SUBSCRIBE, so no update is lost while the agent restarts.
-func (e *Executor) send(u mesosexec.Call_Update) {
-	e.sendMu.Lock()
-	defer e.sendMu.Unlock()
-	resp, err := e.sender.Send(context.Background(), calls.NonStreaming(calls.Update(u.Status)))
+// deliver sends the updates of the outbox while the executor is subscribed, one at a time, in
+// the order next gives, retrying those the agent does not take, until ctx ends.
+func (e *Executor) deliver(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		var it *outgoing
+		wait := time.Duration(-1)
+		if e.connected {
+			it, wait = e.out.next(time.Now())
+		}
+		epoch := e.epoch
+		e.mu.Unlock()
+		if it != nil {
+			e.post(ctx, it, epoch)
+			continue
+		}
+		if wait >= 0 {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// post sends one update. A refusal counts only if no SUBSCRIBED came meanwhile: that SUBSCRIBE
+// carried the update, and the agent has it.
+func (e *Executor) post(ctx context.Context, it *outgoing, epoch int) {
+	resp, err := e.sender.Send(ctx, calls.NonStreaming(calls.Update(it.update.Status)))
 	if resp != nil {
 		resp.Close()
 	}
-	if err != nil {
-		e.log.WithError(err).WithField("task", u.Status.TaskID.Value).Info("update not delivered; it will be re-sent on re-subscription")
-		e.setConnected(false)
+	e.mu.Lock()
+	var retry time.Duration
+	if err == nil || e.epoch == epoch {
+		retry = e.out.result(it, err, time.Now())
+	}
+	e.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		e.log.WithError(err).WithFields(logrus.Fields{"task": it.update.Status.TaskID.Value, "state": it.update.Status.State.String(), "retry_in": retry}).
+			Info("update not taken by the agent; retrying")
+	}
+	select {
+	case e.progress <- struct{}{}:
+	default:
 	}
 }
 
 func (e *Executor) acknowledged(taskID string, uuid []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for i, u := range e.unacked {
-		if string(u.Status.UUID) == string(uuid) {
-			e.unacked = append(e.unacked[:i], e.unacked[i+1:]...)
-			break
-		}
-	}
+	e.out.acknowledged(uuid)
 	delete(e.unackedTasks, taskID)
 }
 

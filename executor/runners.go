@@ -3,14 +3,11 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
@@ -56,9 +53,8 @@ func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) erro
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("/bin/sh", "-c", r.cmdline+` "$1"`, "sh", string(ctxJSON))
-	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(),
+	argv := []string{"/bin/sh", "-c", r.cmdline + ` "$1"`, "sh", string(ctxJSON)}
+	env := append(os.Environ(),
 		"EJCLOUD_JOB_NAME="+r.sc.JobName,
 		"EJCLOUD_TASK_ID="+r.sc.TaskID,
 		"EJCLOUD_SHARDING_ITEM="+strconv.Itoa(r.sc.ShardingItem),
@@ -76,45 +72,32 @@ func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) erro
 		return err
 	}
 	defer stderr.Close()
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// The supervisor (supervise.go) kills every process of the script when it ends, when it is
+	// killed, and when this executor dies.
+	sup, err := startSupervised(argv, r.dir, env, stdout, stderr)
+	if err != nil {
 		return fmt.Errorf("cannot start the script: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		return scriptResult(err)
+	case x := <-sup.done:
+		return scriptResult(x)
 	case <-ctx.Done():
 	}
-	// Killed: the whole process group gets SIGTERM, then SIGKILL after the grace period, so that
-	// no child of the script outlives the task.
-	pgid := cmd.Process.Pid
-	syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace()):
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		<-done
-	}
-	syscall.Kill(-pgid, syscall.SIGKILL) // children that ignored SIGTERM after the shell left
+	sup.terminate(grace())
+	<-sup.done
 	return errKilled
 }
 
-func scriptResult(err error) error {
-	var ee *exec.ExitError
-	if err == nil {
-		return nil
-	}
-	if errors.As(err, &ee) {
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			return &jobFailure{cause: "script killed by signal " + ws.Signal().String()}
-		}
+func scriptResult(x scriptExit) error {
+	switch ws := x.status; {
+	case x.err != nil:
+		return x.err
+	case ws.Signaled():
+		return &jobFailure{cause: "script killed by signal " + ws.Signal().String()}
+	case ws.ExitStatus() != 0:
 		return &jobFailure{cause: fmt.Sprintf("script exited with status %d", ws.ExitStatus())}
 	}
-	return fmt.Errorf("wait for the script: %w", err)
+	return nil
 }
 
 // goRunner runs an SDK job. A killed Go job is asked to stop through its context; if it does

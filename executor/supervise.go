@@ -1,0 +1,273 @@
+package executor
+
+// A script must not outlive its task, even when the executor dies without a chance to clean up
+// (SIGKILL, a crash, the OOM killer). Nothing in the kernel does that for a process group, so
+// every script runs under a supervisor: this executor binary re-executed, which
+//
+//   - is told the executor died by a parent-death signal (SIGTERM) and, as a backstop, by the
+//     end of its control socket, whose other end only the executor holds;
+//   - runs the script (/bin/sh) in a process group of its own and, on a kill request from the
+//     executor, gives that group SIGTERM, then SIGKILL after the grace period;
+//   - is a child subreaper (PR_SET_CHILD_SUBREAPER), so that every orphaned descendant of the
+//     script — one that left the group with setsid or setpgid, or was double-forked — becomes
+//     its child instead of init's;
+//   - when the script ends, is killed, or the executor dies: SIGKILLs the script's group, then
+//     every process left under it, and reaps them all; only then reports how the script ended.
+//
+// The supervisor sits in a process group of its own, apart from the executor's and the
+// script's: an agent that kills the executor's group must not take the supervisor with it
+// before it cleaned up, and the group SIGTERM of a kill must not reach it.
+//
+// Why a process and not the executor itself: a parent-death signal reaches only the direct
+// child, and the executor, once dead, can do nothing for the rest. A subreaper executor would
+// inherit the orphans, but they would outlive it just the same.
+//
+// The supervisor is started in init, before any job of the binary is registered, so it works
+// in every executor that links this package (the stock one and those built with executor.Main)
+// and runs no user code.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// superviseArg0 is the argv[0] by which a re-executed executor binary knows it is a supervisor.
+const superviseArg0 = "ejcloud-script-supervisor"
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of linux/prctl.h (Linux 3.4).
+const prSetChildSubreaper = 36
+
+func init() {
+	if len(os.Args) > 1 && os.Args[0] == superviseArg0 {
+		// Not os.Exit: there is nothing to flush, and in a -race build os.Exit first sleeps a
+		// second (GORACE atexit_sleep_ms), which would hold every task's end.
+		syscall.Exit(supervise(os.Args[1:]))
+	}
+}
+
+// scriptExit is how a script ended: its wait status, or why it could not run.
+type scriptExit struct {
+	status syscall.WaitStatus
+	err    error
+}
+
+// supervised is a script running under its supervisor, seen from the executor.
+type supervised struct {
+	ctl  *os.File // the executor's end of the control socket
+	done chan scriptExit
+}
+
+// startSupervised starts argv (the script's command line) under a supervisor, with dir, env
+// and the output files of the script.
+func startSupervised(argv []string, dir string, env []string, stdout, stderr *os.File) (*supervised, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor control socket: %w", err)
+	}
+	// Close-on-exec: no other child of the executor holds the supervisor's control socket open,
+	// so it ends exactly when the executor does.
+	ours, theirs := os.NewFile(uintptr(fds[0]), "supervisor control"), os.NewFile(uintptr(fds[1]), "executor control")
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe", Args: append([]string{superviseArg0}, argv...), Dir: dir, Env: env,
+		Stdout: stdout, Stderr: stderr, ExtraFiles: []*os.File{theirs},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
+	}
+	s := &supervised{ctl: ours, done: make(chan scriptExit, 1)}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal comes when the *thread* that forked the child exits, not the
+		// process (prctl(2)); Go ends idle threads at will. So this goroutine holds its thread
+		// from the fork until the supervisor is reaped, and never unlocks it: the thread ends
+		// with the goroutine, after the supervisor.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		werr := cmd.Wait()
+		s.done <- s.outcome(werr)
+	}()
+	err = <-started
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("start the script's supervisor: %w", err)
+	}
+	return s, nil
+}
+
+// terminate asks the supervisor to kill the script: SIGTERM to its group, SIGKILL after grace.
+func (s *supervised) terminate(grace time.Duration) {
+	fmt.Fprintf(s.ctl, "term %d\n", grace) // fails only if the supervisor is already gone
+}
+
+// outcome reads the supervisor's report, written before it exited.
+func (s *supervised) outcome(werr error) scriptExit {
+	b, _ := io.ReadAll(s.ctl)
+	s.ctl.Close()
+	verb, arg, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	switch verb {
+	case "exit":
+		if n, err := strconv.ParseUint(arg, 10, 32); err == nil {
+			return scriptExit{status: syscall.WaitStatus(n)}
+		}
+	case "error":
+		return scriptExit{err: fmt.Errorf("cannot start the script: %s", arg)}
+	}
+	return scriptExit{err: fmt.Errorf("the script's supervisor ended (%v) without saying how the script ended: %q", werr, b)}
+}
+
+// supervise is the supervisor's main: argv is the script's command line; fd 3 is the control
+// socket. Its exit code matters to nobody: the report on the socket says how the script ended.
+func supervise(argv []string) int {
+	// The script's shell gets SIGKILL if this process dies (say, SIGKILLed itself); like the
+	// executor's, that signal is tied to the forking thread, here the main one, locked.
+	runtime.LockOSThread()
+	ctl := os.NewFile(3, "executor control")
+	syscall.CloseOnExec(3) // the script must not hold the executor's socket
+	report := func(format string, args ...any) { fmt.Fprintf(ctl, format+"\n", args...) }
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		report("error cannot become a child subreaper: %v", errno)
+		return 1
+	}
+	shell, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+		Env: os.Environ(), Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		report("error %s: %v", argv[0], err)
+		return 1
+	}
+	terms := make(chan time.Duration)
+	go readControl(ctl, terms)
+	var graceOver <-chan time.Time
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGCHLD {
+				if ws, ended := reap(shell); ended {
+					report("exit %d", uint32(killTree(shell, ws)))
+					return 0
+				}
+				continue
+			}
+			// SIGTERM is the parent-death signal: the executor is gone, and the task with it.
+			// (Or someone ends the supervisor: the task is over just the same.)
+			report("exit %d", uint32(killTree(shell, 0)))
+			return 0
+		case grace, ok := <-terms:
+			if !ok { // the executor is gone
+				report("exit %d", uint32(killTree(shell, 0)))
+				return 0
+			}
+			syscall.Kill(-shell, syscall.SIGTERM)
+			if graceOver == nil {
+				graceOver = time.After(grace)
+			}
+		case <-graceOver:
+			syscall.Kill(-shell, syscall.SIGKILL)
+		}
+	}
+}
+
+// readControl passes on the executor's kill requests (their grace periods) and closes terms
+// when the executor's end of the socket closes.
+func readControl(ctl io.Reader, terms chan<- time.Duration) {
+	defer close(terms)
+	sc := bufio.NewScanner(ctl)
+	for sc.Scan() {
+		if g, ok := strings.CutPrefix(sc.Text(), "term "); ok {
+			if ns, err := strconv.ParseInt(g, 10, 64); err == nil {
+				terms <- time.Duration(ns)
+			}
+		}
+	}
+}
+
+// reap reaps every child that has ended; it reports the shell's status if the shell was one.
+func reap(shell int) (syscall.WaitStatus, bool) {
+	var status syscall.WaitStatus
+	ended := false
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return status, ended
+		}
+		if pid == shell {
+			status, ended = ws, true
+		}
+	}
+}
+
+// killTree SIGKILLs the script's group, then, round after round, every child of the supervisor
+// (the shell, and the orphans it inherits as a subreaper as their parents die), reaping them,
+// until it has no child left. It returns the shell's status: status if the shell was already
+// reaped, else what it died of.
+//
+// Once the shell is reaped its pid, the group's id, stays reserved while any process of the
+// group lives, so -shell cannot name a stranger's group while there is anyone to kill in it.
+func killTree(shell int, status syscall.WaitStatus) syscall.WaitStatus {
+	syscall.Kill(-shell, syscall.SIGKILL)
+	self := os.Getpid()
+	for {
+		for _, pid := range childrenOf(self) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: nothing left
+			return status
+		}
+		if pid == shell {
+			status = ws
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is ppid, from /proc.
+func childrenOf(ppid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil && pp == ppid {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/taskdata"
+)
+
+// scriptHostEnv makes this test binary a stand-in executor: it runs the script in the
+// variable through a scriptRunner, in the directory named by scriptDirEnv, until it is killed.
+// It is not started by any agent, and sits in a process group of its own that nothing kills:
+// whatever dies with it dies by the executor's own mechanism.
+const scriptHostEnv, scriptDirEnv = "EJCLOUD_TEST_SCRIPT_HOST", "EJCLOUD_TEST_SCRIPT_DIR"
+
+func init() {
+	if cmdline := os.Getenv(scriptHostEnv); cmdline != "" {
+		os.Unsetenv(scriptHostEnv) // the script and its supervisor must not become hosts too
+		r := &scriptRunner{cmdline: cmdline, dir: os.Getenv(scriptDirEnv), sc: taskdata.ShardingContext{TaskID: "host"}}
+		err := r.run(context.Background(), func() time.Duration { return time.Second })
+		fmt.Println("script ended:", err)
+		os.Exit(0)
+	}
+}
+
+// leftBehind is a script that starts, besides itself, a background child, a child that left
+// the process group (setsid) and a double-forked orphan, writing every pid to dir, then waits.
+const leftBehind = `sleep 30 & echo $! > child.pid
+setsid sleep 30 & echo $! > escaped.pid
+(sleep 30 & echo $! > orphan.pid)
+echo $$ > shell.pid`
+
+var leftBehindPIDs = []string{"shell.pid", "child.pid", "escaped.pid", "orphan.pid"}
+
+// pids reads the named pid files of dir; it reports false until every one holds a pid.
+func pids(dir string, names ...string) ([]int, bool) {
+	var out []int
+	for _, n := range names {
+		b, _ := os.ReadFile(filepath.Join(dir, n))
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, pid)
+	}
+	return out, true
+}
+
+// running reports whether pid is a process that has not ended (a zombie has ended).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// inDir lists the running processes whose working directory is dir: the scripts run there,
+// and so do their supervisors.
+func inDir(t *testing.T, dir string) []int {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	cwds, _ := filepath.Glob("/proc/[0-9]*/cwd")
+	for _, c := range cwds {
+		if d, err := os.Readlink(c); err == nil && d == dir {
+			if pid, err := strconv.Atoi(strings.Split(c, "/")[2]); err == nil && running(pid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// killLeftovers makes sure a failing test leaves no process behind.
+func killLeftovers(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		for _, pid := range inDir(t, dir) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// SIGKILL of the executor — not an agent's kill of its group: the stand-in is alone in its
+// group — ends the script, its child, the child that left the group and the orphan within 1 s.
+func TestScriptProcessesDieWithTheExecutor(t *testing.T) {
+	dir := t.TempDir()
+	killLeftovers(t, dir)
+	host := exec.Command("/proc/self/exe")
+	host.Env = append(os.Environ(), scriptHostEnv+"="+leftBehind+"; wait; true", scriptDirEnv+"="+dir)
+	host.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Process.Kill(); host.Wait() })
+	var ps []int
+	await.True(t, 30*time.Second, "the script and its children started", func() bool {
+		var ok bool
+		ps, ok = pids(dir, leftBehindPIDs...)
+		return ok
+	})
+	for i, pid := range ps {
+		if !running(pid) {
+			t.Fatalf("%s (%d) is not running before the executor is killed", leftBehindPIDs[i], pid)
+		}
+	}
+	if err := host.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	host.Wait()
+	killed := time.Now()
+	await.True(t, time.Second, "every process of the script gone within 1 s of the executor's SIGKILL", func() bool {
+		return len(inDir(t, dir)) == 0
+	})
+	t.Logf("gone %v after the executor's SIGKILL", time.Since(killed).Round(time.Millisecond))
+	for i, pid := range ps {
+		if running(pid) {
+			t.Errorf("%s (%d) outlived the executor", leftBehindPIDs[i], pid)
+		}
+	}
+}
+
+// When the script ends, whatever it left running ends with it, before the task is reported.
+func TestScriptEndKillsWhatItLeftBehind(t *testing.T) {
+	dir := t.TempDir()
+	killLeftovers(t, dir)
+	r := &scriptRunner{cmdline: leftBehind + "; true", dir: dir}
+	if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
+		t.Fatalf("the script: %v; want success", err)
+	}
+	ps, ok := pids(dir, leftBehindPIDs...)
+	if !ok {
+		t.Fatal("the script did not write its pids")
+	}
+	for i, pid := range ps {
+		if running(pid) {
+			t.Errorf("%s (%d) outlived the task", leftBehindPIDs[i], pid)
+		}
+	}
+	if left := inDir(t, dir); len(left) > 0 {
+		t.Errorf("processes %v still run in the script's directory", left)
+	}
+}
+
+// How a script ended reaches the task through its supervisor.
+func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		kill   time.Duration // cancel the task this long after the start; 0: never
+		want   string        // "" for success, "killed", else a job failure's cause
+		within time.Duration
+	}{
+		{script: "true"},
+		{script: "exit 3", want: "script exited with status 3"},
+		{script: "kill -KILL $$", want: "script killed by signal killed"},
+		{script: `save() { printf '%s' "$1" > ctx.json; grep -q '"jobName":"j"' ctx.json; }; save`},
+		{script: "trap 'exit 0' TERM; sleep 30 & wait; true", kill: 300 * time.Millisecond, want: "killed", within: 2 * time.Second},
+		{script: "trap '' TERM; sleep 30; true", kill: 300 * time.Millisecond, want: "killed", within: 3 * time.Second},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			dir := t.TempDir()
+			killLeftovers(t, dir)
+			r := &scriptRunner{cmdline: tc.script, dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.kill > 0 {
+				time.AfterFunc(tc.kill, cancel)
+			}
+			start := time.Now()
+			err := r.run(ctx, func() time.Duration { return time.Second })
+			took := time.Since(start)
+			var jf *jobFailure
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("%v; want success", err)
+			case tc.want == "killed" && !errors.Is(err, errKilled):
+				t.Fatalf("%v; want killed", err)
+			case tc.want != "" && tc.want != "killed" && (!errors.As(err, &jf) || jf.cause != tc.want):
+				t.Fatalf("%v; want the job failure %q", err, tc.want)
+			}
+			if tc.within > 0 && took > tc.within {
+				t.Fatalf("took %v; want at most %v", took, tc.within)
+			}
+			if left := inDir(t, dir); len(left) > 0 {
+				t.Fatalf("processes %v still run after the task ended", left)
+			}
+		})
+	}
+}
