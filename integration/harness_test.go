@@ -222,9 +222,8 @@ type masterState struct {
 			State string `json:"state"`
 		} `json:"unreachable_tasks"`
 		Executors []struct {
-			ID        string `json:"id"`
-			SlaveID   string `json:"slave_id"`
-			Directory string `json:"directory"`
+			ID      string `json:"executor_id"`
+			SlaveID string `json:"slave_id"`
 		} `json:"executors"`
 	} `json:"frameworks"`
 }

@@ -48,18 +48,15 @@ func (s *system) failoverCount() int {
 	return len(f)
 }
 
-// executorPIDs finds the processes whose working directory is one of the framework's executor
-// sandboxes on an agent.
+// executorPIDs finds the processes whose working directory is one of the executor sandboxes the
+// agent's /state lists.
 func (s *system) executorPIDs(agent string) []int {
-	state := mesostest.MasterState(s.t, s.mesos)
+	state := mesostest.AgentState(s.t, s.mesos, agent)
 	var dirs []string
 	for _, f := range state["frameworks"].([]any) {
 		for _, e := range f.(map[string]any)["executors"].([]any) {
-			em := e.(map[string]any)
-			if em["slave_id"] == agent {
-				d, _ := filepath.EvalSymlinks(em["directory"].(string))
-				dirs = append(dirs, d)
-			}
+			d, _ := filepath.EvalSymlinks(e.(map[string]any)["directory"].(string))
+			dirs = append(dirs, d)
 		}
 	}
 	var pids []int

@@ -235,12 +235,12 @@ type masterState struct {
 		Executors []struct {
 			ExecutorID string `json:"executor_id"`
 			SlaveID    string `json:"slave_id"`
-			Directory  string `json:"directory"`
 		} `json:"executors"`
 	} `json:"frameworks"`
 	Slaves []struct {
 		ID       string `json:"id"`
 		Hostname string `json:"hostname"`
+		PID      string `json:"pid"` // slave(1)@ip:port: where the agent serves its /state
 	} `json:"slaves"`
 }
 
@@ -312,22 +312,7 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 	if err != nil {
 		return nil, err
 	}
-	hosts := map[string]string{}
-	for _, sl := range doc.Slaves {
-		hosts[sl.ID] = sl.Hostname
-	}
-	var out []api.Sandbox
-	for _, f := range doc.Frameworks {
-		if f.ID != fwID {
-			continue
-		}
-		for _, e := range f.Executors {
-			if ex, err := taskid.ParseExecutor(e.ExecutorID); err == nil && ex.AppName == app {
-				out = append(out, api.Sandbox{Hostname: hosts[e.SlaveID], Path: e.Directory})
-			}
-		}
-	}
-	return out, nil
+	return sandboxes(ctx, http.DefaultClient, doc, fwID, app)
 }
 
 // Trigger clears the job's stop, adds one run of a TRANSIENT job, like a misfire-enabled fire

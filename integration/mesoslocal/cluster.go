@@ -40,6 +40,7 @@ type Cluster struct {
 	opts  Options
 	log   logrus.FieldLogger
 	clock Clock
+	cz    *containment
 
 	masterID string
 	url      string // http://host:port of the master
@@ -77,8 +78,12 @@ func New(opts Options) (*Cluster, error) {
 		frameworks: map[string]*framework{},
 		offers:     map[string]*offer{},
 	}
+	if c.cz, err = newContainment(opts.Containment, c.masterID[:8], c.log); err != nil {
+		return nil, err
+	}
 	c.ln, err = net.Listen("tcp", opts.Addr)
 	if err != nil {
+		c.cz.close()
 		return nil, fmt.Errorf("mesoslocal: listen on %s: %w", opts.Addr, err)
 	}
 	addr := c.ln.Addr().(*net.TCPAddr)
@@ -178,7 +183,8 @@ func (c *Cluster) Close() error {
 	if c.standby != nil {
 		c.standby.Close()
 	}
-	c.wg.Wait()
+	c.wg.Wait() // the process waiters have ended every container
+	c.cz.close()
 	return nil
 }
 

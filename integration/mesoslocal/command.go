@@ -3,6 +3,7 @@ package mesoslocal
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -67,10 +68,6 @@ func (ct *commandTask) update(state mesos.TaskState, msg string) {
 
 func (ct *commandTask) start(ci mesos.CommandInfo, env []string) error {
 	e := ct.e
-	cmd, err := command(ci, e.dir, env)
-	if err != nil {
-		return err
-	}
 	stdout, err := os.OpenFile(filepath.Join(e.dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -81,19 +78,23 @@ func (ct *commandTask) start(ci mesos.CommandInfo, env []string) error {
 		return err
 	}
 	defer stderr.Close()
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd, cont, err := e.a.c.cz.start(e.containerID, func() (*exec.Cmd, error) {
+		cmd, err := command(ci, e.dir, env)
+		if err == nil {
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+		}
+		return cmd, err
+	})
+	if err != nil {
 		return err
 	}
-	ct.proc, e.proc, e.started = cmd.Process, cmd.Process, true
+	ct.proc, e.proc, e.ct, e.started = cmd.Process, cmd.Process, cont, true
 	ct.update(mesos.TASK_RUNNING, "")
 	c := e.a.c
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		cmd.Wait()
-		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws := syscall.WaitStatus(cont.wait(cmd, e.log()))
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if ct.timer != nil {
@@ -116,7 +117,7 @@ func (ct *commandTask) start(ci mesos.CommandInfo, env []string) error {
 	return nil
 }
 
-// kill sends SIGTERM to the command's process group and SIGKILL after the grace period
+// kill sends SIGTERM to the command's process group and SIGKILL to its container after the grace period
 // (the kill policy's, else 3 s, the command executor's default).
 func (ct *commandTask) kill(policy *mesos.KillPolicy) {
 	if ct.proc == nil || ct.killed {
@@ -128,13 +129,13 @@ func (ct *commandTask) kill(policy *mesos.KillPolicy) {
 		grace = time.Duration(policy.GracePeriod.Nanoseconds)
 	}
 	syscall.Kill(-ct.proc.Pid, syscall.SIGTERM)
-	pid := ct.proc.Pid
-	ct.timer = ct.e.a.c.clock.AfterFunc(grace, func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	cont := ct.e.ct
+	ct.timer = ct.e.a.c.clock.AfterFunc(grace, func() { cont.kill() })
 }
 
 func (ct *commandTask) destroy() {
-	if ct.proc != nil {
-		syscall.Kill(-ct.proc.Pid, syscall.SIGKILL)
+	if ct.e.ct != nil {
+		ct.e.ct.kill()
 		return
 	}
 	e := ct.e

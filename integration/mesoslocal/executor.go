@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -42,7 +41,8 @@ type executor struct {
 	reregistered bool // re-subscribed since the agent restarted
 
 	proc      *os.Process
-	started   bool // the process was started (or failed to start)
+	ct        *container // set once the process is started
+	started   bool       // the process was started (or failed to start)
 	destroyed bool
 	// failReason says why the container ended, for the updates of its live tasks.
 	failReason *mesos.TaskStatus_Reason
@@ -161,44 +161,38 @@ func (a *agent) executorEnv(f *framework, e *executor) []string {
 	return out
 }
 
-// start runs the executor's command in its sandbox, in its own process group, with stdout and
+// start runs the executor's command in its sandbox, in a container of its own, with stdout and
 // stderr in sandbox files. Caller holds c.mu.
 func (e *executor) start(ci mesos.CommandInfo, env []string) error {
-	cmd, err := command(ci, e.dir, env)
-	if err != nil {
-		return err
-	}
 	stdout, err := os.OpenFile(filepath.Join(e.dir, "stdout"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
+	defer stdout.Close()
 	stderr, err := os.OpenFile(filepath.Join(e.dir, "stderr"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		stdout.Close()
 		return err
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Pdeathsig: executors never outlive mesos-local itself, even if it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	defer stderr.Close()
 	if ci.User != nil {
 		e.log().WithField("user", *ci.User).Debug("mesos-local runs executors as its own user")
 	}
-	err = cmd.Start()
-	stdout.Close()
-	stderr.Close()
+	cmd, ct, err := e.a.c.cz.start(e.containerID, func() (*exec.Cmd, error) {
+		cmd, err := command(ci, e.dir, env)
+		if err == nil {
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+		}
+		return cmd, err
+	})
 	if err != nil {
 		return err
 	}
-	e.proc, e.started = cmd.Process, true
+	e.proc, e.ct, e.started = cmd.Process, ct, true
 	c := e.a.c
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		cmd.Wait()
-		status := int32(-1)
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-			status = int32(ws) // the raw wait(2) status word, as Mesos reports it
-		}
+		status := ct.wait(cmd, e.log())
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		e.a.executorExited(e, status)
@@ -304,7 +298,7 @@ func (a *agent) shutdownExecutor(e *executor, updates bool) {
 	})
 }
 
-// destroy kills the executor's process group; the process waiter then reports the exit.
+// destroy kills the executor's container; the process waiter then reports the exit.
 // If the process never started, the exit is reported at once. Caller holds c.mu.
 func (e *executor) destroy(reason *mesos.TaskStatus_Reason, msg string) {
 	if e.destroyed {
@@ -318,8 +312,8 @@ func (e *executor) destroy(reason *mesos.TaskStatus_Reason, msg string) {
 		e.command.destroy()
 		return
 	}
-	if e.proc != nil {
-		syscall.Kill(-e.proc.Pid, syscall.SIGKILL)
+	if e.ct != nil {
+		e.ct.kill()
 		return
 	}
 	if !e.started {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -33,6 +35,10 @@ import (
 //	exit3   RUNNING, then the process exits with status 3 once RUNNING is acknowledged
 //	hold    RUNNING, then FINISHED when a MESSAGE "finish:<task id>" arrives
 //	delay   RUNNING, then FINISHED 300 ms later
+//	stray   starts a child in a process group of its own that ignores SIGTERM, then RUNNING
+//	        with the child's pid as data; runs until killed
+//	stray-setsid  the same with the child in a session of its own
+//	stray-exit3   stray, then exits with status 3 once RUNNING is acknowledged
 //
 // MESSAGE "ping" is answered with MESSAGE "pong". Every event type received is appended to
 // events.txt in the sandbox.
@@ -173,6 +179,22 @@ func (x *testExec) launch(t mesos.TaskInfo) {
 		}()
 	case "pid":
 		x.send(id, mesos.TASK_RUNNING, []byte(strconv.Itoa(os.Getpid())))
+	case "stray", "stray-setsid", "stray-exit3":
+		// A child left behind in a process group (or a session) of its own, ignoring SIGTERM,
+		// as a job's script that its executor does not clean up.
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), strayEnv+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: string(t.Data) != "stray-setsid", Setsid: string(t.Data) == "stray-setsid"}
+		pid := "0"
+		if err := cmd.Start(); err == nil {
+			pid = strconv.Itoa(cmd.Process.Pid)
+		}
+		uuid := x.send(id, mesos.TASK_RUNNING, []byte(pid))
+		if string(t.Data) == "stray-exit3" {
+			x.mu.Lock()
+			x.exitOnAck[string(uuid)] = true
+			x.mu.Unlock()
+		}
 	case "exit3":
 		uuid := x.send(id, mesos.TASK_RUNNING, nil)
 		x.mu.Lock()

@@ -25,15 +25,56 @@ import (
 	"github.com/ejcloud/ejcloud/internal/await"
 )
 
+// executorDir finds an executor's sandbox as a framework or an operator does on a real
+// cluster: the master's /master/state names the agent, whose own /state has the directory.
 func executorDir(t *testing.T, c *mesoslocal.Cluster, fwID, execID string) string {
 	t.Helper()
+	var agentID string
 	execs, _ := frameworkField(t, c, fwID, "executors").([]any)
 	for _, e := range execs {
 		if m := e.(map[string]any); m["executor_id"] == execID {
-			return m["directory"].(string)
+			if _, ok := m["directory"]; ok {
+				t.Fatalf("/master/state reports a directory for executor %s: a real master does not", execID)
+			}
+			agentID, _ = m["slave_id"].(string)
 		}
 	}
-	t.Fatalf("no executor %s in /master/state", execID)
+	for _, sl := range masterState(t, c)["slaves"].([]any) {
+		m := sl.(map[string]any)
+		if m["id"] != agentID {
+			continue
+		}
+		_, hostPort, _ := strings.Cut(m["pid"].(string), "@")
+		for _, path := range []string{"/state", "/slave(1)/state"} {
+			resp, err := http.Get("http://" + hostPort + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st struct {
+				ID         string `json:"id"`
+				Frameworks []struct {
+					ID        string `json:"id"`
+					Executors []struct {
+						ID        string `json:"id"`
+						Directory string `json:"directory"`
+					} `json:"executors"`
+				} `json:"frameworks"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err != nil || st.ID != agentID {
+				t.Fatalf("GET %s%s: agent %q, %v; want agent %s", hostPort, path, st.ID, err, agentID)
+			}
+			for _, f := range st.Frameworks {
+				for _, e := range f.Executors {
+					if f.ID == fwID && e.ID == execID && path == "/slave(1)/state" {
+						return e.Directory
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no executor %s in the /state of agent %q", execID, agentID)
 	return ""
 }
 

@@ -119,8 +119,7 @@ func TestTeardown(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, _ := runPID(t, s, "t1", "e1")
-	execs := frameworkField(t, c, s.FrameworkID, "executors").([]any)
-	dir := execs[0].(map[string]any)["directory"].(string)
+	dir := executorDir(t, c, s.FrameworkID, "e1")
 	s.MustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
 	select {
 	case <-s.Closed():

@@ -2,8 +2,11 @@ package mesoslocal_test
 
 import (
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
@@ -12,11 +15,20 @@ import (
 
 const executorModeEnv = "MESOSLOCAL_TEST_EXECUTOR"
 
+// strayEnv makes this test binary a process an executor leaves behind (see executor_test.go):
+// it ignores SIGTERM and SIGHUP and lives for a minute unless killed.
+const strayEnv = "MESOSLOCAL_TEST_STRAY"
+
 // codec is the scheduler and executor codec of this run of the suite: JSON, or protobuf when
 // TestWholeSuiteUnderProtobuf runs the suite again.
 var codec = "application/json"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(strayEnv) != "" {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
 	if mode := os.Getenv(executorModeEnv); mode != "" {
 		os.Exit(runTestExecutor(mode))
 	}

@@ -34,6 +34,10 @@ type Options struct {
 	ExecutorHeartbeatInterval     time.Duration // 30m
 	MaxCompletedFrameworks        int           // 50
 
+	// Containment is how executors' containers are kept and ended: ContainAuto (the default),
+	// ContainSession or ContainCgroup (see container.go).
+	Containment string
+
 	// StandbyAddr, if set, starts a second listener that answers every scheduler call with a
 	// 307 to the master, as a non-leading master does.
 	StandbyAddr string
@@ -85,6 +89,13 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Clock == nil {
 		o.Clock = RealClock{}
+	}
+	switch o.Containment {
+	case "":
+		o.Containment = ContainAuto
+	case ContainAuto, ContainSession, ContainCgroup:
+	default:
+		return fmt.Errorf("mesoslocal: containment %q: use auto, session or cgroup", o.Containment)
 	}
 	if o.Logger == nil {
 		o.Logger = logrus.StandardLogger()

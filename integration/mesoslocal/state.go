@@ -9,8 +9,8 @@ import (
 )
 
 // The /master/state document, in the shape of the real master's (the fields a framework or an
-// operator reads), plus executor sandbox directories, which the real master leaves to the
-// agents' /state.
+// operator reads). As on a real master, executors carry no sandbox directory: that is in the
+// agents' own /state.
 
 type stateDoc struct {
 	Version             string           `json:"version"`
@@ -58,8 +58,6 @@ type executorDoc struct {
 	Name        string         `json:"name"`
 	FrameworkID string         `json:"framework_id"`
 	SlaveID     string         `json:"slave_id"`
-	Directory   string         `json:"directory"`
-	ContainerID string         `json:"container_id"`
 	Resources   map[string]any `json:"resources"`
 }
 
@@ -124,7 +122,7 @@ func (c *Cluster) state() stateDoc {
 			for _, e := range a.liveExecutors() {
 				if e.frameworkID == f.id && e.command == nil {
 					fd.Executors = append(fd.Executors, executorDoc{ExecutorID: e.id, Name: ptrVal(e.info.Name),
-						FrameworkID: f.id, SlaveID: a.id, Directory: e.dir, ContainerID: e.containerID, Resources: resourceDoc(e.resources)})
+						FrameworkID: f.id, SlaveID: a.id, Resources: resourceDoc(e.resources)})
 				}
 			}
 		}
@@ -190,37 +188,84 @@ func (c *Cluster) listAgents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, doc.Slaves)
 }
 
-// stateJSON serves the agent's /state: its frameworks and executors with their sandboxes.
+// agentStateDoc is an agent's own /state (GET http://<agent>/state, also /slave(1)/state), in
+// the real agent's shape: its frameworks and their executors with their sandbox directories.
+type agentStateDoc struct {
+	Version             string           `json:"version"`
+	ID                  string           `json:"id"`
+	PID                 string           `json:"pid"`
+	Hostname            string           `json:"hostname"`
+	Resources           map[string]any   `json:"resources"`
+	Attributes          map[string]any   `json:"attributes"`
+	Flags               map[string]any   `json:"flags"`
+	Frameworks          []agentFwDoc     `json:"frameworks"`
+	CompletedFrameworks []map[string]any `json:"completed_frameworks"`
+}
+
+type agentFwDoc struct {
+	ID                 string         `json:"id"`
+	Name               string         `json:"name"`
+	User               string         `json:"user"`
+	Hostname           string         `json:"hostname"`
+	FailoverTimeout    float64        `json:"failover_timeout"`
+	Checkpoint         bool           `json:"checkpoint"`
+	Roles              []string       `json:"roles"`
+	Executors          []agentExecDoc `json:"executors"`
+	CompletedExecutors []agentExecDoc `json:"completed_executors"`
+}
+
+type agentExecDoc struct {
+	ID             string         `json:"id"`
+	Name           string         `json:"name"`
+	Source         string         `json:"source"`
+	Container      string         `json:"container"`
+	Directory      string         `json:"directory"`
+	Resources      map[string]any `json:"resources"`
+	Tasks          []taskDoc      `json:"tasks"`
+	QueuedTasks    []taskDoc      `json:"queued_tasks"`
+	CompletedTasks []taskDoc      `json:"completed_tasks"`
+}
+
+// stateJSON serves the agent's /state.
 func (a *agent) stateJSON(w http.ResponseWriter, r *http.Request) {
 	a.c.mu.Lock()
-	type execDoc struct {
-		ID        string   `json:"id"`
-		Directory string   `json:"directory"`
-		Container string   `json:"container"`
-		Tasks     []string `json:"tasks"`
-	}
-	type fwDoc struct {
-		ID        string    `json:"id"`
-		Name      string    `json:"name"`
-		Executors []execDoc `json:"executors"`
-	}
-	frameworks := map[string]*fwDoc{}
+	doc := agentStateDoc{Version: Version, ID: a.id, PID: a.pid(), Hostname: a.hostname, Resources: resourceDoc(a.total),
+		Attributes: map[string]any{}, Flags: map[string]any{"work_dir": a.c.opts.WorkDir},
+		Frameworks: []agentFwDoc{}, CompletedFrameworks: []map[string]any{}}
+	frameworks := map[string]*agentFwDoc{}
 	for _, e := range a.liveExecutors() {
 		fd := frameworks[e.frameworkID]
 		if fd == nil {
-			fd = &fwDoc{ID: e.frameworkID, Name: a.frameworks[e.frameworkID].Name}
+			info := a.frameworks[e.frameworkID]
+			fd = &agentFwDoc{ID: e.frameworkID, Name: info.Name, User: info.User, Hostname: ptrVal(info.Hostname),
+				Checkpoint: e.checkpoint, Roles: info.Roles, Executors: []agentExecDoc{}, CompletedExecutors: []agentExecDoc{}}
+			if info.FailoverTimeout != nil {
+				fd.FailoverTimeout = *info.FailoverTimeout
+			}
 			frameworks[e.frameworkID] = fd
 		}
-		fd.Executors = append(fd.Executors, execDoc{ID: e.id, Directory: e.dir, Container: e.containerID, Tasks: sortedKeys(e.tasks)})
+		ed := agentExecDoc{ID: e.id, Name: ptrVal(e.info.Name), Source: ptrVal(e.info.Source), Container: e.containerID, Directory: e.dir,
+			Resources: resourceDoc(e.resources), Tasks: []taskDoc{}, QueuedTasks: []taskDoc{}, CompletedTasks: []taskDoc{}}
+		for _, id := range sortedKeys(e.tasks) {
+			t := e.tasks[id]
+			td := taskDoc{ID: id, Name: t.info.Name, FrameworkID: e.frameworkID, ExecutorID: e.id, SlaveID: a.id,
+				State: t.state.String(), Resources: resourceDoc(normalise(t.info.Resources)), Statuses: []map[string]any{}}
+			switch {
+			case terminal(t.state):
+				ed.CompletedTasks = append(ed.CompletedTasks, td)
+			case !t.delivered && e.command == nil:
+				ed.QueuedTasks = append(ed.QueuedTasks, td)
+			default:
+				ed.Tasks = append(ed.Tasks, td)
+			}
+		}
+		fd.Executors = append(fd.Executors, ed)
 	}
-	out := map[string]any{"id": a.id, "hostname": a.hostname, "pid": a.pid(), "resources": resourceDoc(a.total)}
-	var list []*fwDoc
 	for _, id := range sortedKeys(frameworks) {
-		list = append(list, frameworks[id])
+		doc.Frameworks = append(doc.Frameworks, *frameworks[id])
 	}
-	out["frameworks"] = list
 	a.c.mu.Unlock()
-	writeJSON(w, out)
+	writeJSON(w, doc)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

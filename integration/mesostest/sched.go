@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,6 +294,31 @@ func MasterState(t testing.TB, c *mesoslocal.Cluster) map[string]any {
 		t.Fatal(err)
 	}
 	return doc
+}
+
+// AgentState fetches an agent's own /state, at the address the master's state gives in the
+// agent's pid (slave(1)@ip:port), as an operator's tools do on a real cluster.
+func AgentState(t testing.TB, c *mesoslocal.Cluster, agentID string) map[string]any {
+	t.Helper()
+	for _, sl := range MasterState(t, c)["slaves"].([]any) {
+		m := sl.(map[string]any)
+		if m["id"] != agentID {
+			continue
+		}
+		_, addr, _ := strings.Cut(m["pid"].(string), "@")
+		resp, err := http.Get("http://" + addr + "/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var doc map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	t.Fatalf("no agent %s in /master/state", agentID)
+	return nil
 }
 
 // Terminal acknowledges a task's updates until a terminal one, which it returns (acknowledged).

@@ -37,6 +37,7 @@ func main() {
 	fs.DurationVar(&o.ExecutorReregistrationTimeout, "executor-reregistration-timeout", 0, "(Mesos: 2s)")
 	fs.DurationVar(&o.RecoveryTimeout, "recovery-timeout", 0, "how long executors wait for a restarted agent (Mesos: 15m)")
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
+	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
 	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+

@@ -1,0 +1,94 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/ejcloud/ejcloud/api"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// agentState is what the sandbox lookup reads of an agent's own /state: a real master does
+// not report executors' directories, their agents do.
+type agentState struct {
+	Hostname   string `json:"hostname"`
+	Frameworks []struct {
+		ID        string `json:"id"`
+		Executors []struct {
+			ID        string `json:"id"`
+			Directory string `json:"directory"`
+		} `json:"executors"`
+	} `json:"frameworks"`
+}
+
+// sandboxes finds the app's executor sandboxes as Elastic-Job-Cloud 2.1.5 does: the master's
+// state names the agents running the app's executors; each of those agents' /state (at the
+// address of its pid) gives their directories. An agent that cannot be read fails the lookup,
+// rather than answering a partial list as if it were whole.
+func sandboxes(ctx context.Context, client *http.Client, doc masterState, fwID, app string) ([]api.Sandbox, error) {
+	var agents []string
+	seen := map[string]bool{}
+	for _, f := range doc.Frameworks {
+		if f.ID != fwID {
+			continue
+		}
+		for _, e := range f.Executors {
+			if ex, err := taskid.ParseExecutor(e.ExecutorID); err == nil && ex.AppName == app && !seen[e.SlaveID] {
+				seen[e.SlaveID] = true
+				agents = append(agents, e.SlaveID)
+			}
+		}
+	}
+	out := []api.Sandbox{}
+	for _, id := range agents {
+		var pid string
+		for _, sl := range doc.Slaves {
+			if sl.ID == id {
+				pid = sl.PID
+			}
+		}
+		_, addr, ok := strings.Cut(pid, "@")
+		if !ok || addr == "" {
+			return nil, fmt.Errorf("the master's state gives no address for agent %s (pid %q)", id, pid)
+		}
+		st, err := readAgentState(ctx, client, addr)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", id, err)
+		}
+		for _, f := range st.Frameworks {
+			if f.ID != fwID {
+				continue
+			}
+			for _, e := range f.Executors {
+				if ex, err := taskid.ParseExecutor(e.ID); err == nil && ex.AppName == app {
+					out = append(out, api.Sandbox{Hostname: st.Hostname, Path: e.Directory})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func readAgentState(ctx context.Context, client *http.Client, addr string) (agentState, error) {
+	var st agentState
+	url := "http://" + addr + "/state"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("read %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("read %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("decode %s: %w", url, err)
+	}
+	return st, nil
+}
