@@ -178,8 +178,10 @@ func (e *executor) start(ci mesos.CommandInfo, env []string) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Pdeathsig: executors never outlive mesos-local itself, even if it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Pdeathsig: executors never outlive mesos-local itself, even if it is killed. Setsid: the
+	// executor leads a session (and a process group) of its own, which is its container: its
+	// children stay in it even when they start process groups of their own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if ci.User != nil {
 		e.log().WithField("user", *ci.User).Debug("mesos-local runs executors as its own user")
 	}
@@ -195,6 +197,10 @@ func (e *executor) start(ci mesos.CommandInfo, env []string) error {
 	go func() {
 		defer c.wg.Done()
 		cmd.Wait()
+		// The container is destroyed before the exit is reported (MESOS.md §6.2: killed as a
+		// whole process tree), so that nothing the executor started outlives it: a task's
+		// script left running would run on beside its relaunch.
+		killSession(cmd.Process.Pid)
 		status := int32(-1)
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 			status = int32(ws) // the raw wait(2) status word, as Mesos reports it
