@@ -170,16 +170,19 @@ func startMesos(t testing.TB, agents int) *mesos {
 	return startMesosWith(t, agents, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]")
 }
 
-func startMesosWith(t testing.TB, agents int, resources string) *mesos {
+// startMesosWith starts mesos-local with the agents' resources given; extra flags override
+// the defaults (the last of a repeated flag wins).
+func startMesosWith(t testing.TB, agents int, resources string, extra ...string) *mesos {
 	t.Helper()
 	work := t.TempDir()
 	updates := filepath.Join(t.TempDir(), "updates.jsonl")
-	p := start(t, "mesos-local", "work dir", "--addr", freeAddr(t), "--agents", fmt.Sprint(agents),
+	args := []string{"--addr", freeAddr(t), "--agents", fmt.Sprint(agents),
 		"--agent-resources", resources, "--work-dir", work,
 		"--allocation-interval", "50ms", "--heartbeat-interval", "1s", "--agent-ping-timeout", "100ms",
 		"--max-agent-ping-timeouts", "3", "--status-update-retry", "200ms", "--status-update-retry-max", "2s",
 		"--executor-registration-timeout", "20s", "--executor-shutdown-grace-period", "500ms",
-		"--executor-reregistration-timeout", "3s", "--recovery-timeout", "20s", "--record-updates", updates)
+		"--executor-reregistration-timeout", "3s", "--recovery-timeout", "20s", "--record-updates", updates}
+	p := start(t, "mesos-local", "work dir", append(args, extra...)...)
 	m := masterLine.FindStringSubmatch(p.log.String())
 	if m == nil {
 		t.Fatalf("mesos-local's first line names no master and agents:\n%s", p.log.String())
