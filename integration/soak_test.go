@@ -278,7 +278,7 @@ func (s *soak) checkExits() {
 	for _, i := range s.ss {
 		if !i.stopped && exited(i.proc) {
 			i.stop(syscall.SIGKILL) // reaps it
-			s.exits = append(s.exits, fmt.Sprintf("pid %d, up %v: %s", i.cmd.Process.Pid, time.Since(i.born).Round(time.Second), lastLines(i.log.String(), 3)))
+			s.exits = append(s.exits, fmt.Sprintf("pid %d, up %v: %s", i.cmd.Process.Pid, time.Since(i.born).Round(time.Second), lastLines(i.log.String(), 6)))
 			s.t.Logf("unexpected scheduler exit: %s", s.exits[len(s.exits)-1])
 			continue
 		}
