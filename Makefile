@@ -48,8 +48,14 @@ zookeeper:
 clean:
 	rm -rf $(BIN)
 
-# The soak (not part of `make test`): 200 jobs × 5 shards every 10 s with executor and leader
-# SIGKILLs, then an exactly-once audit of every fire. SOAK_DURATION=10m by default.
+# The soak (not part of `make test`): 200 jobs × 5 shards every 10 s under a seeded menu of
+# faults (executor, leader and ZooKeeper kills, agent restarts and partitions), then an
+# exactly-once audit of every fire from the status updates and from what the scripts recorded.
+# SOAK_DURATION (10m), SOAK_FAULT_EVERY (15s); SOAK_SEED replays a run's fault sequence (its
+# seed is printed first).
 SOAK_DURATION ?= 10m
+SOAK_FAULT_EVERY ?= 15s
+SOAK_SEED ?=
 soak: zookeeper
-	EJCLOUD_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 0 -v ./integration/
+	EJCLOUD_SOAK_DURATION=$(SOAK_DURATION) EJCLOUD_SOAK_FAULT_EVERY=$(SOAK_FAULT_EVERY) EJCLOUD_SOAK_SEED=$(SOAK_SEED) \
+		$(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 0 -v ./integration/

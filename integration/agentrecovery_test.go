@@ -80,7 +80,7 @@ func TestUpdatesRefusedDuringAgentRecoveryAreDelivered(t *testing.T) {
 	})
 	stopFires(t, s, job)
 	quiet(t, s, "rec")
-	rep := mustAudit(t, w.mesos, audited)
+	rep := mustAudit(t, w, audited)
 	if rep.Relaunches != 0 {
 		t.Fatalf("%d failover relaunches; an agent restart with a live executor must cause none", rep.Relaunches)
 	}

@@ -187,7 +187,8 @@ func TestCrashingShardBacksOffToTheCap(t *testing.T) {
 	s := startScheduler(t, w.zk, w.mesos, "--failover-backoff-min", "200ms", "--failover-backoff-max", "800ms")
 	leaderOf(t, s)
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
-	crash := w.jobJSON("crash", 1, neverCron, true, "kill -9 $PPID") // $PPID: the executor
+	// The script's parent is its supervisor (executor/supervise.go); the supervisor's is the executor.
+	crash := w.jobJSON("crash", 1, neverCron, true, `read -r _ _ _ executor _ < /proc/$PPID/stat; kill -9 "$executor"`)
 	s.must(t, 204, "POST", "/api/job/register", crash)
 	s.must(t, 204, "POST", "/api/job/trigger", "crash")
 

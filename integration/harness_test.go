@@ -289,6 +289,16 @@ func (m *mesos) audit(t *testing.T, jobs ...audit.Job) audit.Report {
 	return audit.Check(jobs, ups)
 }
 
+// auditEffects audits the jobs from what their scripts recorded in w.effects().
+func (w *world) auditEffects(t *testing.T, jobs ...audit.Job) audit.Report {
+	t.Helper()
+	recs, err := audit.ReadEffects(w.effects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return audit.CheckEffects(jobs, recs)
+}
+
 // scheduler is a running ejcloud-scheduler binary.
 type scheduler struct {
 	*proc
@@ -392,18 +402,20 @@ func (w *world) appJSON(url string) string {
 }
 
 // jobJSON is a TRANSIENT SCRIPT job whose every run appends "item agent" to runs-<name>.txt
-// and then runs then (a shell snippet; "" for none).
+// and then runs then (a shell snippet; "" for none), recording its start and end in
+// w.effects() for the side-effect audit.
 func (w *world) jobJSON(name string, shards int, cron string, failover bool, then string) string {
 	runs := filepath.Join(w.dir, "runs-"+name+".txt")
-	script := `echo "$EJCLOUD_SHARDING_ITEM $(pwd | sed 's#.*/slaves/\([^/]*\)/.*#\1#')" >> ` + runs + `; true`
-	if then != "" {
-		script = strings.TrimSuffix(script, "true") + then + "; true"
-	}
+	script := `echo "$EJCLOUD_SHARDING_ITEM $(pwd | sed 's#.*/slaves/\([^/]*\)/.*#\1#')" >> ` + runs + `; ` +
+		audit.RecordingScript(w.effects(), w.dir, then)
 	b, _ := json.Marshal(map[string]any{"jobName": name, "appName": "app", "jobType": "SCRIPT", "jobExecutionType": "TRANSIENT",
 		"cron": cron, "timeZone": "UTC", "shardingTotalCount": shards, "cpuCount": 0.1, "memoryMB": 16,
 		"failover": failover, "scriptCommandLine": script})
 	return string(b)
 }
+
+// effects is the log the jobs' scripts record their runs in (audit.RecordingScript).
+func (w *world) effects() string { return filepath.Join(w.dir, "effects.log") }
 
 // hold is a script snippet that waits until release(name) is called.
 func (w *world) hold(name string) string {

@@ -124,7 +124,7 @@ func TestScriptsDieWithTheirExecutor(t *testing.T) {
 	if len(ends) != 1 || ends[0] != relaunch {
 		t.Fatalf("runs that completed: %v; want only the relaunch %s (the killed executor's was %s)", ends, relaunch, first[0].task)
 	}
-	if rep := mustAudit(t, w.mesos, audit.Job{Name: "long", Shards: 1}); rep.Relaunches != 1 {
+	if rep := mustAudit(t, w, audit.Job{Name: "long", Shards: 1}); rep.Relaunches != 1 {
 		t.Fatalf("%d failover relaunches; want 1", rep.Relaunches)
 	}
 }

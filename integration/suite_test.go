@@ -24,12 +24,16 @@ func cronJob(t *testing.T, name string, shards int, expr string) audit.Job {
 	return audit.Job{Name: name, Shards: shards, Schedule: sched, Since: time.Now()}
 }
 
-func mustAudit(t *testing.T, m *mesos, jobs ...audit.Job) audit.Report {
+// mustAudit audits the jobs from the status updates and from what their scripts recorded
+// (both reported), and fails the test if either finds anything.
+func mustAudit(t *testing.T, w *world, jobs ...audit.Job) audit.Report {
 	t.Helper()
-	rep := m.audit(t, jobs...)
+	rep := w.mesos.audit(t, jobs...)
 	t.Log(rep)
-	if !rep.OK() {
-		t.Fatal("the audit found duplicate or lost shard runs")
+	eff := w.auditEffects(t, jobs...)
+	t.Log(eff)
+	if !rep.OK() || !eff.OK() {
+		t.Fatal("the audit found duplicate, lost or overlapping shard runs")
 	}
 	return rep
 }
@@ -91,7 +95,7 @@ func TestRESTRegistrationRunsOnCron(t *testing.T) {
 	}
 	stopFires(t, s, job)
 	quiet(t, s, "cron")
-	rep := mustAudit(t, w.mesos, audited)
+	rep := mustAudit(t, w, audited)
 	runs := 0
 	for _, as := range w.runs("cron") {
 		runs += len(as)
@@ -119,7 +123,7 @@ func TestExecutorKillFailsOver(t *testing.T) {
 	if r := w.runs("fo"); len(r["1"]) != 1 {
 		t.Fatalf("shard 1 ran %d times; only the lost shard may be relaunched", len(r["1"]))
 	}
-	rep := mustAudit(t, w.mesos, audit.Job{Name: "fo", Shards: 2})
+	rep := mustAudit(t, w, audit.Job{Name: "fo", Shards: 2})
 	if rep.Relaunches != 1 {
 		t.Fatalf("%d failover relaunches; want 1", rep.Relaunches)
 	}
@@ -144,7 +148,7 @@ func TestAgentPartitionAndHeal(t *testing.T) {
 	if r := w.runs("part"); len(r["0"]) != 1 {
 		t.Fatalf("the shard ran %d times; want once", len(r["0"]))
 	}
-	mustAudit(t, w.mesos, audit.Job{Name: "part", Shards: 1})
+	mustAudit(t, w, audit.Job{Name: "part", Shards: 1})
 }
 
 func hasState(states map[string]string, want string) bool {
@@ -174,7 +178,7 @@ func TestAgentRestartRecoversTheExecutor(t *testing.T) {
 	if after := w.mesos.executorPIDs(agent); len(after) != 1 || after[0] != before[0] {
 		t.Fatalf("executor processes %v after the restart; want the same one, %v", after, before)
 	}
-	rep := mustAudit(t, w.mesos, audit.Job{Name: "restart", Shards: 1})
+	rep := mustAudit(t, w, audit.Job{Name: "restart", Shards: 1})
 	if rep.Relaunches != 0 || len(w.runs("restart")["0"]) != 1 {
 		t.Fatalf("the shard ran %d times with %d relaunches; want once, none", len(w.runs("restart")["0"]), rep.Relaunches)
 	}
@@ -210,7 +214,7 @@ func TestLeaderKillWithStandby(t *testing.T) {
 	if fw := w.mesos.state(t).Frameworks; len(fw) != 1 {
 		t.Fatalf("%d frameworks at Mesos; want the one, re-subscribed by every leader", len(fw))
 	}
-	mustAudit(t, w.mesos, audited)
+	mustAudit(t, w, audited)
 }
 
 // holdsFor checks cond for the whole of d (an observation window, not a wait for something to
@@ -262,7 +266,7 @@ func TestZooKeeperRestart(t *testing.T) {
 	l := leaderOf(t, s)
 	stopFires(t, l, job)
 	quiet(t, l, "zk")
-	mustAudit(t, m, audited)
+	mustAudit(t, w, audited)
 }
 
 // Deleting an app stops its executors on every agent and removes its jobs.

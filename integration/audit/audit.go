@@ -1,4 +1,5 @@
-// Package audit checks, from the status updates the Mesos agents took, that every fire of a
+// Package audit checks, from the status updates the Mesos agents took (Check) and from what
+// the job scripts themselves recorded (CheckEffects, see effects.go), that every fire of a
 // TRANSIENT job ran each of its shards exactly once: none twice, none lost. Tests and the soak
 // collect the updates at mesos-local (Recorder) while they kill executors and leaders, and
 // Check them once the system is quiet.
@@ -48,13 +49,17 @@ type Job struct {
 	Since time.Time
 }
 
-// Report is what Check found.
+// Report is what Check (from status updates) or CheckEffects (from what the job scripts
+// recorded) found.
 type Report struct {
+	Source     string // "status updates" or "side effects"
 	Jobs       int
 	Rounds     int      // fires that ran (a round may stand for several merged fires)
 	ShardRuns  int      // shards that ran, over all rounds
 	Relaunches int      // FAILOVER tasks
+	Partial    int      // side effects: runs that started and never ended (their process was killed)
 	Duplicates int      // shard runs beyond one per round, and rounds without a fire of their own
+	Overlaps   int      // side effects: runs of a shard that started while another was alive
 	Lost       int      // shards of a round that never ran
 	Problems   []string // one line per finding, in job and time order
 }
@@ -64,15 +69,20 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 
 func (r Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches: %d duplicate, %d lost",
-		r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Duplicates, r.Lost)
+	if r.Source == effectsSource {
+		fmt.Fprintf(&b, "side-effect audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches, %d killed part-way: %d duplicate, %d overlapping, %d lost",
+			r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Partial, r.Duplicates, r.Overlaps, r.Lost)
+	} else {
+		fmt.Fprintf(&b, "audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches: %d duplicate, %d lost",
+			r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Duplicates, r.Lost)
+	}
 	for _, p := range r.Problems {
 		b.WriteString("\n  " + p)
 	}
 	return b.String()
 }
 
-// task is one task's life as its updates tell it.
+// task is one task's life as its updates (or its script's records) tell it.
 type task struct {
 	id      string
 	item    int
@@ -81,6 +91,8 @@ type task struct {
 	end     time.Time // its terminal update; zero while it has none
 	ran     bool
 	endedAs string
+	partial bool // side effects: the script started and never recorded its end
+	busy    bool // side effects: the script found the shard's lock held by another run
 }
 
 type round struct {
@@ -97,8 +109,16 @@ var terminal = map[string]bool{
 
 // Check audits the updates of the given jobs; updates of other tasks are ignored.
 func Check(jobs []Job, updates []Update) Report {
-	rep := Report{Jobs: len(jobs)}
-	byJob := tasksByJob(updates)
+	return check("status updates", jobs, tasksByJob(updates), checkShard)
+}
+
+// shardCheck reports how often a shard ran in a round, and what was wrong with its tasks.
+type shardCheck func(r *round, item int, problem func(string, ...any), rep *Report) int
+
+// check is the audit of both sources: it splits each job's tasks into rounds, checks every
+// shard of every round, and matches the rounds to the job's fires.
+func check(source string, jobs []Job, byJob map[string][]*task, shard shardCheck) Report {
+	rep := Report{Source: source, Jobs: len(jobs)}
 	for _, j := range jobs {
 		rounds := roundsOf(byJob[j.Name])
 		problem := func(f string, args ...any) {
@@ -113,7 +133,7 @@ func Check(jobs []Job, updates []Update) Report {
 			rep.Rounds++
 			at := r.start.Format("15:04:05.000")
 			for item := 0; item < j.Shards; item++ {
-				ran := checkShard(r, item, func(f string, args ...any) {
+				ran := shard(r, item, func(f string, args ...any) {
 					problem("round %d (%s) shard %d: %s", k, at, item, fmt.Sprintf(f, args...))
 				}, &rep)
 				switch {
@@ -153,6 +173,11 @@ func tasksByJob(updates []Update) map[string][]*task {
 			t.ran = u.State == "TASK_FINISHED" || u.State == "TASK_FAILED" && u.JobFailed
 		}
 	}
+	return groupByJob(tasks)
+}
+
+// groupByJob lists each job's tasks in order of their first update (or start).
+func groupByJob(tasks map[string]*task) map[string][]*task {
 	byJob := map[string][]*task{}
 	for _, t := range tasks {
 		id, _ := taskid.Parse(t.id)
