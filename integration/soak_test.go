@@ -31,8 +31,9 @@ const (
 	agentPing          = time.Second
 	maxPings           = 3
 	unreachableTimeout = 10 * time.Second
-	// The scheduler's start-up limit (Config.MesosStartupTimeout; no flag sets it).
-	startupLimit = time.Minute
+	// The schedulers' --mesos-startup-timeout: short, so that standbys older than twice it are
+	// common and the old-standby fault comes round often.
+	startupLimit = 15 * time.Second
 	instances    = 3 // schedulers kept running: a leader and two standbys
 	backWithin   = 2 * time.Minute
 )
@@ -268,7 +269,8 @@ func (s *soak) leader() *scheduler {
 // topUp starts schedulers until instances run.
 func (s *soak) topUp() {
 	for len(s.ss) < instances {
-		s.ss = append(s.ss, &instance{scheduler: startScheduler(s.t, s.w.zk, s.w.mesos, "--unreachable-timeout", unreachableTimeout.String()), born: time.Now()})
+		s.ss = append(s.ss, &instance{scheduler: startScheduler(s.t, s.w.zk, s.w.mesos, "--unreachable-timeout", unreachableTimeout.String(),
+			"--mesos-startup-timeout", startupLimit.String()), born: time.Now()})
 	}
 }
 
