@@ -23,6 +23,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/internal/drain"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -103,7 +104,7 @@ func start(t testing.TB, name, upLine string, args ...string) *proc {
 	if _, err := console.ExpectString(upLine); err != nil {
 		t.Fatalf("%s did not print %q: %v\n%s", name, upLine, err, log.String())
 	}
-	go console.ExpectEOF() // keep draining its output
+	go drain.Console(console) // keep draining its output, however long it stays quiet
 	return p
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/ejcloud/ejcloud/cron"
 	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/internal/drain"
 )
 
 // schedulerProcess is a real ejcloud-scheduler binary.
@@ -50,7 +51,7 @@ func startSchedulerBinary(t *testing.T, bin string, s *system, mesosURL string, 
 	if _, err := console.ExpectString("scheduler started"); err != nil {
 		t.Fatalf("scheduler at %s did not start: %v", addr, err)
 	}
-	go console.ExpectEOF() // keep draining its output
+	go drain.Console(console) // keep draining its output, however long it stays quiet
 	return p
 }
 
