@@ -169,9 +169,9 @@ func checkShardEffects(r *round, item int, problem func(string, ...any), rep *Re
 			problem("run %s started at %s, while %s ran (until %s)", t.id, t.first.Format("15:04:05.000"), prev.id, alive.Format("15:04:05.000"))
 		case prev != nil && ran > 0 && !t.ran:
 			rep.Duplicates++ // one that ended is counted by the caller
-			problem("run %s started after the shard had run, and was killed part-way", t.id)
+			problem("run %s started after %s had run, and was killed part-way", t.id, prev.id)
 		case prev != nil && ran > 0:
-			problem("run %s started after the shard had run", t.id)
+			problem("run %s started after %s had run", t.id, prev.id)
 		}
 		if t.ran {
 			ran++

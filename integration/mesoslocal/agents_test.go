@@ -130,6 +130,11 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 	if *lost.State != mesos.TASK_GONE || *lost.Reason != mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT {
 		t.Fatalf("%v; want TASK_GONE / EXECUTOR_REREGISTRATION_TIMEOUT", lost.String())
 	}
+	// Gone only once its container is destroyed: a task reported gone must not run on, or its
+	// relaunch would run beside it.
+	if alive(frozen) {
+		t.Fatalf("TASK_GONE reported while the executor %d that did not re-register is alive", frozen)
+	}
 	s.Ack(lost)
 	s.MustCall(calls.Message(agent, "e1", []byte("finish:kept")))
 	fin := s.Update("kept")

@@ -187,7 +187,9 @@ func (a *agent) executorHeartbeat(e *executor, st *stream) {
 // executorUpdate takes an executor's UPDATE into the task's stream and acknowledges it to the
 // executor (the agent's ACKNOWLEDGED, not the scheduler's).
 func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
-	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil {
+	// A terminal state stays: a replayed older update (a re-subscription carries every
+	// unacknowledged one) must not bring a task back in the agent's books.
+	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil && !terminal(t.state) {
 		t.state = *st.State
 	}
 	a.statusUpdate(e.frameworkID, e.id, st)

@@ -44,9 +44,11 @@ type executor struct {
 	ct        *container // set once the process is started
 	started   bool       // the process was started (or failed to start)
 	destroyed bool
-	// failReason says why the container ended, for the updates of its live tasks.
+	// failReason says why the container ended, for the updates of its live tasks; failState,
+	// when set, is their state (TASK_FAILED otherwise).
 	failReason *mesos.TaskStatus_Reason
 	failMsg    string
+	failState  *mesos.TaskState
 	silent     bool // no status updates: the framework is being removed
 	orphaned   bool // its non-checkpointing framework lost it with the agent connection
 
@@ -345,10 +347,14 @@ func (a *agent) executorExited(e *executor, status int32) {
 		if e.failReason != nil {
 			reason, msg = *e.failReason, e.failMsg
 		}
+		state := mesos.TASK_FAILED
+		if e.failState != nil {
+			state = *e.failState
+		}
 		for _, id := range sortedKeys(e.tasks) {
 			if t := e.tasks[id]; !terminal(t.state) {
-				t.state = mesos.TASK_FAILED
-				a.agentUpdate(e.frameworkID, id, e.id, mesos.TASK_FAILED, reason, msg)
+				t.state = state
+				a.agentUpdate(e.frameworkID, id, e.id, state, reason, msg)
 			}
 		}
 		if f := a.c.frameworks[e.frameworkID]; f != nil && a.linked() && e.command == nil {

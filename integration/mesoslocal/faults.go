@@ -300,8 +300,10 @@ func (c *Cluster) RestartAgent(id string) error {
 	return nil
 }
 
-// recovered ends an agent's recovery: executors that did not re-subscribe are destroyed and
-// their tasks gone, then the agent re-registers.
+// recovered ends an agent's recovery: executors that did not re-subscribe are destroyed, and
+// once their containers are empty their live tasks are gone (as Mesos's agent does: it
+// destroys the container first and reports the tasks from the termination, so that no task
+// is reported gone while a process of it may still run); then the agent re-registers.
 func (c *Cluster) recovered(a *agent) {
 	if !a.recovering {
 		return
@@ -310,15 +312,10 @@ func (c *Cluster) recovered(a *agent) {
 		if e.reregistered || e.state == execTerminated || e.command != nil {
 			continue
 		}
-		state := lostOr(e.pa, mesos.TASK_GONE)
-		for _, id := range sortedKeys(e.tasks) {
-			if t := e.tasks[id]; !terminal(t.state) {
-				t.state = state
-				a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT,
-					"Executor did not re-register within "+StoutDuration(c.opts.ExecutorReregistrationTimeout))
-			}
-		}
-		e.destroy(nil, "")
+		e.state = execTerminating // a late SUBSCRIBE gets SHUTDOWN
+		e.failState = lostOr(e.pa, mesos.TASK_GONE).Enum()
+		e.destroy(mesos.REASON_EXECUTOR_REREGISTRATION_TIMEOUT.Enum(),
+			"Executor did not re-register within "+StoutDuration(c.opts.ExecutorReregistrationTimeout))
 	}
 	a.recovering = false
 	if a.state == agentDown {
