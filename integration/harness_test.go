@@ -297,7 +297,11 @@ func (w *world) auditEffects(t *testing.T, jobs ...audit.Job) audit.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return audit.CheckEffects(jobs, recs)
+	ups, err := audit.ReadFile(w.mesos.updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return audit.CheckEffects(jobs, recs, ups)
 }
 
 // scheduler is a running ejcloud-scheduler binary.

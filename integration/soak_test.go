@@ -159,7 +159,11 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eff := audit.CheckEffects(audited, recs)
+	ups, err := audit.ReadFile(w.mesos.updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := audit.CheckEffects(audited, recs, ups)
 	starts := 0
 	for _, r := range recs {
 		if r.Kind == "start" {

@@ -30,7 +30,8 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// Update is one status update as an agent took it.
+// Update is one status update as an agent took it, or as the master decided it (a launch
+// dropped or refused, an agent unreachable or gone).
 type Update struct {
 	TaskID    string    `json:"taskId"`
 	State     string    `json:"state"` // a mesos.TaskState name, e.g. TASK_RUNNING
@@ -93,6 +94,8 @@ type task struct {
 	endedAs string
 	partial bool // side effects: the script started and never recorded its end
 	busy    bool // side effects: the script found the shard's lock held by another run
+	// side effects: a launch known from its status updates only, whose script never started
+	launchOnly bool
 }
 
 type round struct {
@@ -168,10 +171,12 @@ func tasksByJob(updates []Update) map[string][]*task {
 		if u.At.Before(t.first) {
 			t.first = u.At
 		}
-		if terminal[u.State] && (t.end.IsZero() || u.At.After(t.end)) {
+		// A task ends at its first terminal update: a later one is the master's word on a task
+		// already over (its agent marked gone, say). A run stays a run.
+		if terminal[u.State] && (t.end.IsZero() || u.At.Before(t.end)) {
 			t.end, t.endedAs = u.At, u.State
-			t.ran = u.State == "TASK_FINISHED" || u.State == "TASK_FAILED" && u.JobFailed
 		}
+		t.ran = t.ran || u.State == "TASK_FINISHED" || u.State == "TASK_FAILED" && u.JobFailed
 	}
 	return groupByJob(tasks)
 }

@@ -25,6 +25,7 @@ type life struct {
 	first, end    float64
 	state         string
 	jobFailedMark bool
+	dropped       bool // the master dropped the launch: one TASK_DROPPED at first, nothing ran
 }
 
 func ups(lives ...life) []Update {
@@ -32,6 +33,10 @@ func ups(lives ...life) []Update {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	for _, l := range lives {
 		id := "job@-@" + l.item + "@-@" + l.kind + "@-@agent-1@-@" + l.name
+		if l.dropped {
+			out = append(out, Update{TaskID: id, State: "TASK_DROPPED", At: at(l.first)})
+			continue
+		}
 		out = append(out, Update{TaskID: id, State: "TASK_RUNNING", At: at(l.first)})
 		if l.end >= 0 {
 			state := l.state
@@ -109,6 +114,12 @@ func TestCheck(t *testing.T) {
 			rounds: 1, dup: 1, problem: "ran while"},
 		{name: "a failover relaunch of a shard that had run", lives: join(healthy(0.05, "a"), []life{{item: "2", kind: "FAILOVER", name: "f2", first: 0.3, end: 0.4}}),
 			rounds: 1, dup: 1, relaunch: 1, problem: "launched after"},
+		{name: "the relaunches of a fire whose READY launch the master dropped are that fire's round", lives: join(healthy(0.05, "a"),
+			[]life{{item: "0", kind: "READY", name: "b0", first: 2.05, dropped: true}, {item: "1", kind: "READY", name: "b1", first: 2.05, dropped: true},
+				{item: "2", kind: "READY", name: "b2", first: 2.05, dropped: true}},
+			[]life{{item: "0", kind: "FAILOVER", name: "g0", first: 3.1, end: 3.2}, {item: "1", kind: "FAILOVER", name: "g1", first: 3.1, end: 3.2},
+				{item: "2", kind: "FAILOVER", name: "g2", first: 3.1, end: 3.2}}),
+			rounds: 2, relaunch: 3},
 		{name: "a task that never ended", lives: join(healthy(0.05, "a")[:2], []life{{item: "2", kind: "READY", name: "a2", first: 0.06, end: -1}}),
 			rounds: 1, lost: 1, problem: "never ended"},
 	}
@@ -143,6 +154,21 @@ func TestOtherTasksAreIgnored(t *testing.T) {
 		Update{TaskID: "other@-@0@-@READY@-@agent-1@-@x", State: "TASK_RUNNING", At: t0})
 	if rep := Check([]Job{{Name: "job", Shards: 3}}, u); !rep.OK() || rep.Rounds != 1 {
 		t.Fatalf("got %s", rep)
+	}
+}
+
+// A task ends at its first terminal update, and a run stays a run: the master's later word on
+// a task already over (its agent marked gone) changes neither.
+func TestALaterTerminalUpdateDoesNotUndoARun(t *testing.T) {
+	u := ups(healthy(0.05, "a")...)
+	u = append(u, Update{TaskID: "job@-@0@-@READY@-@agent-1@-@a0", State: "TASK_GONE", At: t0.Add(time.Minute)})
+	u = append(u, ups(healthy(2.05, "b")...)...)
+	every2s, err := cron.Parse("*/2 * * * * ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := Check([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, u); !rep.OK() || rep.Rounds != 2 {
+		t.Fatalf("%s; want two clean rounds", rep)
 	}
 }
 

@@ -101,8 +101,11 @@ func parseRecord(line string) (Record, error) {
 // CheckEffects audits the runs the scripts of the given jobs recorded, with the rounds and
 // fires matched as Check does: a shard of a round must have exactly one run that ended, no run
 // may start while another run of the shard is alive (busy, or before its end), and no run may
-// start after one of the round had ended.
-func CheckEffects(jobs []Job, records []Record) Report {
+// start after one of the round had ended. The status updates tell the launches whose script
+// never started (dropped before reaching an agent, lost on the way): they run nothing, but a
+// READY one marks where its fire's round begins, so that the FAILOVER relaunches of a fire
+// whose READY launch was dropped are not taken for reruns of the fire before.
+func CheckEffects(jobs []Job, records []Record, updates []Update) Report {
 	runs := map[string]*task{}
 	var orphans []string // ends without a start
 	for _, r := range records {
@@ -130,6 +133,13 @@ func CheckEffects(jobs []Job, records []Record) Report {
 			t.end, t.ran = r.At, true
 		}
 	}
+	for _, u := range updates {
+		id, err := taskid.Parse(u.TaskID)
+		if err != nil || runs[u.TaskID] != nil {
+			continue
+		}
+		runs[u.TaskID] = &task{id: u.TaskID, item: id.Item, kind: id.Type, first: u.At, end: u.At, launchOnly: true}
+	}
 	for _, t := range runs {
 		if t.end.IsZero() {
 			// Killed part-way; it ended at an unknown time, which its lock stands for. For the
@@ -151,7 +161,7 @@ func checkShardEffects(r *round, item int, problem func(string, ...any), rep *Re
 	var alive time.Time // the latest end of the shard's earlier runs in the round
 	var prev *task
 	for _, t := range r.tasks {
-		if t.item != item {
+		if t.item != item || t.launchOnly {
 			continue
 		}
 		if t.kind == taskid.Failover {

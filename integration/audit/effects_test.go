@@ -19,6 +19,7 @@ type run struct {
 	item, kind, name string
 	start, end       float64
 	busy             bool
+	dropped          bool // a launch the master dropped: a status update, no script run
 }
 
 func records(runs ...run) []Record {
@@ -27,6 +28,9 @@ func records(runs ...run) []Record {
 	for _, r := range runs {
 		id := "job@-@" + r.item + "@-@" + r.kind + "@-@agent-1@-@" + r.name
 		item := int(r.item[0] - '0')
+		if r.dropped {
+			continue
+		}
 		if r.busy {
 			out = append(out, Record{Kind: "busy", At: at(r.start), TaskID: id, Item: item})
 		}
@@ -39,6 +43,18 @@ func records(runs ...run) []Record {
 }
 
 // cleanRound is the three shards of a healthy round started at s.
+// drops are the status updates of the dropped launches among runs.
+func drops(runs ...run) []Update {
+	var out []Update
+	for _, r := range runs {
+		if r.dropped {
+			out = append(out, Update{TaskID: "job@-@" + r.item + "@-@" + r.kind + "@-@agent-1@-@" + r.name, State: "TASK_DROPPED",
+				At: t0.Add(time.Duration(r.start * float64(time.Second)))})
+		}
+	}
+	return out
+}
+
 func cleanRound(s float64, tag string) []run {
 	return []run{
 		{item: "0", kind: "READY", name: tag + "0", start: s, end: s + 0.1},
@@ -103,10 +119,16 @@ func TestCheckEffects(t *testing.T) {
 			rounds: 1, partial: 1, lost: 1, problem: "shard 0: never ran"},
 		{name: "a round run twice for one fire", runs: runs(cleanRound(0.05, "a"), cleanRound(0.5, "b")),
 			rounds: 2, dup: 1, problem: "round 1 (06:00:00.500) has no fire of its own"},
+		{name: "the relaunches of a fire whose READY launch was dropped are that fire's round", runs: runs(cleanRound(0.05, "a"),
+			[]run{{item: "0", kind: "READY", name: "b0", start: 2.05, dropped: true}, {item: "1", kind: "READY", name: "b1", start: 2.05, dropped: true},
+				{item: "2", kind: "READY", name: "b2", start: 2.05, dropped: true}},
+			[]run{{item: "0", kind: "FAILOVER", name: "g0", start: 3.1, end: 3.2}, {item: "1", kind: "FAILOVER", name: "g1", start: 3.1, end: 3.2},
+				{item: "2", kind: "FAILOVER", name: "g2", start: 3.1, end: 3.2}}),
+			rounds: 2, relaunch: 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep := CheckEffects([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, records(c.runs...))
+			rep := CheckEffects([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, records(c.runs...), drops(c.runs...))
 			got := []int{rep.Rounds, rep.Partial, rep.Relaunches, rep.Duplicates, rep.Overlaps, rep.Lost}
 			want := []int{c.rounds, c.partial, c.relaunch, c.dup, c.overlap, c.lost}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -122,7 +144,7 @@ func TestCheckEffects(t *testing.T) {
 func TestEndWithoutStartIsReported(t *testing.T) {
 	recs := records(cleanRound(0.05, "a")...)
 	recs = append(recs, Record{Kind: "end", At: t0, TaskID: "job@-@1@-@READY@-@agent-1@-@ghost", Item: 1})
-	if rep := CheckEffects([]Job{{Name: "job", Shards: 3}}, recs); !strings.Contains(rep.String(), "ghost recorded an end and no start") {
+	if rep := CheckEffects([]Job{{Name: "job", Shards: 3}}, recs, nil); !strings.Contains(rep.String(), "ghost recorded an end and no start") {
 		t.Fatalf("got %s", rep)
 	}
 }

@@ -58,6 +58,9 @@ func (c *Cluster) masterUpdate(f *framework, taskID, agentID, executorID string,
 	if extra != nil {
 		extra(&st)
 	}
+	if h := c.opts.OnStatusUpdate; h != nil && reason != mesos.REASON_RECONCILIATION {
+		h(f.id, st)
+	}
 	f.send(&scheduler.Event{Type: scheduler.Event_UPDATE, Update: &scheduler.Event_Update{Status: st}})
 }
 
