@@ -182,7 +182,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "  the scripts started %d times (killed runs included)\n", starts)
 	fmt.Fprintf(&b, "  unexpected scheduler exits: %d\n", len(s.exits))
 	fmt.Fprintf(&b, "  after the last fault, the REST queues matched the running scripts within 30 s: %v; the work in hand drained: %v\n", queuesMatch, drained)
-	expected, unexpected := s.attribute(rep.Problems, eff.Problems)
+	expected, unexpected := s.attribute(ups, rep.Problems, eff.Problems)
 	fmt.Fprintf(&b, "  audit findings: %d of shards whose first run was on an agent cut off for longer than both unreachable timeouts (SPEC §5.7: handled as lost and run again: at least once, by design), %d others",
 		len(expected), len(unexpected))
 	t.Log(b.String())
@@ -545,21 +545,40 @@ func minus(a, b map[string]bool) []string {
 	return out
 }
 
-var (
-	roundAt  = regexp.MustCompile(`round \d+ \((\d\d:\d\d:\d\d\.\d\d\d)\)`)
-	earlier  = regexp.MustCompile(`after (\S+) had run`)
-	backlogs = time.Minute // how long before a partition a round may have begun and still had a task queued or running on the agent
-)
+var earlier = regexp.MustCompile(`after (\S+) had run`)
 
 // attribute splits the audits' findings into those SPEC §5.7 allows and the others. A shard run
 // twice because its first run was on an agent cut off for longer than both unreachable
 // timeouts is allowed: the scheduler handled that run as lost and relaunched it while the
 // agent, unseen, may have run it to the end (at least once, by design). The finding must name
-// that first run, on that agent, in a round that began before the partition ended.
-func (s *soak) attribute(problems ...[]string) (expected, unexpected []string) {
+// that first run, and the master must have reported it unreachable during such a partition of
+// its agent.
+func (s *soak) attribute(updates []audit.Update, problems ...[]string) (expected, unexpected []string) {
+	unreachable := map[string][]time.Time{}
+	for _, u := range updates {
+		if u.State == "TASK_UNREACHABLE" {
+			unreachable[u.TaskID] = append(unreachable[u.TaskID], u.At)
+		}
+	}
+	cutOff := func(task string, agent string) bool { // reported unreachable during a long partition of its agent
+		for _, w := range s.longPartitions {
+			for _, at := range unreachable[task] {
+				if w.agent == agent && !at.Before(w.from) && !at.After(w.to) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	for _, ps := range problems {
 		for _, p := range ps {
-			if s.byLongPartition(p) {
+			e := earlier.FindStringSubmatch(p)
+			var first taskid.ID
+			var err error
+			if e != nil {
+				first, err = taskid.Parse(e[1])
+			}
+			if e != nil && err == nil && cutOff(e[1], first.AgentID) {
 				expected = append(expected, p)
 			} else {
 				unexpected = append(unexpected, p)
@@ -567,24 +586,6 @@ func (s *soak) attribute(problems ...[]string) (expected, unexpected []string) {
 		}
 	}
 	return expected, unexpected
-}
-
-func (s *soak) byLongPartition(problem string) bool {
-	r, e := roundAt.FindStringSubmatch(problem), earlier.FindStringSubmatch(problem)
-	if r == nil || e == nil {
-		return false
-	}
-	id, err := taskid.Parse(e[1])
-	if err != nil {
-		return false
-	}
-	for _, w := range s.longPartitions {
-		from, to := w.from.Add(-backlogs).Format("15:04:05.000"), w.to.Format("15:04:05.000")
-		if id.AgentID == w.agent && r[1] >= from && r[1] <= to {
-			return true
-		}
-	}
-	return false
 }
 
 // updateTail reads the status updates mesos-local appends to its --record-updates file, from
