@@ -63,6 +63,7 @@ type Executor struct {
 	unackedTasks map[string]mesos.TaskInfo // launched, no update acknowledged yet
 	connected    bool                      // subscribed: updates may be sent
 	epoch        int                       // SUBSCRIBEDs so far
+	inFlight     int                       // UPDATE calls under way (at most maxInFlight)
 	sampling     int
 	stopping     bool
 
@@ -306,17 +307,27 @@ func (e *Executor) deliver(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var posts sync.WaitGroup
+	defer posts.Wait()
 	for {
 		e.mu.Lock()
 		var it *outgoing
 		wait := time.Duration(-1)
-		if e.connected {
+		if e.connected && e.inFlight < maxInFlight {
 			it, wait = e.out.next(time.Now())
+		}
+		if it != nil {
+			it.inFlight = true
+			e.inFlight++
 		}
 		epoch := e.epoch
 		e.mu.Unlock()
 		if it != nil {
-			e.post(ctx, it, epoch)
+			posts.Add(1)
+			go func() {
+				defer posts.Done()
+				e.post(ctx, it, epoch)
+			}()
 			continue
 		}
 		if wait >= 0 {
@@ -332,6 +343,13 @@ func (e *Executor) deliver(ctx context.Context) {
 	}
 }
 
+// maxInFlight bounds the UPDATE calls under way at once. Updates of different tasks go out in
+// parallel, so that a busy agent answering slowly does not hold a finished task's update behind
+// hundreds of others: the longer an update waits, the wider the window in which the death of
+// the executor loses it (the agent then reports the task failed, and a shard that ran is run
+// again). A task's own updates still go one at a time, in order.
+const maxInFlight = 8
+
 // post sends one update. A refusal counts only if no SUBSCRIBED came meanwhile: that SUBSCRIBE
 // carried the update, and the agent has it.
 func (e *Executor) post(ctx context.Context, it *outgoing, epoch int) {
@@ -344,7 +362,10 @@ func (e *Executor) post(ctx context.Context, it *outgoing, epoch int) {
 	if err == nil || e.epoch == epoch {
 		retry = e.out.result(it, err, time.Now())
 	}
+	it.inFlight = false
+	e.inFlight--
 	e.mu.Unlock()
+	e.wake() // a slot is free, and the task's next update may go
 	if err != nil && ctx.Err() == nil {
 		e.log.WithError(err).WithFields(logrus.Fields{"task": it.update.Status.TaskID.Value, "state": it.update.Status.State.String(), "retry_in": retry}).
 			Info("update not taken by the agent; retrying")

@@ -39,6 +39,7 @@ type outbox struct {
 type outgoing struct {
 	update   mesosexec.Call_Update
 	taken    bool
+	inFlight bool      // an UPDATE of it is under way
 	failures int       // attempts refused in a row
 	due      time.Time // not sent before
 }
@@ -81,8 +82,8 @@ func (o *outbox) subscribed(carried []mesosexec.Call_Update) {
 	}
 }
 
-// next is the first update that may be sent at now: not taken, due, and with no earlier update
-// of its task still untaken. With none, it returns the wait until one falls due, or -1 when no
+// next is the first update that may be sent at now: not taken, not under way, due, and with no
+// earlier update of its task still untaken. With none, it returns the wait until one falls due, or -1 when no
 // update waits to be sent.
 func (o *outbox) next(now time.Time) (*outgoing, time.Duration) {
 	blocked := map[string]bool{} // tasks with an earlier update not yet taken
@@ -93,6 +94,9 @@ func (o *outbox) next(now time.Time) (*outgoing, time.Duration) {
 			continue
 		}
 		blocked[task] = true
+		if it.inFlight {
+			continue
+		}
 		if !it.due.After(now) {
 			return it, 0
 		}

@@ -150,3 +150,30 @@ func TestOutboxAllKeepsTheOrderUpdatesWereMadeIn(t *testing.T) {
 		t.Fatalf("a SUBSCRIBE would carry %v; want every unacknowledged update, taken or not, in order", got)
 	}
 }
+
+// Updates of different tasks go out in parallel: one under way is skipped, and holds back only
+// its own task's later updates.
+func TestOutboxSkipsWhatIsUnderWay(t *testing.T) {
+	var o outbox
+	now := time.Now()
+	for _, n := range []string{"a1", "a2", "b1", "c1"} {
+		o.add(upd(n), now)
+	}
+	var sent []string
+	for {
+		it, _ := o.next(now)
+		if it == nil {
+			break
+		}
+		it.inFlight = true
+		sent = append(sent, string(it.update.Status.UUID))
+	}
+	if strings.Join(sent, ",") != "a1,b1,c1" {
+		t.Fatalf("under way at once: %v; want a1,b1,c1 (a2 waits for a1)", sent)
+	}
+	o.items[0].inFlight = false
+	o.result(o.items[0], nil, now)
+	if it, _ := o.next(now); it == nil || string(it.update.Status.UUID) != "a2" {
+		t.Fatalf("after a1 was taken next = %v; want a2", it)
+	}
+}
