@@ -284,16 +284,7 @@ func Scalars(cpus, mem float64) []mesos.Resource {
 // MasterState fetches /master/state.
 func MasterState(t testing.TB, c *mesoslocal.Cluster) map[string]any {
 	t.Helper()
-	resp, err := http.Get(c.URL() + "/master/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var doc map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc
+	return getJSON(t, c.URL()+"/master/state")
 }
 
 // AgentState fetches an agent's own /state, at the address the master's state gives in the
@@ -301,24 +292,27 @@ func MasterState(t testing.TB, c *mesoslocal.Cluster) map[string]any {
 func AgentState(t testing.TB, c *mesoslocal.Cluster, agentID string) map[string]any {
 	t.Helper()
 	for _, sl := range MasterState(t, c)["slaves"].([]any) {
-		m := sl.(map[string]any)
-		if m["id"] != agentID {
-			continue
+		if m := sl.(map[string]any); m["id"] == agentID {
+			_, addr, _ := strings.Cut(m["pid"].(string), "@")
+			return getJSON(t, "http://"+addr+"/state")
 		}
-		_, addr, _ := strings.Cut(m["pid"].(string), "@")
-		resp, err := http.Get("http://" + addr + "/state")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var doc map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-			t.Fatal(err)
-		}
-		return doc
 	}
 	t.Fatalf("no agent %s in /master/state", agentID)
 	return nil
+}
+
+func getJSON(t testing.TB, url string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return doc
 }
 
 // Terminal acknowledges a task's updates until a terminal one, which it returns (acknowledged).
