@@ -230,6 +230,9 @@ func (ld *leader) endTask(ctx context.Context, id taskid.ID, st mesos.TaskStatus
 		n, delay := ld.relaunch.failed(id.Meta, id.String(), f, follow == state.Failover, now)
 		log = log.WithFields(logrus.Fields{"failure": f.reason, "failures_in_a_row": n})
 		if follow == state.Failover {
+			// Woken when the backoff runs out, not at the next second's tick: a relaunch
+			// after a 1 s backoff would otherwise wait up to 2 s.
+			time.AfterFunc(delay, ld.backoffRanOut)
 			ld.inst.metrics.add(func(m *metrics) { m.backoffs++ })
 			log.WithField("backoff", delay).Warn("task failed; its shard is relaunched after the backoff")
 		} else {
@@ -239,6 +242,14 @@ func (ld *leader) endTask(ctx context.Context, id taskid.ID, st mesos.TaskStatus
 		ld.relaunch.ran(id.Meta)
 	}
 	return ended, nil
+}
+
+// backoffRanOut tells the event loop, from a timer, that a shard's backoff ran out.
+func (ld *leader) backoffRanOut() {
+	select {
+	case ld.due <- struct{}{}:
+	default:
+	}
 }
 
 // wakeForWork REVIVEs when there is work to launch now: a backoff that ran out, or, while

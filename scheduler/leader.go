@@ -31,6 +31,7 @@ type leader struct {
 
 	events chan scheduler.Event
 	work   chan struct{}              // new ready or failover work: REVIVE if suppressed
+	due    chan struct{}              // a shard's relaunch backoff ran out
 	exec   chan func(context.Context) // operations from other goroutines, run by the event loop
 
 	// Owned by the event loop.
@@ -64,7 +65,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	}()
 	ld := &leader{
 		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(), elected: time.Now(),
-		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
+		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 		relaunch: newRelaunches(s.cfg.FailoverBackoffMin, s.cfg.FailoverBackoffMax),
@@ -216,6 +217,8 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.log.WithField("suppressed", ld.suppressed).Debug("work appeared; reviving")
 			ld.call(ctx, calls.Revive())
 			ld.suppressed = false
+		case <-ld.due:
+			ld.wakeForWork(ctx)
 		case <-tick.C:
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
