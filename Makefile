@@ -21,6 +21,8 @@ test: zookeeper
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
 	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
+	# The store's tests once more through the leader's model (state/mirror.go).
+	EJCLOUD_TEST_MIRROR=1 $(GO) test -race -count=1 ./state
 
 run: build zookeeper
 	./docker/run-local.sh

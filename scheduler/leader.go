@@ -63,8 +63,20 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		case <-ctx.Done():
 		}
 	}()
-	ld := &leader{
-		inst: s, cfg: s.cfg, log: s.log.WithField("role", "leader"), store: l.Store(), elected: time.Now(),
+	log := s.log.WithField("role", "leader")
+	var ld *leader
+	changed := make(chan state.Change, 256)
+	store, err := loadModel(ctx, l.Store(), log, func(c state.Change) {
+		select {
+		case changed <- c:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil // the leadership ended before the model could be loaded
+	}
+	ld = &leader{
+		inst: s, cfg: s.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
@@ -76,10 +88,14 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		ld.prod.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		ld.followChanges(ctx, changed)
 	}()
 	go func() {
 		defer wg.Done()
@@ -94,6 +110,44 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		}
 	}
 	return nil
+}
+
+// loadModel loads the leader's model of the state (state.Store.Mirror), retrying until it
+// succeeds or ctx ends: no cycle may run on a partial model.
+func loadModel(ctx context.Context, fenced *state.Store, log logrus.FieldLogger, onChange func(state.Change)) (*state.Store, error) {
+	backoff := 250 * time.Millisecond
+	for {
+		start := time.Now()
+		store, err := fenced.Mirror(ctx, onChange)
+		if err == nil {
+			log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("model of the state loaded")
+			return store, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.WithError(err).Warn("cannot load the model of the state; retrying")
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// followChanges acts on configs and markers that someone else changed in ZooKeeper (the model
+// already has them): a job's cron is rescheduled, new work is looked for.
+func (ld *leader) followChanges(ctx context.Context, changed <-chan state.Change) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-changed:
+			ld.log.WithFields(logrus.Fields{"kind": c.Kind, "name": c.Name}).Debug("changed in ZooKeeper")
+			if c.Kind == "job" {
+				ld.jobChanged(ctx, c.Name)
+				continue
+			}
+			ld.poke()
+		}
+	}
 }
 
 func (ld *leader) poke() {
@@ -333,9 +387,12 @@ func (s *instance) JobChanged(ctx context.Context, name string) {
 	s.mu.Lock()
 	ld := s.ld
 	s.mu.Unlock()
-	if ld == nil {
-		return
+	if ld != nil {
+		ld.jobChanged(ctx, name)
 	}
+}
+
+func (ld *leader) jobChanged(ctx context.Context, name string) {
 	j, err := ld.store.Job(ctx, name)
 	switch {
 	case errors.Is(err, state.ErrNotFound):

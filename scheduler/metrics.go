@@ -91,12 +91,15 @@ func (s *instance) metricsHandler(w http.ResponseWriter, r *http.Request) {
 	metric("ejcloud_zk_round_trips_total", "counter", "ZooKeeper requests made", map[string]float64{"": float64(s.store.RoundTrips())})
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if ready, running, failover, err := s.store.Depths(ctx); err == nil {
-		metric("ejcloud_queue_depth", "gauge", "entries of the ready (pending runs), running and failover queues",
-			map[string]float64{`{queue="ready"}`: float64(ready), `{queue="running"}`: float64(running), `{queue="failover"}`: float64(failover)})
-	}
-	if stopped, err := s.store.StoppedJobs(ctx); err == nil {
-		metric("ejcloud_jobs_stopped", "gauge", "jobs stopped for a failure that relaunching cannot heal, until an operator acts on them", map[string]float64{"": float64(len(stopped))})
+	// The queues are the leader's: read from its model, without a ZooKeeper request.
+	if ld != nil {
+		if ready, running, failover, err := ld.store.Depths(ctx); err == nil {
+			metric("ejcloud_queue_depth", "gauge", "entries of the ready (pending runs), running and failover queues",
+				map[string]float64{`{queue="ready"}`: float64(ready), `{queue="running"}`: float64(running), `{queue="failover"}`: float64(failover)})
+		}
+		if stopped, err := ld.store.StoppedJobs(ctx); err == nil {
+			metric("ejcloud_jobs_stopped", "gauge", "jobs stopped for a failure that relaunching cannot heal, until an operator acts on them", map[string]float64{"": float64(len(stopped))})
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	fmt.Fprint(w, b.String())

@@ -47,7 +47,7 @@ func readConfig[T any](ctx context.Context, s *Store, dir, kind, name string, pa
 	if !n.exists {
 		return zero, 0, &SubjectError{Kind: kind, Name: name, Err: ErrNotFound}
 	}
-	c, err := parseConfig(kind, name, n.data, parse)
+	c, err := cachedParse(n.mn, kind, name, n.data, parse)
 	return c, n.version, err
 }
 
@@ -68,7 +68,7 @@ func readConfigs[T any](ctx context.Context, s *Store, dir, kind string, parse f
 	}
 	out := make([]T, 0, len(nodes))
 	for _, n := range nodes {
-		c, err := parseConfig(kind, n.name, n.data, parse)
+		c, err := cachedParse(n.mn, kind, n.name, n.data, parse)
 		if err != nil {
 			return nil, err
 		}
@@ -206,7 +206,7 @@ func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]confi
 		if !n.exists {
 			continue
 		}
-		j, err := parseConfig("job", names[i], n.data, config.ParseJob)
+		j, err := cachedParse(n.mn, "job", names[i], n.data, config.ParseJob)
 		if err != nil {
 			return nil, err
 		}

@@ -27,9 +27,18 @@ type Launch struct {
 // nothing this cycle.
 func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
 	ops := make([]any, 0, len(l.Tasks)+len(l.Ready)+len(l.Failover))
+	created := map[string]bool{}
 	for _, id := range l.Tasks {
 		parent := s.path(runningDir, id.JobName)
-		if err := s.ensureParent(ctx, parent); err != nil {
+		if s.mv != nil {
+			// The model knows whether the job's node exists: create it in the same multi.
+			if st, err := s.stat(ctx, parent); err != nil {
+				return fmt.Errorf("record launch: %w", err)
+			} else if st == nil && !created[parent] {
+				ops = append(ops, s.createOp(parent, nil))
+				created[parent] = true
+			}
+		} else if err := s.ensureParent(ctx, parent); err != nil {
 			return fmt.Errorf("record launch: %w", err)
 		}
 		ops = append(ops, s.createOp(parent+"/"+id.Meta.String(), []byte(id.String())))

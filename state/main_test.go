@@ -51,8 +51,26 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// open connects a Store to the test's namespace on the shared server.
+// open connects a Store to the test's namespace on the shared server. With
+// EJCLOUD_TEST_MIRROR set (make test runs the package both ways) it is a mirrored view: every
+// test of the store then also tests the leader's model.
 func open(t *testing.T, env statetest.Env, mutate ...func(*state.Config)) *state.Store {
+	t.Helper()
+	s := openPlain(t, env, mutate...)
+	if os.Getenv("EJCLOUD_TEST_MIRROR") == "" {
+		return s
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m, err := s.Mirror(ctx, nil)
+	if err != nil {
+		t.Fatalf("Mirror: %v", err)
+	}
+	return m
+}
+
+// openPlain connects a Store without a mirror.
+func openPlain(t *testing.T, env statetest.Env, mutate ...func(*state.Config)) *state.Store {
 	t.Helper()
 	cfg := state.Config{Servers: env.Servers, Namespace: env.Namespace, SessionTimeout: 2 * time.Second, Logger: newLogger().Logger}
 	for _, m := range mutate {

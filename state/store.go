@@ -63,7 +63,8 @@ type Config struct {
 // Store is a handle on ejcloud's state. It is safe for concurrent use.
 type Store struct {
 	*shared
-	fence *Fence // non-nil on a leader's fenced view
+	fence *Fence      // non-nil on a leader's fenced view
+	mv    *mirrorView // non-nil on a leader's view with its model (mirror.go)
 }
 
 // shared is the part of a Store that its fenced views share.
@@ -76,6 +77,7 @@ type shared struct {
 	log        logrus.FieldLogger
 	sess       *session
 	roundTrips atomic.Uint64
+	watchers   atomic.Pointer[watchFunc] // the mirror's, told of every watch event
 	// parents caches the running/failover job nodes known to exist, so that a launch does not
 	// pay a round trip to create them; an entry is dropped when a write finds it wrong.
 	parents sync.Map
@@ -110,16 +112,29 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Logger = logrus.StandardLogger()
 	}
 	sess := newSession()
+	var sh *shared
+	ready := make(chan struct{})
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
-		zk.WithEventCallback(sess.observe))
+		zk.WithEventCallback(func(ev zk.Event) {
+			sess.observe(ev)
+			if ev.Type == zk.EventSession {
+				return
+			}
+			<-ready // watch events come only after the shared part exists
+			if w := sh.watchers.Load(); w != nil {
+				w.f(ev)
+			}
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
 	}
-	s := &Store{shared: &shared{
+	sh = &shared{
 		conn: conn, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
 		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
-	}}
+	}
+	close(ready)
+	s := &Store{shared: sh}
 	if err := sess.waitConnected(ctx); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
@@ -151,7 +166,7 @@ func (s *Store) Namespace() string { return s.root }
 func (s *Store) SessionExpired() <-chan struct{} { return s.sess.nextExpiry() }
 
 // Fenced returns a view of s whose writes all check f first.
-func (s *Store) Fenced(f Fence) *Store { return &Store{shared: s.shared, fence: &f} }
+func (s *Store) Fenced(f Fence) *Store { return &Store{shared: s.shared, fence: &f, mv: s.mv} }
 
 // Layout, relative to the namespace root (SPEC §4).
 const (
@@ -185,6 +200,18 @@ func (s *Store) ensureLayout(ctx context.Context) error {
 func (s *Store) ensure(ctx context.Context, p string) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s.mv != nil && s.mv.m.covered(p) {
+		if n, _, err := s.mirroredNode(ctx, p); err != nil || n.exists {
+			return err
+		}
+		m := s.mv.m
+		m.writeMu.Lock()
+		defer m.writeMu.Unlock()
+		if err := s.sendMirrored(ctx, []any{s.createOp(p, nil)}); err != nil && !errors.Is(err, ErrExists) {
+			return err
+		}
+		return nil
 	}
 	s.roundTrips.Add(1)
 	_, err := s.conn.Create(p, nil, 0, s.acl)
@@ -223,9 +250,15 @@ type node struct {
 	version int32
 	exists  bool
 	stat    *zk.Stat
+	mn      *mnode // the mirrored node it came from, if any (for cachedParse)
 }
 
 func (s *Store) get(ctx context.Context, p string) (node, error) {
+	if s.mv != nil && s.mv.m.covered(p) {
+		n, mn, err := s.mirroredNode(ctx, p)
+		n.mn = mn
+		return n, err
+	}
 	if err := ctx.Err(); err != nil {
 		return node{}, err
 	}
@@ -241,6 +274,10 @@ func (s *Store) get(ctx context.Context, p string) (node, error) {
 }
 
 func (s *Store) stat(ctx context.Context, p string) (*zk.Stat, error) {
+	if s.mv != nil && s.mv.m.covered(p) {
+		n, _, err := s.mirroredNode(ctx, p)
+		return n.stat, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -257,6 +294,9 @@ func (s *Store) stat(ctx context.Context, p string) (*zk.Stat, error) {
 
 // children lists a node's children, sorted; a missing node has none.
 func (s *Store) children(ctx context.Context, p string) ([]string, error) {
+	if s.mv != nil && s.mv.m.covered(p) {
+		return s.mirroredChildren(ctx, p)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -275,6 +315,15 @@ func (s *Store) children(ctx context.Context, p string) ([]string, error) {
 // getMany reads many nodes at once.
 func (s *Store) getMany(ctx context.Context, paths []string) ([]node, error) {
 	out := make([]node, len(paths))
+	if s.mv != nil {
+		for i, p := range paths {
+			var err error
+			if out[i], err = s.get(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
 	err := concurrently(len(paths), 64, func(i int) (err error) {
 		out[i], err = s.get(ctx, paths[i])
 		return err
@@ -318,11 +367,22 @@ func (s *Store) multi(ctx context.Context, ops ...any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s.fence != nil {
-		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
-	}
 	if len(ops) == 0 {
 		return nil
+	}
+	if s.mv != nil {
+		return s.mirroredMulti(ctx, ops)
+	}
+	return s.sendMulti(ctx, ops)
+}
+
+// sendMulti sends ops as one multi, behind the fence check on a fenced Store.
+func (s *Store) sendMulti(ctx context.Context, ops []any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.fence != nil {
+		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
 	}
 	s.roundTrips.Add(1)
 	res, err := s.conn.Multi(ops...)
@@ -390,6 +450,11 @@ func retry(ctx context.Context, attempt func() error) error {
 // bestEffortDelete removes an empty parent node; it is fine if it has children or is gone.
 func (s *Store) bestEffortDelete(ctx context.Context, p string) {
 	s.parents.Delete(p)
+	if s.mv != nil { // no round trip to learn what the model knows
+		if n, _, err := s.mirroredNode(ctx, p); err != nil || !n.exists || n.stat.NumChildren > 0 {
+			return
+		}
+	}
 	err := s.multi(ctx, deleteOp(p, -1))
 	if err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
 		s.log.WithError(err).WithField("path", p).Debug("could not remove empty queue node")

@@ -1,0 +1,732 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// The leader's model (issue 14): a mirror of the namespace's config and state subtrees (and
+// the FrameworkID), loaded once when an instance becomes leader. A Store with a mirror serves
+// every read of those paths from memory and validates every multi against it before sending
+// it; only once ZooKeeper has taken a multi are its ops applied to the mirror, so the mirror
+// is always what ZooKeeper holds after our own writes. Writes are serialized (validate, send,
+// apply) so ZooKeeper and the mirror see them in one order. What others change (an operator's
+// zkCli) reaches the mirror through watches on the configs and the disable and stop markers;
+// a multi that ZooKeeper refuses refreshes the nodes it named, and one whose outcome is unknown
+// (the connection broke) marks its nodes suspect: they are read again before the next read.
+//
+// The queue nodes keep the layout and formats of SPEC §4: the mirror changes how often
+// ZooKeeper is read, not what is in it.
+
+// mnode is one mirrored node. In the base layer it is changed in place under mirror.mu; a
+// group's layer copies a node before changing it.
+type mnode struct {
+	data     []byte
+	version  int32
+	children map[string]struct{}
+	parsed   atomic.Pointer[any] // the config decoded from data, cached (data never changes in place)
+}
+
+func (n *mnode) clone() *mnode {
+	c := &mnode{data: n.data, version: n.version}
+	if len(n.children) > 0 {
+		c.children = make(map[string]struct{}, len(n.children))
+		for k := range n.children {
+			c.children[k] = struct{}{}
+		}
+	}
+	if p := n.parsed.Load(); p != nil {
+		c.parsed.Store(p)
+	}
+	return c
+}
+
+// layer holds nodes: the base holds them all; a layer above it holds only what it changed.
+type layer struct {
+	parent *layer
+	nodes  map[string]*mnode
+	gone   map[string]bool // deleted in this layer (only above the base)
+}
+
+func newLayer(parent *layer) *layer {
+	return &layer{parent: parent, nodes: map[string]*mnode{}, gone: map[string]bool{}}
+}
+
+func (l *layer) lookup(p string) (*mnode, bool) {
+	for x := l; x != nil; x = x.parent {
+		if x.gone[p] {
+			return nil, false
+		}
+		if n, ok := x.nodes[p]; ok {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+// own returns p's node for changing in this layer: in the base the node itself, above it a
+// copy kept in this layer.
+func (l *layer) own(p string) (*mnode, bool) {
+	if n, ok := l.nodes[p]; ok {
+		return n, true
+	}
+	n, ok := l.lookup(p)
+	if !ok {
+		return nil, false
+	}
+	if l.parent == nil {
+		return n, true
+	}
+	c := n.clone()
+	l.nodes[p] = c
+	return c, true
+}
+
+func (l *layer) put(p string, n *mnode) {
+	l.nodes[p] = n
+	delete(l.gone, p)
+}
+
+func (l *layer) remove(p string) {
+	delete(l.nodes, p)
+	if l.parent != nil {
+		l.gone[p] = true
+	}
+}
+
+// merge moves this layer's changes into its parent.
+func (l *layer) merge() {
+	for p := range l.gone {
+		l.parent.remove(p)
+	}
+	for p, n := range l.nodes {
+		l.parent.put(p, n)
+	}
+}
+
+// mirror is the model itself.
+type mirror struct {
+	root    string
+	writeMu sync.Mutex   // one write at a time: validate, send, apply
+	mu      sync.RWMutex // guards base against the readers while a write applies
+	base    *layer
+
+	suspectMu  sync.Mutex
+	suspect    map[string]bool // nodes whose last write's outcome is unknown
+	hasSuspect atomic.Bool
+}
+
+// covered reports whether p is mirrored.
+func (m *mirror) covered(p string) bool {
+	return strings.HasPrefix(p, m.root+"/config") || strings.HasPrefix(p, m.root+"/state") || p == m.root+"/"+frameworkIDKey
+}
+
+// mirrorView is how a Store reaches the mirror: the base, or a group's layer above it.
+type mirrorView struct {
+	m     *mirror
+	group *group // nil: reads and writes go to the base
+}
+
+// read runs f on the layer this view reads, holding the base's read lock.
+func (v *mirrorView) read(f func(l *layer)) {
+	v.m.mu.RLock()
+	defer v.m.mu.RUnlock()
+	if v.group != nil {
+		f(v.group.layer)
+		return
+	}
+	f(v.m.base)
+}
+
+func dirOf(p string) (string, string) {
+	i := strings.LastIndexByte(p, '/')
+	return p[:i], p[i+1:]
+}
+
+// apply performs ops on l as ZooKeeper would, all or nothing: on the first op ZooKeeper would
+// refuse it returns that op's index and the error ZooKeeper would give, and l is unchanged.
+func (m *mirror) apply(l *layer, ops []any) (int, error) {
+	t := newLayer(l)
+	for i, op := range ops {
+		if err := m.apply1(t, op); err != nil {
+			return i, err
+		}
+	}
+	t.merge()
+	return -1, nil
+}
+
+func (m *mirror) apply1(l *layer, op any) error {
+	switch o := op.(type) {
+	case *zk.CreateRequest:
+		if _, ok := l.lookup(o.Path); ok {
+			return zk.ErrNodeExists
+		}
+		dir, name := dirOf(o.Path)
+		if m.covered(dir) {
+			parent, ok := l.own(dir)
+			if !ok {
+				return zk.ErrNoNode
+			}
+			if parent.children == nil {
+				parent.children = map[string]struct{}{}
+			}
+			parent.children[name] = struct{}{}
+		}
+		l.put(o.Path, &mnode{data: o.Data})
+	case *zk.SetDataRequest:
+		n, ok := l.lookup(o.Path)
+		if !ok {
+			return zk.ErrNoNode
+		}
+		if o.Version != -1 && o.Version != n.version {
+			return zk.ErrBadVersion
+		}
+		c := &mnode{data: o.Data, version: n.version + 1, children: n.children}
+		if l.parent != nil && len(n.children) > 0 { // a layer never shares a map it may change
+			c.children = n.clone().children
+		}
+		l.put(o.Path, c)
+	case *zk.DeleteRequest:
+		n, ok := l.lookup(o.Path)
+		if !ok {
+			return zk.ErrNoNode
+		}
+		if o.Version != -1 && o.Version != n.version {
+			return zk.ErrBadVersion
+		}
+		if len(n.children) > 0 {
+			return zk.ErrNotEmpty
+		}
+		dir, name := dirOf(o.Path)
+		if parent, ok := l.own(dir); ok {
+			delete(parent.children, name)
+		}
+		l.remove(o.Path)
+	case *zk.CheckVersionRequest:
+		n, ok := l.lookup(o.Path)
+		if !ok {
+			return zk.ErrNoNode
+		}
+		if o.Version != -1 && o.Version != n.version {
+			return zk.ErrBadVersion
+		}
+	default:
+		return fmt.Errorf("state: mirror cannot apply %T", op)
+	}
+	return nil
+}
+
+// markSuspect records nodes whose state after a failed request is unknown.
+func (m *mirror) markSuspect(paths ...string) {
+	m.suspectMu.Lock()
+	defer m.suspectMu.Unlock()
+	if m.suspect == nil {
+		m.suspect = map[string]bool{}
+	}
+	for _, p := range paths {
+		if m.covered(p) {
+			m.suspect[p] = true
+			if dir, _ := dirOf(p); m.covered(dir) {
+				m.suspect[dir] = true
+			}
+		}
+	}
+	m.hasSuspect.Store(len(m.suspect) > 0)
+}
+
+// settle reads the suspect nodes again. Until it succeeds, reads fail rather than guess.
+func (s *Store) settle(ctx context.Context) error {
+	m := s.mv.m
+	if !m.hasSuspect.Load() {
+		return nil
+	}
+	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
+	return s.settleLocked(ctx)
+}
+
+func (s *Store) settleLocked(ctx context.Context) error {
+	m := s.mv.m
+	if !m.hasSuspect.Load() {
+		return nil
+	}
+	m.suspectMu.Lock()
+	paths := make([]string, 0, len(m.suspect))
+	for p := range m.suspect {
+		paths = append(paths, p)
+	}
+	m.suspectMu.Unlock()
+	sort.Strings(paths) // parents first
+	for _, p := range paths {
+		if _, err := s.refresh(ctx, p, true); err != nil {
+			return fmt.Errorf("read again what a failed write may have changed: %w", err)
+		}
+		m.suspectMu.Lock()
+		delete(m.suspect, p)
+		m.hasSuspect.Store(len(m.suspect) > 0)
+		m.suspectMu.Unlock()
+	}
+	return nil
+}
+
+func opPaths(ops []any) []string {
+	out := make([]string, 0, len(ops))
+	for _, op := range ops {
+		_, p := describe(op)
+		out = append(out, p)
+	}
+	return out
+}
+
+// mirroredMulti is multi on a Store with a mirror. In a group it only records the ops (see
+// Group); otherwise it validates them against the mirror, sends them and applies them.
+func (s *Store) mirroredMulti(ctx context.Context, ops []any) error {
+	v := s.mv
+	if v.group != nil {
+		if i, err := v.m.apply(v.group.layer, ops); err != nil {
+			op, p := describe(ops[i])
+			return &OpError{Op: op, Path: p, Err: translate(err)}
+		}
+		v.group.ops = append(v.group.ops, ops...)
+		return nil
+	}
+	v.m.writeMu.Lock()
+	defer v.m.writeMu.Unlock()
+	if err := s.settleLocked(ctx); err != nil {
+		return err
+	}
+	return s.sendMirrored(ctx, ops)
+}
+
+// sendMirrored validates ops against the base, sends them as one multi and applies them; the
+// caller holds writeMu. A refusal — the mirror's or ZooKeeper's — reads the refused node (and
+// its parent) again, so that a retry builds on what ZooKeeper holds.
+func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
+	m := s.mv.m
+	if i, err := m.apply(newLayer(m.base), ops); err != nil {
+		// The mirror says ZooKeeper would refuse it. The mirror could be behind a change by
+		// someone else that no watch covers: read the node again and let the caller retry.
+		op, p := describe(ops[i])
+		if _, rerr := s.refreshWithParent(ctx, p); rerr != nil {
+			return fmt.Errorf("%s %s: %w", op, p, rerr)
+		}
+		return &OpError{Op: op, Path: p, Err: translate(err)}
+	}
+	err := s.sendMulti(ctx, ops)
+	var opErr *OpError
+	switch {
+	case err == nil:
+		m.mu.Lock()
+		_, aerr := m.apply(m.base, ops)
+		m.mu.Unlock()
+		if aerr != nil { // validated a moment ago under writeMu: cannot happen
+			m.markSuspect(opPaths(ops)...)
+		}
+		return nil
+	case errors.As(err, &opErr):
+		if _, rerr := s.refreshWithParent(ctx, opErr.Path); rerr != nil {
+			m.markSuspect(opErr.Path)
+		}
+		return err
+	case errors.Is(err, ErrNotLeader):
+		return err
+	default: // no answer: the multi may or may not have been applied
+		m.markSuspect(opPaths(ops)...)
+		return err
+	}
+}
+
+func (s *Store) refreshWithParent(ctx context.Context, p string) ([]string, error) {
+	changed, err := s.refresh(ctx, p, true)
+	if err != nil {
+		return nil, err
+	}
+	if dir, _ := dirOf(p); s.mv.m.covered(dir) {
+		more, err := s.refresh(ctx, dir, false)
+		return append(changed, more...), err
+	}
+	return changed, nil
+}
+
+// refresh reads p from ZooKeeper into the base (the caller holds writeMu) and returns the
+// paths whose presence or data changed. deep reads p's existing children again too; otherwise
+// only children that appeared are read (watches tell of changes to the others).
+func (s *Store) refresh(ctx context.Context, p string, deep bool) ([]string, error) {
+	m := s.mv.m
+	if !m.covered(p) {
+		return nil, nil
+	}
+	data, version, kids, exists, err := s.readNode(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	m.mu.Lock()
+	old, had := m.base.lookup(p)
+	if !exists {
+		if had {
+			changed = m.removeSubtree(p)
+		}
+		m.mu.Unlock()
+		return changed, nil
+	}
+	n := &mnode{data: data, version: version}
+	if had && old.version == version && string(old.data) == string(data) {
+		n = old
+	} else {
+		changed = append(changed, p)
+	}
+	if !had {
+		if dir, name := dirOf(p); m.covered(dir) {
+			if parent, ok := m.base.lookup(dir); ok {
+				if parent.children == nil {
+					parent.children = map[string]struct{}{}
+				}
+				parent.children[name] = struct{}{}
+			}
+		}
+	}
+	var gone, fresh, keep []string
+	want := map[string]struct{}{}
+	for _, k := range kids {
+		want[k] = struct{}{}
+	}
+	if had {
+		for k := range old.children {
+			if _, ok := want[k]; !ok {
+				gone = append(gone, k)
+			}
+		}
+	}
+	for _, k := range kids {
+		if _, ok := old.childrenSet()[k]; had && ok {
+			keep = append(keep, k)
+		} else {
+			fresh = append(fresh, k)
+		}
+	}
+	n.children = nil
+	if len(want) > 0 {
+		n.children = want
+	}
+	m.base.put(p, n)
+	for _, k := range gone {
+		changed = append(changed, m.removeSubtree(p+"/"+k)...)
+	}
+	m.mu.Unlock()
+	more := fresh
+	if deep {
+		more = append(more, keep...)
+	}
+	results := make([][]string, len(more))
+	err = concurrently(len(more), 64, func(i int) (err error) {
+		results[i], err = s.refresh(ctx, p+"/"+more[i], deep)
+		return err
+	})
+	for _, r := range results {
+		changed = append(changed, r...)
+	}
+	return changed, err
+}
+
+func (n *mnode) childrenSet() map[string]struct{} {
+	if n == nil {
+		return nil
+	}
+	return n.children
+}
+
+// removeSubtree drops p and what is below it from the base (the caller holds mu) and returns
+// the removed paths.
+func (m *mirror) removeSubtree(p string) []string {
+	n, ok := m.base.lookup(p)
+	if !ok {
+		return nil
+	}
+	out := []string{p}
+	for k := range n.children {
+		out = append(out, m.removeSubtree(p+"/"+k)...)
+	}
+	m.base.remove(p)
+	if dir, name := dirOf(p); m.covered(dir) {
+		if parent, ok := m.base.lookup(dir); ok {
+			delete(parent.children, name)
+		}
+	}
+	return out
+}
+
+// readNode reads a node and the names of its children from ZooKeeper, arming the watches the
+// mirror keeps (see watched).
+func (s *Store) readNode(ctx context.Context, p string) (data []byte, version int32, kids []string, exists bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, nil, false, err
+	}
+	dataWatch, childWatch := s.mv.m.watched(p)
+	var st *zk.Stat
+	s.roundTrips.Add(1)
+	if dataWatch {
+		data, st, _, err = s.conn.GetW(p)
+	} else {
+		data, st, err = s.conn.Get(p)
+	}
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil, false, nil
+	}
+	if err != nil {
+		return nil, 0, nil, false, fmt.Errorf("read %s: %w", p, translate(err))
+	}
+	if st.NumChildren > 0 || childWatch {
+		s.roundTrips.Add(1)
+		if childWatch {
+			kids, _, _, err = s.conn.ChildrenW(p)
+		} else {
+			kids, _, err = s.conn.Children(p)
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, 0, nil, false, nil
+		}
+		if err != nil {
+			return nil, 0, nil, false, fmt.Errorf("list %s: %w", p, translate(err))
+		}
+	}
+	return data, st.Version, kids, true, nil
+}
+
+// watched says which watches the mirror keeps on p: the data of each app and job config, and
+// the membership of the config directories, of the disable and stop markers, and of the ready
+// and failover queues (work a tool queued). The rest of the queues is written by the leader
+// alone and is not watched.
+func (m *mirror) watched(p string) (data, children bool) {
+	dir, _ := dirOf(p)
+	switch {
+	case dir == m.root+"/"+appsDir || dir == m.root+"/"+jobsDir:
+		return true, false
+	case p == m.root+"/"+appsDir || p == m.root+"/"+jobsDir || p == m.root+"/"+disableAppDir ||
+		p == m.root+"/"+disableJobDir || p == m.root+"/"+stoppedDir ||
+		p == m.root+"/"+readyDir || p == m.root+"/"+failoverDir:
+		return false, true
+	}
+	return false, false
+}
+
+// mirroredNode returns p from the view as a node, with its mirrored node for caching.
+func (s *Store) mirroredNode(ctx context.Context, p string) (node, *mnode, error) {
+	if err := ctx.Err(); err != nil {
+		return node{}, nil, err
+	}
+	if err := s.settle(ctx); err != nil {
+		return node{}, nil, err
+	}
+	var out node
+	var mn *mnode
+	s.mv.read(func(l *layer) {
+		if n, ok := l.lookup(p); ok {
+			// Copied under the lock: the base changes a node's children in place.
+			out = node{data: n.data, version: n.version, exists: true,
+				stat: &zk.Stat{Version: n.version, NumChildren: int32(len(n.children))}}
+			mn = n
+		}
+	})
+	return out, mn, nil
+}
+
+func (s *Store) mirroredChildren(ctx context.Context, p string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	var names []string
+	s.mv.read(func(l *layer) {
+		if n, ok := l.lookup(p); ok {
+			names = make([]string, 0, len(n.children))
+			for k := range n.children {
+				names = append(names, k)
+			}
+		}
+	})
+	sort.Strings(names)
+	return names, nil
+}
+
+// cachedParse decodes a config node's data once per version of the node.
+func cachedParse[T any](m *mnode, kind, name string, data []byte, parse func([]byte) (T, error)) (T, error) {
+	if m != nil {
+		if p := m.parsed.Load(); p != nil {
+			if v, ok := (*p).(T); ok {
+				return v, nil
+			}
+		}
+	}
+	v, err := parseConfig(kind, name, data, parse)
+	if err == nil && m != nil {
+		var a any = v
+		m.parsed.Store(&a)
+	}
+	return v, err
+}
+
+// group collects the writes of several operations into one multi (group commit).
+type group struct {
+	layer *layer
+	ops   []any
+}
+
+// Group returns a view of s, which must have a mirror, whose writes are not sent but
+// collected: each operation sees the effects of those before it, and Commit writes them all
+// in one multi. Use a group from one goroutine.
+func (s *Store) Group() *Store {
+	if s.mv == nil {
+		panic("state: Group needs a mirrored Store")
+	}
+	return &Store{shared: s.shared, fence: s.fence, mv: &mirrorView{m: s.mv.m, group: &group{layer: newLayer(s.mv.m.base)}}}
+}
+
+// Ops is how many ops the group has collected.
+func (s *Store) Ops() int { return len(s.mv.group.ops) }
+
+// Commit writes what the group collected as one multi. On any error nothing of it is written
+// (or, when the connection broke, its outcome is unknown and its nodes are read again before
+// the next read); the operations may then be done again one by one.
+func (s *Store) Commit(ctx context.Context) error {
+	g := s.mv.group
+	if len(g.ops) == 0 {
+		return nil
+	}
+	m := s.mv.m
+	m.writeMu.Lock()
+	defer m.writeMu.Unlock()
+	if err := s.settleLocked(ctx); err != nil {
+		return err
+	}
+	if err := s.sendMirrored(ctx, g.ops); err != nil {
+		return fmt.Errorf("group of %d ops: %w", len(g.ops), err)
+	}
+	return nil
+}
+
+// Mirror loads the mirror and returns a view of s that uses it (see the top of this file).
+// onChange, if set, is told of every config or marker that changed by a watch; it must not
+// block. The mirror lives, and its watches are followed, until ctx ends.
+func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, error) {
+	m := &mirror{root: s.root, base: newLayer(nil)}
+	v := &Store{shared: s.shared, fence: s.fence, mv: &mirrorView{m: m}}
+	// The roots exist (ensureLayout); the FrameworkID may not.
+	m.base.put(s.root+"/config", &mnode{})
+	m.base.put(s.root+"/state", &mnode{})
+	m.writeMu.Lock()
+	events := make(chan string, 4096)
+	overflow := &atomic.Bool{}
+	s.watchers.Store(&watchFunc{f: func(ev zk.Event) {
+		if !m.covered(ev.Path) {
+			return
+		}
+		select {
+		case events <- ev.Path:
+		default:
+			overflow.Store(true) // handled below by reading every watched directory again
+		}
+	}})
+	var err error
+	for _, p := range []string{s.root + "/config", s.root + "/state", s.root + "/" + frameworkIDKey} {
+		if _, err = v.refresh(ctx, p, true); err != nil {
+			break
+		}
+	}
+	m.writeMu.Unlock()
+	if err != nil {
+		s.watchers.Store(nil)
+		return nil, fmt.Errorf("load the leader's model: %w", err)
+	}
+	go v.follow(ctx, events, overflow, onChange)
+	return v, nil
+}
+
+// Change is a config or marker that someone changed, found by a watch.
+type Change struct {
+	Kind string // "app", "job", "disable-app", "disable-job", "stopped", "ready" or "failover"
+	Name string
+}
+
+type watchFunc struct{ f func(zk.Event) }
+
+// follow reads again what the watches report, until ctx ends.
+func (s *Store) follow(ctx context.Context, events <-chan string, overflow *atomic.Bool, onChange func(Change)) {
+	defer s.watchers.Store(nil)
+	m := s.mv.m
+	dirs := []string{appsDir, jobsDir, disableAppDir, disableJobDir, stoppedDir, readyDir, failoverDir}
+	for {
+		var batch []string
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-events:
+			batch = append(batch, p)
+		}
+	more:
+		for {
+			select {
+			case p := <-events:
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		if overflow.Swap(false) {
+			for _, d := range dirs {
+				batch = append(batch, s.path(d))
+			}
+		}
+		m.writeMu.Lock()
+		var changed []string
+		for _, p := range dedupe(batch) {
+			c, err := s.refresh(ctx, p, false)
+			if err != nil {
+				m.markSuspect(p)
+				continue
+			}
+			changed = append(changed, c...)
+		}
+		m.writeMu.Unlock()
+		if onChange == nil {
+			continue
+		}
+		for _, p := range changed {
+			if c, ok := m.changeOf(p); ok {
+				onChange(c)
+			}
+		}
+	}
+}
+
+func dedupe(ps []string) []string {
+	sort.Strings(ps)
+	out := ps[:0]
+	for i, p := range ps {
+		if i == 0 || p != ps[i-1] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (m *mirror) changeOf(p string) (Change, bool) {
+	dir, name := dirOf(p)
+	for kind, d := range map[string]string{"app": appsDir, "job": jobsDir, "disable-app": disableAppDir, "disable-job": disableJobDir,
+		"stopped": stoppedDir, "ready": readyDir, "failover": failoverDir} {
+		if dir == m.root+"/"+d {
+			return Change{Kind: kind, Name: name}, true
+		}
+	}
+	return Change{}, false
+}

@@ -1,0 +1,217 @@
+package state_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// mirrored returns a plain Store and a mirrored view of another session on the same namespace:
+// the plain one plays "someone else" (an operator's zkCli, an older tool).
+func mirrored(t *testing.T, env statetest.Env, onChange func(state.Change)) (other, m *state.Store) {
+	t.Helper()
+	other = openPlain(t, env)
+	base := openPlain(t, env)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m, err := base.Mirror(ctx, onChange)
+	if err != nil {
+		t.Fatalf("Mirror: %v", err)
+	}
+	return other, m
+}
+
+func TestMirrorServesReadsWithoutZooKeeper(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	for i := range 20 {
+		must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
+		must(t, other.AddReady(ctx, fmt.Sprintf("job%02d", i), true), "AddReady")
+	}
+	must(t, other.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{taskid.New(taskid.Meta{JobName: "job00", Item: 1}, taskid.Ready, "S0")}}), "RecordLaunch")
+	must(t, other.DisableJob(ctx, "job03"), "DisableJob")
+	_, m := mirrored(t, env, nil)
+
+	before := m.RoundTrips()
+	jobs, err := m.Jobs(ctx)
+	must(t, err, "Jobs")
+	ready, err := m.Ready(ctx)
+	must(t, err, "Ready")
+	running, err := m.Running(ctx)
+	must(t, err, "Running")
+	_, offJobs, err := m.Disabled(ctx)
+	must(t, err, "Disabled")
+	if trips := m.RoundTrips() - before; trips != 0 {
+		t.Fatalf("reads made %d ZooKeeper round trips; want 0", trips)
+	}
+	if len(jobs) != 20 || len(ready) != 19 || len(running) != 1 || !offJobs["job03"] {
+		t.Fatalf("model: %d jobs, %d ready, %d running, disabled %v; want 20, 19 (one disabled job's entry dropped), 1, job03", len(jobs), len(ready), len(running), offJobs)
+	}
+}
+
+func TestMirrorFollowsOthersChangesToConfigsAndMarkers(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	changes := make(chan state.Change, 100)
+	other, m := mirrored(t, env, func(c state.Change) { changes <- c })
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, other.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	await.True(t, time.Second, "the model has the new job", func() bool { _, err := m.Job(ctx, "job"); return err == nil })
+
+	j := testJob("job", "app")
+	j.ShardingTotalCount = 7
+	_, err := other.UpdateJob(ctx, j)
+	must(t, err, "UpdateJob")
+	await.True(t, time.Second, "the model has the changed job config", func() bool {
+		got, err := m.Job(ctx, "job")
+		return err == nil && got.ShardingTotalCount == 7
+	})
+	must(t, other.DisableJob(ctx, "job"), "DisableJob")
+	await.True(t, time.Second, "the model has the disable marker", func() bool { d, err := m.JobDisabled(ctx, "job"); return err == nil && d })
+	must(t, other.EnableJob(ctx, "job"), "EnableJob")
+	await.True(t, time.Second, "the model lost the disable marker", func() bool { d, err := m.JobDisabled(ctx, "job"); return err == nil && !d })
+
+	seen := map[state.Change]bool{}
+	await.True(t, time.Second, "every change was told", func() bool {
+		for {
+			select {
+			case c := <-changes:
+				seen[c] = true
+			default:
+				return seen[state.Change{Kind: "app", Name: "app"}] && seen[state.Change{Kind: "job", Name: "job"}] && seen[state.Change{Kind: "disable-job", Name: "job"}]
+			}
+		}
+	})
+}
+
+// A queue node changed by someone else is not watched: the write built on the model's old
+// copy is refused, the node read again, and the retry builds on what ZooKeeper holds.
+func TestMirrorWriteOnAStaleNodeIsRetriedOnWhatZooKeeperHolds(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	must(t, m.AddReady(ctx, "job", true), "AddReady (model)")
+	must(t, other.AddReady(ctx, "job", true), "AddReady (other)")
+	must(t, m.AddReady(ctx, "job", true), "AddReady (model, on a stale copy)")
+	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
+		if r, err := s.ReadyOf(ctx, "job"); err != nil || r.Count != 3 {
+			t.Fatalf("%s: ready count %d (%v); want 3", name, r.Count, err)
+		}
+	}
+}
+
+func TestGroupCommitWritesManyOperationsInOneMulti(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	var ids []taskid.ID
+	for i := range 10 {
+		ids = append(ids, taskid.New(taskid.Meta{JobName: "job", Item: i}, taskid.Ready, "S0"))
+	}
+	must(t, m.RecordLaunch(ctx, state.Launch{Tasks: ids}), "RecordLaunch")
+
+	g := m.Group()
+	before := m.RoundTrips()
+	for i, id := range ids {
+		follow := state.NoFollowUp
+		if i%2 == 1 {
+			follow = state.Failover
+		}
+		ended, err := g.EndTask(ctx, id, follow)
+		must(t, err, "EndTask in a group")
+		if !ended.Removed {
+			t.Fatalf("EndTask(%s) in a group = %+v; want removed", id, ended)
+		}
+	}
+	if r, _ := other.Running(ctx); len(r) != 10 {
+		t.Fatalf("before Commit ZooKeeper has %d running; want all 10 still", len(r))
+	}
+	if r, _ := m.Running(ctx); len(r) != 10 {
+		t.Fatalf("before Commit the model has %d running; want all 10 still", len(r))
+	}
+	must(t, g.Commit(ctx), "Commit")
+	if trips := m.RoundTrips() - before; trips != 1 {
+		t.Fatalf("a group of 10 task ends took %d round trips; want 1", trips)
+	}
+	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
+		r, _ := s.Running(ctx)
+		f, _ := s.Failovers(ctx)
+		if len(r) != 0 || len(f) != 5 {
+			t.Fatalf("%s after Commit: %d running, %d failover; want 0 and 5", name, len(r), len(f))
+		}
+	}
+	dump := statetest.Dump(t, env)
+	if _, ok := dump[env.Namespace+"/state/running/job"]; ok {
+		t.Fatalf("the job's empty running node was left behind")
+	}
+}
+
+func TestRefusedGroupChangesNothing(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	a := taskid.New(taskid.Meta{JobName: "a", Item: 0}, taskid.Ready, "S0")
+	b := taskid.New(taskid.Meta{JobName: "b", Item: 0}, taskid.Ready, "S0")
+	must(t, m.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}}), "RecordLaunch")
+	g := m.Group()
+	_, err := g.EndTask(ctx, a, state.Failover)
+	must(t, err, "EndTask a")
+	_, err = g.EndTask(ctx, b, state.NoFollowUp)
+	must(t, err, "EndTask b")
+	// Someone else ends b first: the group's delete of b's node is refused by ZooKeeper.
+	_, err = other.EndTask(ctx, b, state.NoFollowUp)
+	must(t, err, "EndTask b (other)")
+	if err := g.Commit(ctx); err == nil {
+		t.Fatal("Commit succeeded over a node someone else deleted")
+	}
+	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
+		r, _ := s.Running(ctx)
+		f, _ := s.Failovers(ctx)
+		if len(r) != 1 || r[0].TaskID != a.String() || len(f) != 0 {
+			t.Fatalf("%s after a refused group: running %v, failover %v; want a still running, nothing queued", name, r, f)
+		}
+	}
+	// Done again one by one, a's end is recorded and b's is a duplicate.
+	got, err := m.EndTask(ctx, a, state.Failover)
+	must(t, err, "EndTask a again")
+	if !got.Removed || !got.Requeued {
+		t.Fatalf("EndTask a again = %+v; want removed and requeued", got)
+	}
+}
+
+// A multi whose answer is lost with the connection may or may not have been applied: the
+// model reads its nodes again before it answers the next read.
+func TestMirrorReadsAgainWhatAWriteWithoutAnswerMayHaveChanged(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	base := openPlain(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace}, func(c *state.Config) { c.SessionTimeout = 10 * time.Second })
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m, err := base.Mirror(mctx, nil)
+	must(t, err, "Mirror")
+	proxy.Cut()
+	err = m.AddReady(ctx, "job", true)
+	if err == nil {
+		t.Fatal("AddReady succeeded with the connection cut")
+	}
+	// Meanwhile the node appears (as if our write had gone through before the cut).
+	must(t, other.AddReady(ctx, "job", true), "AddReady (other)")
+	if _, err := m.Ready(ctx); err == nil {
+		t.Fatal("the model answered a read while it could not read again what the failed write may have changed")
+	}
+	proxy.Restore()
+	await.True(t, 20*time.Second, "the model has the node", func() bool {
+		r, err := m.ReadyOf(ctx, "job")
+		return err == nil && r.Count == 1
+	})
+}
