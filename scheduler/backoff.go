@@ -192,7 +192,10 @@ func (r *relaunches) waiting(job string, now time.Time) []api.ShardBackoff {
 // retrying cannot heal ends the task and stops the job in one multi, and is logged as an
 // error once; any other failure is logged as a warning and backs the shard's failover relaunch
 // off; a task that ran to its end resets the shard.
-func (ld *leader) endTask(ctx context.Context, id taskid.ID, st mesos.TaskStatus, follow state.FollowUp, failed bool, log logrus.FieldLogger) (state.Ended, error) {
+//
+// The write goes through store (a group); the returned func does the rest once it is in
+// ZooKeeper.
+func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus, follow state.FollowUp, failed bool, log logrus.FieldLogger) (func(), state.Ended, error) {
 	now := time.Now()
 	var f failure
 	var stop *state.Stop
@@ -209,39 +212,40 @@ func (ld *leader) endTask(ctx context.Context, id taskid.ID, st mesos.TaskStatus
 	var ended state.Ended
 	var err error
 	if stop != nil {
-		ended, err = ld.store.EndTaskAndStop(ctx, id, *stop)
+		ended, err = store.EndTaskAndStop(ctx, id, *stop)
 	} else {
-		ended, err = ld.store.EndTask(ctx, id, follow)
+		ended, err = store.EndTask(ctx, id, follow)
 	}
 	if err != nil || !ended.Removed {
-		return ended, err // a duplicate or stale update counts no failure
+		return func() {}, ended, err // a duplicate or stale update counts no failure
 	}
-	switch {
-	case stop != nil:
-		ld.relaunch.ran(id.Meta)
-		if ended.Stopped {
-			ld.inst.metrics.add(func(m *metrics) { m.stops[f.reason]++ })
-			log.WithFields(logrus.Fields{"job": id.JobName, "failure": f.reason}).Error(
-				"job stopped: this failure cannot heal by relaunching; no shard of the job is launched until an operator updates, enables or triggers it (or updates or enables its app)")
-		} else {
-			log.WithField("failure", f.reason).Warn("task of a stopped job failed")
+	return func() {
+		switch {
+		case stop != nil:
+			ld.relaunch.ran(id.Meta)
+			if ended.Stopped {
+				ld.inst.metrics.add(func(m *metrics) { m.stops[f.reason]++ })
+				log.WithFields(logrus.Fields{"job": id.JobName, "failure": f.reason}).Error(
+					"job stopped: this failure cannot heal by relaunching; no shard of the job is launched until an operator updates, enables or triggers it (or updates or enables its app)")
+			} else {
+				log.WithField("failure", f.reason).Warn("task of a stopped job failed")
+			}
+		case failed:
+			n, delay := ld.relaunch.failed(id.Meta, id.String(), f, follow == state.Failover, now)
+			log := log.WithFields(logrus.Fields{"failure": f.reason, "failures_in_a_row": n})
+			if follow == state.Failover {
+				// Woken when the backoff runs out, not at the next second's tick: a relaunch
+				// after a 1 s backoff would otherwise wait up to 2 s.
+				time.AfterFunc(delay, ld.backoffRanOut)
+				ld.inst.metrics.add(func(m *metrics) { m.backoffs++ })
+				log.WithField("backoff", delay).Warn("task failed; its shard is relaunched after the backoff")
+			} else {
+				log.Warn("task failed; its shard is not relaunched (no failover, or the job or app is disabled)")
+			}
+		default:
+			ld.relaunch.ran(id.Meta)
 		}
-	case failed:
-		n, delay := ld.relaunch.failed(id.Meta, id.String(), f, follow == state.Failover, now)
-		log = log.WithFields(logrus.Fields{"failure": f.reason, "failures_in_a_row": n})
-		if follow == state.Failover {
-			// Woken when the backoff runs out, not at the next second's tick: a relaunch
-			// after a 1 s backoff would otherwise wait up to 2 s.
-			time.AfterFunc(delay, ld.backoffRanOut)
-			ld.inst.metrics.add(func(m *metrics) { m.backoffs++ })
-			log.WithField("backoff", delay).Warn("task failed; its shard is relaunched after the backoff")
-		} else {
-			log.Warn("task failed; its shard is not relaunched (no failover, or the job or app is disabled)")
-		}
-	default:
-		ld.relaunch.ran(id.Meta)
-	}
-	return ended, nil
+	}, ended, nil
 }
 
 // backoffRanOut tells the event loop, from a timer, that a shard's backoff ran out.

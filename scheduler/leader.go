@@ -261,7 +261,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.drain(ctx)
 			return err
 		case ev := <-ld.events:
-			ld.handle(ctx, ev)
+			ld.handleQueued(ctx, ev)
 		case f := <-ld.exec:
 			f(ctx)
 		case <-ld.work:
@@ -295,6 +295,31 @@ func (ld *leader) drain(ctx context.Context) {
 		default:
 			return
 		}
+	}
+}
+
+// handleQueued handles ev and, if it is a status update, the updates queued right behind it
+// as one group commit: updates that arrived while the last multi was in flight are written
+// together. Events keep their order.
+func (ld *leader) handleQueued(ctx context.Context, ev scheduler.Event) {
+	if ev.Type != scheduler.Event_UPDATE {
+		ld.handle(ctx, ev)
+		return
+	}
+	batch := []mesos.TaskStatus{ev.Update.Status}
+	for {
+		select {
+		case next := <-ld.events:
+			if next.Type == scheduler.Event_UPDATE {
+				batch = append(batch, next.Update.Status)
+				continue
+			}
+			ld.updates(ctx, batch)
+			ld.handle(ctx, next)
+		default:
+			ld.updates(ctx, batch)
+		}
+		return
 	}
 }
 

@@ -93,7 +93,7 @@ func (ld *leader) checkStale(ctx context.Context) {
 			ld.stale.exempt[tid] = true
 			continue
 		}
-		job, gone, err := ld.job(ctx, id.JobName)
+		job, gone, err := ld.job(ctx, ld.store, id.JobName)
 		if err != nil {
 			continue // decide on the next tick
 		}

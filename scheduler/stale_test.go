@@ -83,9 +83,11 @@ func TestAnUpdateOfAnyStateStopsTheUnreachableClock(t *testing.T) {
 	for _, s := range []mesos.TaskState{mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING} {
 		t.Run(s.String(), func(t *testing.T) {
 			ld := &leader{log: quietLog(), unreachable: map[string]time.Time{tid: time.Now().Add(-time.Hour)}}
-			if err := ld.record(context.Background(), mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum()}); err != nil {
+			after, err := ld.record(context.Background(), nil, mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum()})
+			if err != nil {
 				t.Fatal(err)
 			}
+			after()
 			if _, still := ld.unreachable[tid]; still {
 				t.Errorf("%s left the task's unreachable clock running", s)
 			}

@@ -15,23 +15,78 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// update records a status update (SPEC §5.7) and only then acknowledges it. An update that
-// could not be recorded is not acknowledged, so Mesos sends it again.
+// maxGroupOps bounds a group commit: a multi of this many ops is a few tens of kilobytes,
+// far below ZooKeeper's request limit (jute.maxbuffer, 1 MB).
+const maxGroupOps = 400
+
+// update records one status update and acknowledges it once recorded.
 func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
+	ld.updates(ctx, []mesos.TaskStatus{st})
+}
+
+// updates records status updates (SPEC §5.7) with group commit: the writes of all of them go
+// to ZooKeeper in as few multis as their size allows, and each update is acknowledged, and its
+// effects on the leader's bookkeeping made, only after the multi that recorded it succeeded.
+// An update that could not be recorded is not acknowledged, so Mesos sends it again.
+func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 	if seen := ld.cfg.updateSeen; seen != nil {
-		seen(st)
+		for _, st := range sts {
+			seen(st)
+		}
 	}
-	if err := ld.record(ctx, st); err != nil {
-		ld.log.WithError(err).WithField("task", st.TaskID.Value).Warn("status update not recorded; not acknowledging it")
-		return
-	}
-	ld.inst.metrics.add(func(m *metrics) { m.updates[st.GetState().String()]++ })
-	if len(st.UUID) > 0 && st.AgentID != nil {
-		ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
+	for len(sts) > 0 {
+		n := ld.recordGroup(ctx, sts)
+		sts = sts[n:]
 	}
 }
 
-func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
+// recordGroup records updates from the head of sts in one group and returns how many it took.
+func (ld *leader) recordGroup(ctx context.Context, sts []mesos.TaskStatus) int {
+	g := ld.store.Group()
+	afters := make([]func(), 0, len(sts))
+	took := 0
+	for _, st := range sts {
+		if g.Ops() >= maxGroupOps {
+			break
+		}
+		took++
+		after, err := ld.record(ctx, g, st)
+		if err != nil {
+			ld.log.WithError(err).WithField("task", st.TaskID.Value).Warn("status update not recorded; not acknowledging it")
+			after = nil
+		}
+		afters = append(afters, after)
+	}
+	if err := g.Commit(ctx); err != nil {
+		if took == 1 {
+			ld.log.WithError(err).WithField("task", sts[0].TaskID.Value).Warn("status update not recorded; not acknowledging it")
+			return took
+		}
+		// The group was refused as a whole (someone else changed a node it touched): record
+		// them one by one, on what ZooKeeper now holds.
+		ld.log.WithError(err).WithField("updates", took).Warn("group commit of status updates refused; recording them one by one")
+		for _, st := range sts[:took] {
+			ld.recordGroup(ctx, []mesos.TaskStatus{st})
+		}
+		return took
+	}
+	for i, st := range sts[:took] {
+		if afters[i] == nil {
+			continue
+		}
+		afters[i]()
+		ld.inst.metrics.add(func(m *metrics) { m.updates[st.GetState().String()]++ })
+		if len(st.UUID) > 0 && st.AgentID != nil {
+			ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
+		}
+	}
+	return took
+}
+
+// record decides what a status update means and writes it through store (a group). It
+// returns what to do once the write is in ZooKeeper: the leader's own bookkeeping, kills and
+// log lines, none of which may happen for an update that ends up not recorded.
+func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskStatus) (func(), error) {
 	tid := st.TaskID.Value
 	s := st.GetState()
 	log := ld.log.WithFields(logrus.Fields{"task": tid, "state": s.String()})
@@ -43,23 +98,26 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	}
 	id, err := taskid.Parse(tid)
 	if err != nil {
-		log.Warn("status update for a task that is not ejcloud's; ignoring it")
-		return nil
+		return func() { log.Warn("status update for a task that is not ejcloud's; ignoring it") }, nil
 	}
-	ld.stale.heardOf(tid, st.GetSource() == mesos.SOURCE_MASTER, time.Now())
+	now := time.Now()
+	heard := func() { ld.stale.heardOf(tid, st.GetSource() == mesos.SOURCE_MASTER, now) }
 	switch s {
 	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
-		delete(ld.unreachable, tid) // its agent speaks of it: it is reachable again
-		log.Debug("task state")
-		return nil
+		return func() {
+			heard()
+			delete(ld.unreachable, tid) // its agent speaks of it: it is reachable again
+			log.Debug("task state")
+		}, nil
 	case mesos.TASK_UNREACHABLE:
-		if _, seen := ld.unreachable[tid]; !seen {
-			ld.unreachable[tid] = time.Now()
-			log.Warn("task unreachable; it counts as running until the unreachable timeout")
-		}
-		return nil
+		return func() {
+			heard()
+			if _, seen := ld.unreachable[tid]; !seen {
+				ld.unreachable[tid] = now
+				log.Warn("task unreachable; it counts as running until the unreachable timeout")
+			}
+		}, nil
 	}
-	delete(ld.unreachable, tid)
 	follow := state.NoFollowUp
 	failed := false // an infrastructure failure of an existing job
 	jobFailed := false
@@ -69,44 +127,57 @@ func (ld *leader) record(ctx context.Context, st mesos.TaskStatus) error {
 	}
 	// FINISHED and job failures end the task whatever the job says: no need to read it.
 	if s != mesos.TASK_FINISHED && !jobFailed {
-		job, jobGone, err := ld.job(ctx, id.JobName)
+		job, jobGone, err := ld.job(ctx, store, id.JobName)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch s {
 		case mesos.TASK_RUNNING:
-			return ld.running(ctx, id, jobGone, st, log)
+			return ld.running(ctx, store, id, jobGone, st, log, heard)
 		case mesos.TASK_KILLED:
-			if !jobGone && job.JobExecutionType == config.Daemon && !ld.disabled(ctx, job) {
-				follow = state.Rerun
+			if !jobGone && job.JobExecutionType == config.Daemon {
+				off, err := disabled(ctx, store, job)
+				if err != nil {
+					return nil, err
+				}
+				if !off {
+					follow = state.Rerun
+				}
 			}
 		default: // FAILED, ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
-			follow = ld.failoverFollowUp(ctx, job, jobGone)
+			if follow, err = failoverFollowUp(ctx, store, job, jobGone); err != nil {
+				return nil, err
+			}
 			failed = !jobGone
 		}
 	}
-	ended, err := ld.endTask(ctx, id, st, follow, failed, log)
+	endedAfter, ended, err := ld.endTask(ctx, store, id, st, follow, failed, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ld.stale.ended(tid)
-	if ended.Removed {
-		log.WithField("requeued", ended.Requeued).Info("task ended")
-	}
-	if ended.Requeued {
-		ld.poke()
-	}
-	ld.setIdle(tid, false, true)
-	return nil
+	return func() {
+		heard()
+		delete(ld.unreachable, tid)
+		endedAfter()
+		ld.stale.ended(tid)
+		if ended.Removed {
+			log.WithField("requeued", ended.Requeued).Info("task ended")
+		}
+		if ended.Requeued {
+			ld.poke()
+		}
+		ld.setIdle(tid, false, true)
+	}, nil
 }
 
 // running handles TASK_RUNNING: a task that is not (or no longer) the shard's running task,
-// or whose job is gone, is killed; daemon heartbeats mark the task busy or idle.
-func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger) error {
+// or whose job is gone, is killed; daemon heartbeats mark the task busy or idle. It writes
+// nothing.
+func (ld *leader) running(ctx context.Context, store *state.Store, id taskid.ID, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger, heard func()) (func(), error) {
 	tid := id.String()
-	current, err := ld.store.RunningOf(ctx, id.JobName)
+	current, err := store.RunningOf(ctx, id.JobName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ours := false
 	for _, r := range current {
@@ -115,28 +186,34 @@ func (ld *leader) running(ctx context.Context, id taskid.ID, jobGone bool, st me
 		}
 	}
 	if jobGone || !ours {
-		ld.stale.ended(tid)
-		log.Warn("killing a task that is not the running task of its shard")
-		agent := ""
-		if st.AgentID != nil {
-			agent = st.AgentID.Value
+		return func() {
+			heard()
+			delete(ld.unreachable, tid)
+			ld.stale.ended(tid)
+			log.Warn("killing a task that is not the running task of its shard")
+			agent := ""
+			if st.AgentID != nil {
+				agent = st.AgentID.Value
+			}
+			ld.call(ctx, calls.Kill(tid, agent))
+		}, nil
+	}
+	return func() {
+		heard()
+		delete(ld.unreachable, tid)
+		ld.relaunch.running(id.Meta, tid, time.Now())
+		switch st.GetMessage() {
+		case "BEGIN":
+			ld.setIdle(tid, false, false)
+		case "COMPLETE":
+			ld.setIdle(tid, true, false)
 		}
-		ld.call(ctx, calls.Kill(tid, agent))
-		return nil
-	}
-	ld.relaunch.running(id.Meta, tid, time.Now())
-	switch st.GetMessage() {
-	case "BEGIN":
-		ld.setIdle(tid, false, false)
-	case "COMPLETE":
-		ld.setIdle(tid, true, false)
-	}
-	return nil
+	}, nil
 }
 
 // job reads a job's config; gone reports that it was deleted (not an error).
-func (ld *leader) job(ctx context.Context, name string) (j config.Job, gone bool, err error) {
-	j, err = ld.store.Job(ctx, name)
+func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j config.Job, gone bool, err error) {
+	j, err = store.Job(ctx, name)
 	if errors.Is(err, state.ErrNotFound) {
 		return j, true, nil
 	}
@@ -145,16 +222,20 @@ func (ld *leader) job(ctx context.Context, name string) (j config.Job, gone bool
 
 // failoverFollowUp: shards of failover-enabled and DAEMON jobs are relaunched, unless the job
 // or its app is disabled or the job is gone.
-func (ld *leader) failoverFollowUp(ctx context.Context, job config.Job, jobGone bool) state.FollowUp {
-	if jobGone || !(job.Failover || job.JobExecutionType == config.Daemon) || ld.disabled(ctx, job) {
-		return state.NoFollowUp
+func failoverFollowUp(ctx context.Context, store *state.Store, job config.Job, jobGone bool) (state.FollowUp, error) {
+	if jobGone || !(job.Failover || job.JobExecutionType == config.Daemon) {
+		return state.NoFollowUp, nil
 	}
-	return state.Failover
+	// A failed read is an error, never a guess: the update is then left unacknowledged.
+	off, err := disabled(ctx, store, job)
+	if err != nil || off {
+		return state.NoFollowUp, err
+	}
+	return state.Failover, nil
 }
 
-func (ld *leader) disabled(ctx context.Context, job config.Job) bool {
-	off, err := ld.store.JobOrAppDisabled(ctx, job)
-	return err == nil && off
+func disabled(ctx context.Context, store *state.Store, job config.Job) (bool, error) {
+	return store.JobOrAppDisabled(ctx, job)
 }
 
 func (ld *leader) setIdle(tid string, idle, forget bool) {
@@ -180,11 +261,15 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			delete(ld.unreachable, tid)
 			continue
 		}
-		job, jobGone, err := ld.job(ctx, id.JobName)
+		job, jobGone, err := ld.job(ctx, ld.store, id.JobName)
 		if err != nil {
 			continue
 		}
-		ended, err := ld.store.EndTask(ctx, id, ld.failoverFollowUp(ctx, job, jobGone))
+		follow, err := failoverFollowUp(ctx, ld.store, job, jobGone)
+		if err != nil {
+			continue
+		}
+		ended, err := ld.store.EndTask(ctx, id, follow)
 		if err != nil {
 			continue
 		}
