@@ -217,6 +217,9 @@ func TestCrashingShardBacksOffToTheCap(t *testing.T) {
 
 	// The fixed job runs at once, however long the backoff it was waiting for.
 	s.must(t, 204, "PUT", "/api/job/update", w.jobJSON("crash", 1, neverCron, true, ""))
+	// Waited for before quiet: quiet reads the three queues one after another, and can look
+	// between a relaunch's failover entry going and its running node being seen.
+	await.True(t, 30*time.Second, "the fixed run", func() bool { return len(w.runs("crash")["0"]) >= 5 })
 	quiet(t, s, "crash")
 	if f := failureOf(t, s, "crash"); f.Stopped || len(f.Backoff) != 0 {
 		t.Fatalf("after the fix: %+v; want neither stop nor backoff", f)

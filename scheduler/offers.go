@@ -18,6 +18,9 @@ import (
 // refuseSeconds is the filter on declined offers (SPEC §5.4 step 5).
 const refuseSeconds = 5
 
+// maxLaunchTasks bounds one write-ahead multi (a task node is ~150 bytes of request).
+const maxLaunchTasks = 2000
+
 // work is what the cycle may launch.
 type work struct {
 	groups   []binpack.Group
@@ -49,8 +52,12 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	res := binpack.Pack(w.groups, agents)
 	ld.recordUnplaced(w, res)
 
-	var launch state.Launch
-	tasks := map[string][]mesos.TaskInfo{} // by agent
+	// Each job's part of the launch: its tasks and the queue entries they consume.
+	type part struct {
+		launch state.Launch
+		tasks  map[string][]mesos.TaskInfo // by agent
+	}
+	var parts []part
 	for g, placed := range res.Placed {
 		job := w.jobs[g]
 		group := w.groups[g]
@@ -58,40 +65,60 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		if !group.Integrity {
 			kind = taskid.Failover
 		}
-		any := false
+		p := part{tasks: map[string][]mesos.TaskInfo{}}
 		for k, a := range placed {
 			if a < 0 {
 				continue
 			}
-			any = true
 			agent := agents[a]
 			like := byAgent[agent.ID][0].Resources
 			id := taskid.New(taskid.Meta{JobName: job.JobName, Item: group.Items[k]}, kind, agent.ID)
 			exec := ld.executorFor(w.apps[job.AppName], agent.ID, like)
-			tasks[agent.ID] = append(tasks[agent.ID], taskInfo(id, job, exec, like))
-			launch.Tasks = append(launch.Tasks, id)
+			p.tasks[agent.ID] = append(p.tasks[agent.ID], taskInfo(id, job, exec, like))
+			p.launch.Tasks = append(p.launch.Tasks, id)
 		}
-		if !any {
+		if len(p.launch.Tasks) == 0 {
 			continue
 		}
 		if group.Integrity {
-			launch.Ready = append(launch.Ready, w.ready[job.JobName])
+			p.launch.Ready = append(p.launch.Ready, w.ready[job.JobName])
 		} else {
 			for _, f := range w.failover[job.JobName] {
 				for k, a := range placed {
 					if a >= 0 && group.Items[k] == f.Meta.Item {
-						launch.Failover = append(launch.Failover, f)
+						p.launch.Failover = append(p.launch.Failover, f)
 					}
 				}
 			}
 		}
+		parts = append(parts, p)
 	}
-	if len(launch.Tasks) == 0 {
-		ld.decline(ctx, offers)
-		return
+	// The write-ahead goes in multis of whole jobs, each below ZooKeeper's request limit
+	// (jute.maxbuffer, 1 MB: about 5,000 task nodes); a burst larger than one multi would
+	// otherwise never launch. A job whose multi fails is not launched this cycle.
+	tasks := map[string][]mesos.TaskInfo{} // by agent
+	for len(parts) > 0 {
+		var chunk state.Launch
+		n := 0
+		for n < len(parts) && (n == 0 || len(chunk.Tasks)+len(parts[n].launch.Tasks) <= maxLaunchTasks) {
+			l := parts[n].launch
+			chunk.Tasks = append(chunk.Tasks, l.Tasks...)
+			chunk.Ready = append(chunk.Ready, l.Ready...)
+			chunk.Failover = append(chunk.Failover, l.Failover...)
+			n++
+		}
+		if err := ld.store.RecordLaunch(ctx, chunk); err != nil {
+			ld.log.WithError(err).WithField("tasks", len(chunk.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
+		} else {
+			for _, p := range parts[:n] {
+				for agentID, ts := range p.tasks {
+					tasks[agentID] = append(tasks[agentID], ts...)
+				}
+			}
+		}
+		parts = parts[n:]
 	}
-	if err := ld.store.RecordLaunch(ctx, launch); err != nil {
-		ld.log.WithError(err).Warn("write-ahead of the launch failed; launching nothing this cycle")
+	if len(tasks) == 0 {
 		ld.decline(ctx, offers)
 		return
 	}

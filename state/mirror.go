@@ -291,7 +291,11 @@ func opPaths(ops []any) []string {
 func (s *Store) mirroredMulti(ctx context.Context, ops []any) error {
 	v := s.mv
 	if v.group != nil {
-		if i, err := v.m.apply(v.group.layer, ops); err != nil {
+		// The group's layer reads through to the base, which a watch may be changing.
+		v.m.mu.RLock()
+		i, err := v.m.apply(v.group.layer, ops)
+		v.m.mu.RUnlock()
+		if err != nil {
 			op, p := describe(ops[i])
 			return &OpError{Op: op, Path: p, Err: translate(err)}
 		}
