@@ -89,7 +89,7 @@ func (f *burstMesos) agent(ctx context.Context, events chan<- scheduler.Event) {
 // ZooKeeper round trips per task over its whole life (trigger included), and the launch and
 // finish rates. Issue 14: ≤ 0.2 round trips per task for both shapes, ≥ 5,000 launches/s.
 func BenchmarkBurst(b *testing.B) {
-	for _, shape := range []struct{ jobs, shards int }{{200, 10}, {100, 100}} {
+	for _, shape := range []struct{ jobs, shards int }{{200, 10}, {20, 100}, {100, 100}} {
 		b.Run(fmt.Sprintf("%dx%d", shape.jobs, shape.shards), func(b *testing.B) {
 			benchBurst(b, shape.jobs, shape.shards)
 		})

@@ -42,6 +42,14 @@ func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 
 // recordGroup records updates from the head of sts in one group and returns how many it took.
 func (ld *leader) recordGroup(ctx context.Context, sts []mesos.TaskStatus) int {
+	return ld.recordGroupTry(ctx, sts, 0)
+}
+
+// conflictRetries bounds how often a lone update is planned again after ZooKeeper refused it
+// for a node someone else changed (the model has read that node again by then).
+const conflictRetries = 3
+
+func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, attempt int) int {
 	g := ld.store.Group()
 	afters := make([]func(), 0, len(sts))
 	took := 0
@@ -58,6 +66,9 @@ func (ld *leader) recordGroup(ctx context.Context, sts []mesos.TaskStatus) int {
 		afters = append(afters, after)
 	}
 	if err := g.Commit(ctx); err != nil {
+		if took == 1 && errors.Is(err, state.ErrConflict) && attempt < conflictRetries {
+			return ld.recordGroupTry(ctx, sts[:1], attempt+1)
+		}
 		if took == 1 {
 			ld.log.WithError(err).WithField("task", sts[0].TaskID.Value).Warn("status update not recorded; not acknowledging it")
 			return took

@@ -336,10 +336,13 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		}
 		return nil
 	case errors.As(err, &opErr):
+		// The mirror said ZooKeeper would take it: the mirror was behind (a change by
+		// someone else that no watch covers). Read the node again, and say "changed
+		// concurrently" too, so that read-modify-write loops build again on what is there.
 		if _, rerr := s.refreshWithParent(ctx, opErr.Path); rerr != nil {
 			m.markSuspect(opErr.Path)
 		}
-		return err
+		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, ErrNotLeader):
 		return err
 	default: // no answer: the multi may or may not have been applied

@@ -119,7 +119,7 @@ func TestGroupCommitWritesManyOperationsInOneMulti(t *testing.T) {
 	must(t, m.RecordLaunch(ctx, state.Launch{Tasks: ids}), "RecordLaunch")
 
 	g := m.Group()
-	before := m.RoundTrips()
+	before := m.Multis()
 	for i, id := range ids {
 		follow := state.NoFollowUp
 		if i%2 == 1 {
@@ -138,8 +138,8 @@ func TestGroupCommitWritesManyOperationsInOneMulti(t *testing.T) {
 		t.Fatalf("before Commit the model has %d running; want all 10 still", len(r))
 	}
 	must(t, g.Commit(ctx), "Commit")
-	if trips := m.RoundTrips() - before; trips != 1 {
-		t.Fatalf("a group of 10 task ends took %d round trips; want 1", trips)
+	if multis := m.Multis() - before; multis != 1 {
+		t.Fatalf("a group of 10 task ends took %d multis; want 1", multis)
 	}
 	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
 		r, _ := s.Running(ctx)

@@ -77,6 +77,7 @@ type shared struct {
 	log        logrus.FieldLogger
 	sess       *session
 	roundTrips atomic.Uint64
+	multis     atomic.Uint64
 	watchers   atomic.Pointer[watchFunc] // the mirror's, told of every watch event
 	// parents caches the running/failover job nodes known to exist, so that a launch does not
 	// pay a round trip to create them; an entry is dropped when a write finds it wrong.
@@ -158,6 +159,9 @@ func (s *Store) Close() { s.conn.Close() }
 
 // RoundTrips counts the ZooKeeper requests this Store and its views have made.
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
+
+// Multis counts the multis (the writes) among them.
+func (s *Store) Multis() uint64 { return s.multis.Load() }
 
 // Namespace returns the root path, e.g. "/elastic-job-cloud".
 func (s *Store) Namespace() string { return s.root }
@@ -385,6 +389,7 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
 	}
 	s.roundTrips.Add(1)
+	s.multis.Add(1)
 	res, err := s.conn.Multi(ops...)
 	if err == nil {
 		return nil

@@ -1,0 +1,202 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// ackRecorder stands in for Mesos: it keeps the task ids of the updates acknowledged.
+type ackRecorder struct {
+	mu    sync.Mutex
+	acked []string
+	kills []string
+}
+
+func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch c.Type {
+	case scheduler.Call_ACKNOWLEDGE:
+		a.acked = append(a.acked, c.Acknowledge.TaskID.Value)
+	case scheduler.Call_KILL:
+		a.kills = append(a.kills, c.Kill.TaskID.Value)
+	}
+	return nil, nil
+}
+
+func (a *ackRecorder) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.acked)
+}
+
+// groupWorld is a leader on a mirrored store over a real ZooKeeper (reached through a proxy
+// that the test can cut), with three running tasks of a failover job, and a plain store that
+// plays someone else.
+type groupWorld struct {
+	ld    *leader
+	mesos *ackRecorder
+	proxy *statetest.Proxy
+	other *state.Store
+	tasks []taskid.ID
+}
+
+func newGroupWorld(t *testing.T) *groupWorld {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	connect := func(servers []string) *state.Store {
+		s, err := state.Connect(ctx, state.Config{Servers: servers, Namespace: env.Namespace, Logger: quietLog(), SessionTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	other := connect(env.Servers)
+	app := config.DefaultApp()
+	app.AppName, app.AppURL, app.BootstrapScript = "app", "/opt/app", "./run"
+	if err := other.CreateApp(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	j := config.Job{JobName: "fo", AppName: "app", JobType: config.Script, JobExecutionType: config.Transient, Failover: true,
+		TimeZone: "UTC", ShardingTotalCount: 3, CPUCount: 0.1, MemoryMB: 32, ScriptCommandLine: "true",
+		Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+	if err := other.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	store, err := connect([]string{proxy.Addr}).Mirror(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &groupWorld{mesos: &ackRecorder{}, proxy: proxy, other: other}
+	for i := range 3 {
+		w.tasks = append(w.tasks, taskid.New(taskid.Meta{JobName: "fo", Item: i}, taskid.Ready, "S0"))
+	}
+	if err := store.RecordLaunch(ctx, state.Launch{Tasks: w.tasks}); err != nil {
+		t.Fatal(err)
+	}
+	w.ld = &leader{cfg: Config{FailoverBackoffMin: time.Second, FailoverBackoffMax: time.Minute}, log: quietLog(), store: store,
+		work: make(chan struct{}, 1), due: make(chan struct{}, 1), executors: map[string]mesos.ExecutorInfo{},
+		unreachable: map[string]time.Time{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+		relaunch: newRelaunches(time.Second, time.Minute), sub: &subscription{caller: w.mesos, frameworkID: "fw"},
+		inst: &instance{metrics: newMetrics()}}
+	return w
+}
+
+func upd(id taskid.ID, s mesos.TaskState, uuid string) mesos.TaskStatus {
+	return mesos.TaskStatus{TaskID: mesos.TaskID{Value: id.String()}, State: s.Enum(), AgentID: &mesos.AgentID{Value: id.AgentID},
+		Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: []byte(uuid)}
+}
+
+// queues reads what ZooKeeper holds (not the model): running task ids and failover shards.
+func (w *groupWorld) queues(t *testing.T) (running []string, failover []string) {
+	ctx := context.Background()
+	r, err := w.other.Running(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := w.other.Failovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range r {
+		running = append(running, e.TaskID)
+	}
+	for _, e := range f {
+		failover = append(failover, e.Meta.String())
+	}
+	return running, failover
+}
+
+// The updates that arrive together are written in one multi, and only then acknowledged.
+func TestUpdatesQueuedTogetherAreWrittenInOneMulti(t *testing.T) {
+	w := newGroupWorld(t)
+	before := w.ld.store.Multis()
+	w.ld.updates(context.Background(), []mesos.TaskStatus{
+		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+		upd(w.tasks[1], mesos.TASK_LOST, "u1"),
+		upd(w.tasks[2], mesos.TASK_FINISHED, "u2"),
+	})
+	if multis := w.ld.store.Multis() - before; multis != 1 {
+		t.Fatalf("three updates took %d multis; want one", multis)
+	}
+	if n := w.mesos.count(); n != 3 {
+		t.Fatalf("%d updates acknowledged; want 3", n)
+	}
+	running, failover := w.queues(t)
+	if len(running) != 0 || fmt.Sprint(failover) != "[fo@-@1]" {
+		t.Fatalf("ZooKeeper: running %v, failover %v; want none and [fo@-@1]", running, failover)
+	}
+}
+
+// ZooKeeper refuses the group (someone else ended one of its tasks): the updates are recorded
+// one by one on what ZooKeeper holds, each once, and all acknowledged.
+func TestARefusedGroupIsRecordedOneByOne(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	if _, err := w.other.EndTask(ctx, w.tasks[1], state.Failover); err != nil {
+		t.Fatal(err)
+	}
+	w.ld.updates(ctx, []mesos.TaskStatus{
+		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+		upd(w.tasks[1], mesos.TASK_LOST, "u1"), // its running node is gone: a stale update
+		upd(w.tasks[2], mesos.TASK_LOST, "u2"),
+	})
+	if n := w.mesos.count(); n != 3 {
+		t.Fatalf("%d updates acknowledged; want 3", n)
+	}
+	running, failover := w.queues(t)
+	if len(running) != 0 || fmt.Sprint(failover) != "[fo@-@1 fo@-@2]" {
+		t.Fatalf("ZooKeeper: running %v, failover %v; want none and [fo@-@1 fo@-@2] (each once)", running, failover)
+	}
+}
+
+// ZooKeeper cannot be reached: nothing is acknowledged, so Mesos sends the updates again, and
+// they are then recorded once — the leader's memory kept nothing of the failed attempt.
+func TestUpdatesNotWrittenAreNotAcknowledgedAndRecordedOnceWhenResent(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	batch := []mesos.TaskStatus{
+		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+		upd(w.tasks[1], mesos.TASK_LOST, "u1"),
+	}
+	w.proxy.Cut()
+	cut, cancel := context.WithTimeout(ctx, 3*time.Second)
+	w.ld.updates(cut, batch)
+	cancel()
+	if n := w.mesos.count(); n != 0 {
+		t.Fatalf("%d updates acknowledged although none could be written", n)
+	}
+	if _, waiting := w.ld.relaunch.shards[w.tasks[1].Meta]; waiting {
+		t.Fatal("the failure of an update not recorded was counted for the shard's backoff")
+	}
+	w.proxy.Restore()
+	// Mesos re-sends both, and the first twice more (its retries can overlap).
+	deadline := time.Now().Add(30 * time.Second)
+	for w.mesos.count() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("re-sent updates not acknowledged within 30 s (%d)", w.mesos.count())
+		}
+		w.ld.updates(ctx, append(batch, batch[0], batch[0]))
+	}
+	running, failover := w.queues(t)
+	if fmt.Sprint(running) != "["+w.tasks[2].String()+"]" || fmt.Sprint(failover) != "[fo@-@1]" {
+		t.Fatalf("ZooKeeper: running %v, failover %v; want only shard 2 running and [fo@-@1] once", running, failover)
+	}
+	if s := w.ld.relaunch.shards[w.tasks[1].Meta]; s == nil || s.failures != 1 {
+		t.Fatalf("shard 1's failures: %+v; want 1", s)
+	}
+}
