@@ -42,6 +42,8 @@ type Store interface {
 	CreateJob(ctx context.Context, j config.Job) error
 	Job(ctx context.Context, name string) (config.Job, error)
 	Jobs(ctx context.Context) ([]config.Job, error)
+	// JobsJSON is Jobs already encoded, each job as json.Marshal gives it.
+	JobsJSON(ctx context.Context) ([]json.RawMessage, error)
 	JobOrAppDisabled(ctx context.Context, j config.Job) (bool, error)
 	Running(ctx context.Context) ([]state.RunningEntry, error)
 	Ready(ctx context.Context) ([]state.ReadyEntry, error)

@@ -75,9 +75,16 @@ func benchServer(b *testing.B, jobs int) (*httptest.Server, *state.Store) {
 		}()
 	}
 	wg.Wait()
-	srv := httptest.NewServer(api.New(store, noScheduler{}, api.Config{Log: log}))
+	// The API is served by the leader, from its model (issue 14), as in production.
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	model, err := store.Mirror(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(model, noScheduler{}, api.Config{Log: log}))
 	b.Cleanup(srv.Close)
-	return srv, store
+	return srv, model
 }
 
 func report(b *testing.B, lat []time.Duration) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -117,6 +118,15 @@ func (f *fakeStore) Jobs(context.Context) ([]config.Job, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].JobName < out[j].JobName })
 	return out, f.fault
+}
+
+func (f *fakeStore) JobsJSON(ctx context.Context) ([]json.RawMessage, error) {
+	jobs, err := f.Jobs(ctx)
+	out := make([]json.RawMessage, len(jobs))
+	for i, j := range jobs {
+		out[i], _ = json.Marshal(j)
+	}
+	return out, err
 }
 
 func (f *fakeStore) JobOrAppDisabled(_ context.Context, j config.Job) (bool, error) {

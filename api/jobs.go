@@ -112,16 +112,30 @@ func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
 	s.op(w, r, s.sched.Trigger, name)
 }
 
+// listJobs answers GET /api/job/jobs from the jobs' cached encodings: encoding 10,000 jobs
+// on every request cost 25 ms; joining them costs a copy.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
-	jobs, err := s.store.Jobs(r.Context())
+	jobs, err := s.store.JobsJSON(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if jobs == nil {
-		jobs = []config.Job{}
+	size := 3
+	for _, j := range jobs {
+		size += len(j) + 1
 	}
-	writeJSON(w, http.StatusOK, jobs)
+	body := make([]byte, 0, size)
+	body = append(body, '[')
+	for i, j := range jobs {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, j...)
+	}
+	body = append(body, "]\n"...) // as json.Encoder ends a value
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body)
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {

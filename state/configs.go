@@ -189,6 +189,25 @@ func (s *Store) Jobs(ctx context.Context) ([]config.Job, error) {
 	return readConfigs(ctx, s, jobsDir, "job", config.ParseJob)
 }
 
+// JobsJSON returns every job's config as the API shows it (json.Marshal of config.Job),
+// sorted by name. With the leader's model each node is encoded once per version: listing
+// 10,000 jobs is then a copy, not 10,000 encodings.
+func (s *Store) JobsJSON(ctx context.Context) ([]json.RawMessage, error) {
+	nodes, err := s.readDir(ctx, jobsDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]json.RawMessage, 0, len(nodes))
+	for _, n := range nodes {
+		e, err := cachedJSON(n.mn, "job", n.name, n.data, config.ParseJob)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // JobsNamed reads the named jobs at once (pipelined); a job that does not exist is absent from
 // the result. The offer cycle uses it to read only the jobs that have work queued, rather
 // than every job.
@@ -298,6 +317,9 @@ func (s *Store) readDir(ctx context.Context, dir string) ([]namedNode, error) {
 }
 
 func (s *Store) readChildren(ctx context.Context, p string) ([]namedNode, error) {
+	if s.mv != nil && s.mv.m.covered(p) {
+		return s.mirroredReadChildren(ctx, p)
+	}
 	names, err := s.children(ctx, p)
 	if err != nil {
 		return nil, err

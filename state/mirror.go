@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -31,7 +32,36 @@ type mnode struct {
 	data     []byte
 	version  int32
 	children map[string]struct{}
-	parsed   atomic.Pointer[any] // the config decoded from data, cached (data never changes in place)
+	parsed   atomic.Pointer[any]    // the config decoded from data, cached (data never changes in place)
+	encoded  atomic.Pointer[[]byte] // the decoded config encoded again (the API's JSON), cached
+	sorted   atomic.Pointer[[]string] // children's names in order, cached until they change
+}
+
+func (n *mnode) addChild(name string) {
+	if n.children == nil {
+		n.children = map[string]struct{}{}
+	}
+	n.children[name] = struct{}{}
+	n.sorted.Store(nil)
+}
+
+func (n *mnode) removeChild(name string) {
+	delete(n.children, name)
+	n.sorted.Store(nil)
+}
+
+// sortedChildren returns the children's names in order; the caller must not change it.
+func (n *mnode) sortedChildren() []string {
+	if p := n.sorted.Load(); p != nil {
+		return *p
+	}
+	names := make([]string, 0, len(n.children))
+	for k := range n.children {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	n.sorted.Store(&names)
+	return names
 }
 
 func (n *mnode) clone() *mnode {
@@ -44,6 +74,9 @@ func (n *mnode) clone() *mnode {
 	}
 	if p := n.parsed.Load(); p != nil {
 		c.parsed.Store(p)
+	}
+	if e := n.encoded.Load(); e != nil {
+		c.encoded.Store(e)
 	}
 	return c
 }
@@ -175,10 +208,7 @@ func (m *mirror) apply1(l *layer, op any) error {
 			if !ok {
 				return zk.ErrNoNode
 			}
-			if parent.children == nil {
-				parent.children = map[string]struct{}{}
-			}
-			parent.children[name] = struct{}{}
+			parent.addChild(name)
 		}
 		l.put(o.Path, &mnode{data: o.Data})
 	case *zk.SetDataRequest:
@@ -207,7 +237,7 @@ func (m *mirror) apply1(l *layer, op any) error {
 		}
 		dir, name := dirOf(o.Path)
 		if parent, ok := l.own(dir); ok {
-			delete(parent.children, name)
+			parent.removeChild(name)
 		}
 		l.remove(o.Path)
 	case *zk.CheckVersionRequest:
@@ -394,10 +424,7 @@ func (s *Store) refresh(ctx context.Context, p string, deep bool) ([]string, err
 	if !had {
 		if dir, name := dirOf(p); m.covered(dir) {
 			if parent, ok := m.base.lookup(dir); ok {
-				if parent.children == nil {
-					parent.children = map[string]struct{}{}
-				}
-				parent.children[name] = struct{}{}
+				parent.addChild(name)
 			}
 		}
 	}
@@ -424,6 +451,7 @@ func (s *Store) refresh(ctx context.Context, p string, deep bool) ([]string, err
 	if len(want) > 0 {
 		n.children = want
 	}
+	n.sorted.Store(nil)
 	m.base.put(p, n)
 	for _, k := range gone {
 		changed = append(changed, m.removeSubtree(p+"/"+k)...)
@@ -465,7 +493,7 @@ func (m *mirror) removeSubtree(p string) []string {
 	m.base.remove(p)
 	if dir, name := dirOf(p); m.covered(dir) {
 		if parent, ok := m.base.lookup(dir); ok {
-			delete(parent.children, name)
+			parent.removeChild(name)
 		}
 	}
 	return out
@@ -556,14 +584,35 @@ func (s *Store) mirroredChildren(ctx context.Context, p string) ([]string, error
 	var names []string
 	s.mv.read(func(l *layer) {
 		if n, ok := l.lookup(p); ok {
-			names = make([]string, 0, len(n.children))
-			for k := range n.children {
-				names = append(names, k)
+			names = append([]string(nil), n.sortedChildren()...)
+		}
+	})
+	return names, nil
+}
+
+// mirroredReadChildren is readChildren from the mirror, in one pass under one lock.
+func (s *Store) mirroredReadChildren(ctx context.Context, p string) ([]namedNode, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	var out []namedNode
+	s.mv.read(func(l *layer) {
+		n, ok := l.lookup(p)
+		if !ok {
+			return
+		}
+		names := n.sortedChildren()
+		out = make([]namedNode, 0, len(names))
+		for _, name := range names {
+			if c, ok := l.lookup(p + "/" + name); ok {
+				out = append(out, namedNode{name: name, node: node{data: c.data, version: c.version, exists: true, mn: c}})
 			}
 		}
 	})
-	sort.Strings(names)
-	return names, nil
+	return out, nil
 }
 
 // cachedParse decodes a config node's data once per version of the node.
@@ -736,4 +785,25 @@ func (m *mirror) changeOf(p string) (Change, bool) {
 		}
 	}
 	return Change{}, false
+}
+
+// cachedJSON encodes a config node's decoded config once per version of the node.
+func cachedJSON[T any](m *mnode, kind, name string, data []byte, parse func([]byte) (T, error)) (json.RawMessage, error) {
+	if m != nil {
+		if e := m.encoded.Load(); e != nil {
+			return *e, nil
+		}
+	}
+	v, err := cachedParse(m, kind, name, data, parse)
+	if err != nil {
+		return nil, err
+	}
+	e, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %q: %w", kind, name, err)
+	}
+	if m != nil {
+		m.encoded.Store(&e)
+	}
+	return e, nil
 }
