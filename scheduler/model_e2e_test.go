@@ -1,0 +1,82 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+)
+
+func getBody(t *testing.T, addr, path string) string {
+	t.Helper()
+	resp, err := noRedirect.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// The leader answers from its model: reading the API and /metrics costs ZooKeeper nothing.
+func TestLeaderReadsMakeNoZooKeeperRequest(t *testing.T) {
+	s := newSystem(t, 1)
+	addr := s.sched.cfg.HTTPAddr
+	s.register(s.scriptJob("quiet", 2, ""))
+	await.True(t, 5*time.Second, "the model has the job", func() bool {
+		return strings.Contains(getBody(t, addr, "/api/job/jobs"), `"quiet"`)
+	})
+	paths := []string{"/metrics", "/api/job/jobs", "/api/job/jobs/quiet", "/api/job/quiet/disable", "/api/job/quiet/failure", "/api/app/list", "/api/app/app",
+		"/api/job/tasks/running", "/api/job/tasks/ready", "/api/job/tasks/failover", "/api/job/statistics/jobs/executionType"}
+	before := s.sched.inst.store.RoundTrips()
+	for range 3 {
+		for _, p := range paths {
+			getBody(t, addr, p)
+		}
+	}
+	if trips := s.sched.inst.store.RoundTrips() - before; trips != 0 {
+		t.Fatalf("%d reads of the API and /metrics made %d ZooKeeper requests; want none", 3*len(paths), trips)
+	}
+	if m := getBody(t, addr, "/metrics"); !strings.Contains(m, `ejcloud_queue_depth{queue="running"} 0`) {
+		t.Fatalf("/metrics lacks the queue depths:\n%s", m)
+	}
+}
+
+// What an operator changes in ZooKeeper behind the scheduler's back (zkCli, an older tool)
+// reaches the leader's model within a second: a job's config and its disable marker.
+func TestOthersChangesReachTheLeaderWithinASecond(t *testing.T) {
+	s := newSystem(t, 1)
+	addr := s.sched.cfg.HTTPAddr
+	ctx := context.Background()
+	j := s.scriptJob("edited", 2, "")
+	s.register(j)
+	await.True(t, time.Second, "the new job", func() bool {
+		return strings.Contains(getBody(t, addr, "/api/job/jobs"), `"edited"`)
+	})
+	j.ShardingTotalCount = 5
+	if _, err := s.store.UpdateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, time.Second, "the changed config", func() bool {
+		return strings.Contains(getBody(t, addr, "/api/job/jobs/edited"), `"shardingTotalCount":5`)
+	})
+	if err := s.store.DisableJob(ctx, "edited"); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, time.Second, "the disable marker", func() bool {
+		return strings.TrimSpace(getBody(t, addr, "/api/job/edited/disable")) == "true"
+	})
+	if err := s.store.EnableJob(ctx, "edited"); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, time.Second, "the marker's removal", func() bool {
+		return strings.TrimSpace(getBody(t, addr, "/api/job/edited/disable")) == "false"
+	})
+}
