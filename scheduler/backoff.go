@@ -276,7 +276,7 @@ func (ld *leader) wakeForWork(ctx context.Context) {
 	if !pending {
 		return
 	}
-	if w, err := ld.eligible(ctx); err == nil && len(w.groups) == 0 {
+	if w, err := ld.eligible(ctx); err == nil && len(w.Groups) == 0 {
 		return
 	}
 	ld.call(ctx, calls.Revive())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/binpack"
+	"github.com/ejcloud/ejcloud/scheduler/plan"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -21,17 +22,9 @@ const refuseSeconds = 5
 // maxLaunchTasks bounds one write-ahead multi (a task node is ~150 bytes of request).
 const maxLaunchTasks = 2000
 
-// work is what the cycle may launch.
-type work struct {
-	groups   []binpack.Group
-	jobs     []config.Job // per group
-	apps     map[string]config.App
-	ready    map[string]state.ReadyEntry      // by job, for READY groups
-	failover map[string][]state.FailoverEntry // by job, for FAILOVER groups
-}
-
 // cycle is the offer cycle of SPEC §5.4: eligible work, placement, the write-ahead multi,
-// ACCEPT per agent and DECLINE of everything else. No offer outlives the cycle.
+// ACCEPT per agent and DECLINE of everything else. No offer outlives the cycle. The decisions
+// are scheduler/plan's; this is the I/O around them.
 func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	w, err := ld.eligible(ctx)
 	if err != nil {
@@ -39,8 +32,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		ld.decline(ctx, offers)
 		return
 	}
-	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.groups)}).Debug("offer cycle")
-	if len(w.groups) == 0 {
+	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.Groups)}).Debug("offer cycle")
+	if len(w.Groups) == 0 {
 		ld.decline(ctx, offers)
 		if !ld.suppressed {
 			ld.call(ctx, calls.Suppress())
@@ -49,74 +42,31 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		return
 	}
 	agents, byAgent := agentsOf(offers)
-	res := binpack.Pack(w.groups, agents)
+	res := binpack.Pack(w.Groups, agents)
 	ld.recordUnplaced(w, res)
 
-	// Each job's part of the launch: its tasks and the queue entries they consume.
-	type part struct {
-		launch state.Launch
-		tasks  map[string][]mesos.TaskInfo // by agent
-	}
-	var parts []part
-	for g, placed := range res.Placed {
-		job := w.jobs[g]
-		group := w.groups[g]
-		kind := taskid.Ready
-		if !group.Integrity {
-			kind = taskid.Failover
-		}
-		p := part{tasks: map[string][]mesos.TaskInfo{}}
-		for k, a := range placed {
-			if a < 0 {
-				continue
-			}
-			agent := agents[a]
-			like := byAgent[agent.ID][0].Resources
-			id := taskid.New(taskid.Meta{JobName: job.JobName, Item: group.Items[k]}, kind, agent.ID)
-			exec := ld.executorFor(w.apps[job.AppName], agent.ID, like)
-			p.tasks[agent.ID] = append(p.tasks[agent.ID], taskInfo(id, job, exec, like))
-			p.launch.Tasks = append(p.launch.Tasks, id)
-		}
-		if len(p.launch.Tasks) == 0 {
-			continue
-		}
-		if group.Integrity {
-			p.launch.Ready = append(p.launch.Ready, w.ready[job.JobName])
-		} else {
-			for _, f := range w.failover[job.JobName] {
-				for k, a := range placed {
-					if a >= 0 && group.Items[k] == f.Meta.Item {
-						p.launch.Failover = append(p.launch.Failover, f)
-					}
-				}
-			}
-		}
-		parts = append(parts, p)
-	}
 	// The write-ahead goes in multis of whole jobs, each below ZooKeeper's request limit
 	// (jute.maxbuffer, 1 MB: about 5,000 task nodes); a burst larger than one multi would
 	// otherwise never launch. A job whose multi fails is not launched this cycle.
 	tasks := map[string][]mesos.TaskInfo{} // by agent
-	for len(parts) > 0 {
-		var chunk state.Launch
-		n := 0
-		for n < len(parts) && (n == 0 || len(chunk.Tasks)+len(parts[n].launch.Tasks) <= maxLaunchTasks) {
-			l := parts[n].launch
-			chunk.Tasks = append(chunk.Tasks, l.Tasks...)
-			chunk.Ready = append(chunk.Ready, l.Ready...)
-			chunk.Failover = append(chunk.Failover, l.Failover...)
-			n++
+	for _, chunk := range plan.Chunks(plan.Parts(w, res, agents), maxLaunchTasks) {
+		var l state.Launch
+		for _, p := range chunk {
+			l.Tasks = append(l.Tasks, p.Launch.Tasks...)
+			l.Ready = append(l.Ready, p.Launch.Ready...)
+			l.Failover = append(l.Failover, p.Launch.Failover...)
 		}
-		if err := ld.store.RecordLaunch(ctx, chunk); err != nil {
-			ld.log.WithError(err).WithField("tasks", len(chunk.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
-		} else {
-			for _, p := range parts[:n] {
-				for agentID, ts := range p.tasks {
-					tasks[agentID] = append(tasks[agentID], ts...)
-				}
+		if err := ld.store.RecordLaunch(ctx, l); err != nil {
+			ld.log.WithError(err).WithField("tasks", len(l.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
+			continue
+		}
+		for _, p := range chunk {
+			for _, t := range p.Tasks {
+				agent := t.ID.AgentID
+				like := byAgent[agent][0].Resources
+				tasks[agent] = append(tasks[agent], taskInfo(t.ID, t.Job, ld.executorFor(t.App, agent, like), like))
 			}
 		}
-		parts = parts[n:]
 	}
 	if len(tasks) == 0 {
 		ld.decline(ctx, offers)
@@ -203,136 +153,74 @@ func agentsOf(offers []mesos.Offer) ([]binpack.Agent, map[string][]mesos.Offer) 
 	return agents, byAgent
 }
 
-// eligible gathers the cycle's work (SPEC §5.4 step 1): failover items first (each once,
-// not while the shard runs, not before its backoff ran out), then ready jobs with no running
-// task and no failover item; disabled and stopped jobs and disabled apps are skipped, and the
-// entries of jobs that no longer exist are removed.
-func (ld *leader) eligible(ctx context.Context) (work, error) {
-	w := work{apps: map[string]config.App{}, ready: map[string]state.ReadyEntry{}, failover: map[string][]state.FailoverEntry{}}
-	// The queues are read before the jobs: an entry is written only for a job that exists, so
-	// every entry's job is in the later job list unless it was really deleted. Read the other
-	// way round, a job registered and triggered in between would look deleted, and its entry
-	// would be removed.
-	ready, err := ld.store.Ready(ctx)
+// eligible reads the cycle's snapshot from the model and asks plan.Eligible; it removes the
+// entries of jobs that no longer exist. A failed read is an error, never a guess.
+func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
+	snap, err := ld.snapshot(ctx)
 	if err != nil {
-		return w, err
-	}
-	fos, err := ld.store.Failovers(ctx)
-	if err != nil {
-		return w, err
-	}
-	if len(ready) == 0 && len(fos) == 0 {
-		return w, nil
-	}
-	// Only the jobs with work queued: reading every job each cycle made ZooKeeper the
-	// bottleneck of a busy scheduler (the soak: 200 jobs, ~20 cycles a second).
-	queued := map[string]bool{}
-	for _, r := range ready {
-		queued[r.JobName] = true
-	}
-	for _, f := range fos {
-		queued[f.Meta.JobName] = true
-	}
-	byName, err := ld.store.JobsNamed(ctx, sortedKeys(queued))
-	if err != nil {
-		return w, err
-	}
-	apps, err := ld.store.Apps(ctx)
-	if err != nil {
-		return w, err
-	}
-	for _, a := range apps {
-		w.apps[a.AppName] = a
-	}
-	offApps, offJobs, err := ld.store.Disabled(ctx)
-	if err != nil {
-		return w, err
-	}
-	stopped, err := ld.store.StoppedJobs(ctx)
-	if err != nil {
-		return w, err
-	}
-	running, err := ld.store.Running(ctx)
-	if err != nil {
-		return w, err
-	}
-	runningShard := map[taskid.Meta]bool{}
-	runningJob := map[string]bool{}
-	for _, r := range running {
-		runningShard[r.Meta] = true
-		runningJob[r.Meta.JobName] = true
-	}
-	usable := func(name string) (config.Job, bool) {
-		j, ok := byName[name]
-		if !ok {
-			return j, false
-		}
-		_, appOK := w.apps[j.AppName]
-		return j, appOK && !offJobs[name] && !offApps[j.AppName] && !stopped[name]
+		return plan.Work{}, err
 	}
 	now := time.Now()
-	failingJob := map[string]bool{} // jobs with a failover item, launched now or backed off
-	for _, f := range fos {
-		if _, exists := byName[f.Meta.JobName]; !exists {
-			ld.store.RemoveFailover(ctx, f.Meta)
-			continue
+	w := plan.Eligible(snap, func(m taskid.Meta) bool { return ld.relaunch.due(m, now) })
+	for _, m := range w.StaleFailover {
+		if err := ld.store.RemoveFailover(ctx, m); err != nil {
+			ld.log.WithError(err).WithField("shard", m.String()).Warn("cannot remove the failover entry of a deleted job")
 		}
-		if _, ok := usable(f.Meta.JobName); !ok || runningShard[f.Meta] {
-			continue
-		}
-		// A backed-off item stays queued, and holds its job's whole-job runs back with it.
-		failingJob[f.Meta.JobName] = true
-		if !ld.relaunch.due(f.Meta, now) {
-			continue
-		}
-		w.failover[f.Meta.JobName] = append(w.failover[f.Meta.JobName], f)
 	}
-	for _, name := range sortedKeys(w.failover) {
-		j := byName[name]
-		g := ld.group(j, w.apps[j.AppName])
-		for _, f := range w.failover[name] {
-			g.Items = append(g.Items, f.Meta.Item)
+	for _, job := range w.StaleReady {
+		if err := ld.store.RemoveReady(ctx, job); err != nil {
+			ld.log.WithError(err).WithField("job", job).Warn("cannot remove the ready entry of a deleted job")
 		}
-		w.groups, w.jobs = append(w.groups, g), append(w.jobs, j)
-	}
-	for _, r := range ready {
-		if _, exists := byName[r.JobName]; !exists {
-			ld.store.RemoveReady(ctx, r.JobName)
-			continue
-		}
-		j, ok := usable(r.JobName)
-		if !ok || runningJob[r.JobName] || failingJob[r.JobName] {
-			continue
-		}
-		g := ld.group(j, w.apps[j.AppName])
-		g.Integrity = true
-		for i := 0; i < j.ShardingTotalCount; i++ {
-			g.Items = append(g.Items, i)
-		}
-		w.ready[r.JobName] = r
-		w.groups, w.jobs = append(w.groups, g), append(w.jobs, j)
 	}
 	return w, nil
 }
 
-func (ld *leader) group(j config.Job, app config.App) binpack.Group {
-	return binpack.Group{Job: j.JobName, App: j.AppName, Total: j.ShardingTotalCount,
-		Need: binpack.Resources{CPUs: j.CPUCount, MemMB: j.MemoryMB}, Executor: binpack.Resources{CPUs: app.CPUCount, MemMB: app.MemoryMB},
-		Placement: j.Placement, Strategy: j.JobShardingStrategyType}
+// snapshot reads what plan.Eligible needs from the model.
+func (ld *leader) snapshot(ctx context.Context) (plan.Snapshot, error) {
+	var s plan.Snapshot
+	var err error
+	// The queues are read before the jobs: an entry is written only for a job that exists, so
+	// every entry's job is in the later job list unless it was really deleted.
+	if s.Ready, err = ld.store.Ready(ctx); err != nil {
+		return s, err
+	}
+	if s.Failovers, err = ld.store.Failovers(ctx); err != nil {
+		return s, err
+	}
+	if len(s.Ready) == 0 && len(s.Failovers) == 0 {
+		return s, nil
+	}
+	queued := map[string]bool{}
+	for _, r := range s.Ready {
+		queued[r.JobName] = true
+	}
+	for _, f := range s.Failovers {
+		queued[f.Meta.JobName] = true
+	}
+	if s.Jobs, err = ld.store.JobsNamed(ctx, sortedKeys(queued)); err != nil {
+		return s, err
+	}
+	apps, err := ld.store.Apps(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Apps = make(map[string]config.App, len(apps))
+	for _, a := range apps {
+		s.Apps[a.AppName] = a
+	}
+	if s.OffApps, s.OffJobs, err = ld.store.Disabled(ctx); err != nil {
+		return s, err
+	}
+	if s.Stopped, err = ld.store.StoppedJobs(ctx); err != nil {
+		return s, err
+	}
+	s.Running, err = ld.store.Running(ctx)
+	return s, err
 }
 
 // recordUnplaced keeps, per job, why its shards found no room, for the API and console.
-func (ld *leader) recordUnplaced(w work, res binpack.Result) {
-	reasons := map[string]map[string]int{}
-	for _, u := range res.Unplaced {
-		job := w.jobs[u.Group].JobName
-		if reasons[job] == nil {
-			reasons[job] = map[string]int{}
-		}
-		for r, n := range u.Reasons {
-			reasons[job][r] = max(reasons[job][r], n)
-		}
-	}
+func (ld *leader) recordUnplaced(w plan.Work, res binpack.Result) {
+	reasons := plan.Unplaced(w, res)
 	ld.mu.Lock()
 	ld.unplaced = reasons
 	ld.mu.Unlock()

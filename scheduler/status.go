@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/plan"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskdata"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -113,14 +114,19 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	}
 	now := time.Now()
 	heard := func() { ld.stale.heardOf(tid, st.GetSource() == mesos.SOURCE_MASTER, now) }
-	switch s {
-	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
+	facts, err := ld.facts(ctx, store, id, st)
+	if err != nil {
+		return nil, err
+	}
+	m := plan.Decide(facts)
+	switch m.Kind {
+	case plan.Heard:
 		return func() {
 			heard()
 			delete(ld.unreachable, tid) // its agent speaks of it: it is reachable again
 			log.Debug("task state")
 		}, nil
-	case mesos.TASK_UNREACHABLE:
+	case plan.Unreachable:
 		return func() {
 			heard()
 			if _, seen := ld.unreachable[tid]; !seen {
@@ -128,40 +134,32 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 				log.Warn("task unreachable; it counts as running until the unreachable timeout")
 			}
 		}, nil
-	}
-	follow := state.NoFollowUp
-	failed := false // an infrastructure failure of an existing job
-	jobFailed := false
-	if s == mesos.TASK_FAILED {
-		d, _ := taskdata.DecodeStatus(st.Data)
-		jobFailed = d.JobFailed
-	}
-	// FINISHED and job failures end the task whatever the job says: no need to read it.
-	if s != mesos.TASK_FINISHED && !jobFailed {
-		job, jobGone, err := ld.job(ctx, store, id.JobName)
-		if err != nil {
-			return nil, err
-		}
-		switch s {
-		case mesos.TASK_RUNNING:
-			return ld.running(ctx, store, id, jobGone, st, log, heard)
-		case mesos.TASK_KILLED:
-			if !jobGone && job.JobExecutionType == config.Daemon {
-				off, err := disabled(ctx, store, job)
-				if err != nil {
-					return nil, err
-				}
-				if !off {
-					follow = state.Rerun
-				}
+	case plan.Kill:
+		return func() {
+			heard()
+			delete(ld.unreachable, tid)
+			ld.stale.ended(tid)
+			log.Warn("killing a task that is not the running task of its shard")
+			agent := ""
+			if st.AgentID != nil {
+				agent = st.AgentID.Value
 			}
-		default: // FAILED, ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN: an infrastructure failure
-			if follow, err = failoverFollowUp(ctx, store, job, jobGone); err != nil {
-				return nil, err
+			ld.call(ctx, calls.Kill(tid, agent))
+		}, nil
+	case plan.Running:
+		return func() {
+			heard()
+			delete(ld.unreachable, tid)
+			ld.relaunch.running(id.Meta, tid, now)
+			switch st.GetMessage() {
+			case "BEGIN":
+				ld.setIdle(tid, false, false)
+			case "COMPLETE":
+				ld.setIdle(tid, true, false)
 			}
-			failed = !jobGone
-		}
+		}, nil
 	}
+	follow, failed := m.Follow, m.Failed
 	endedAfter, ended, err := ld.endTask(ctx, store, id, st, follow, failed, log)
 	if err != nil {
 		return nil, err
@@ -181,47 +179,6 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	}, nil
 }
 
-// running handles TASK_RUNNING: a task that is not (or no longer) the shard's running task,
-// or whose job is gone, is killed; daemon heartbeats mark the task busy or idle. It writes
-// nothing.
-func (ld *leader) running(ctx context.Context, store *state.Store, id taskid.ID, jobGone bool, st mesos.TaskStatus, log logrus.FieldLogger, heard func()) (func(), error) {
-	tid := id.String()
-	current, err := store.RunningOf(ctx, id.JobName)
-	if err != nil {
-		return nil, err
-	}
-	ours := false
-	for _, r := range current {
-		if r.TaskID == tid {
-			ours = true
-		}
-	}
-	if jobGone || !ours {
-		return func() {
-			heard()
-			delete(ld.unreachable, tid)
-			ld.stale.ended(tid)
-			log.Warn("killing a task that is not the running task of its shard")
-			agent := ""
-			if st.AgentID != nil {
-				agent = st.AgentID.Value
-			}
-			ld.call(ctx, calls.Kill(tid, agent))
-		}, nil
-	}
-	return func() {
-		heard()
-		delete(ld.unreachable, tid)
-		ld.relaunch.running(id.Meta, tid, time.Now())
-		switch st.GetMessage() {
-		case "BEGIN":
-			ld.setIdle(tid, false, false)
-		case "COMPLETE":
-			ld.setIdle(tid, true, false)
-		}
-	}, nil
-}
-
 // job reads a job's config; gone reports that it was deleted (not an error).
 func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j config.Job, gone bool, err error) {
 	j, err = store.Job(ctx, name)
@@ -231,22 +188,35 @@ func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j c
 	return j, false, err
 }
 
-// failoverFollowUp: shards of failover-enabled and DAEMON jobs are relaunched, unless the job
-// or its app is disabled or the job is gone.
-func failoverFollowUp(ctx context.Context, store *state.Store, job config.Job, jobGone bool) (state.FollowUp, error) {
-	if jobGone || !(job.Failover || job.JobExecutionType == config.Daemon) {
-		return state.NoFollowUp, nil
+// facts reads from the model what plan.Decide needs to know of an update's task: nothing
+// for updates that end the task whatever the job says; else the job, whether it or its app is
+// disabled, and, for TASK_RUNNING, whether the task is its shard's running task (one node, not
+// every running node of the job: a 1,000-shard job must not make each update cost 1,000).
+func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus) (plan.Facts, error) {
+	f := plan.Facts{State: st.GetState()}
+	if f.State == mesos.TASK_FAILED {
+		d, _ := taskdata.DecodeStatus(st.Data)
+		f.JobFailed = d.JobFailed
+	}
+	if !plan.NeedsJob(f.State, f.JobFailed) {
+		return f, nil
+	}
+	var err error
+	if f.Job, f.JobGone, err = ld.job(ctx, store, id.JobName); err != nil || f.JobGone {
+		return f, err
 	}
 	// A failed read is an error, never a guess: the update is then left unacknowledged.
-	off, err := disabled(ctx, store, job)
-	if err != nil || off {
-		return state.NoFollowUp, err
+	if f.Disabled, err = store.JobOrAppDisabled(ctx, f.Job); err != nil {
+		return f, err
 	}
-	return state.Failover, nil
-}
-
-func disabled(ctx context.Context, store *state.Store, job config.Job) (bool, error) {
-	return store.JobOrAppDisabled(ctx, job)
+	if f.State == mesos.TASK_RUNNING {
+		cur, ok, err := store.RunningTask(ctx, id.Meta)
+		if err != nil {
+			return f, err
+		}
+		f.Current = ok && cur == id.String()
+	}
+	return f, nil
 }
 
 func (ld *leader) setIdle(tid string, idle, forget bool) {
@@ -272,15 +242,11 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			delete(ld.unreachable, tid)
 			continue
 		}
-		job, jobGone, err := ld.job(ctx, ld.store, id.JobName)
+		f, err := ld.facts(ctx, ld.store, id, mesos.TaskStatus{State: mesos.TASK_LOST.Enum()})
 		if err != nil {
 			continue
 		}
-		follow, err := failoverFollowUp(ctx, ld.store, job, jobGone)
-		if err != nil {
-			continue
-		}
-		ended, err := ld.store.EndTask(ctx, id, follow)
+		ended, err := ld.store.EndTask(ctx, id, plan.Decide(f).Follow)
 		if err != nil {
 			continue
 		}

@@ -157,6 +157,16 @@ func (s *Store) RunningOf(ctx context.Context, job string) ([]RunningEntry, erro
 	return out, err
 }
 
+// RunningTask returns the id of the task the shard's running node holds, if any: one node read,
+// whatever the job's size.
+func (s *Store) RunningTask(ctx context.Context, meta taskid.Meta) (string, bool, error) {
+	n, err := s.get(ctx, s.path(runningDir, meta.JobName, meta.String()))
+	if err != nil || !n.exists {
+		return "", false, err
+	}
+	return string(n.data), true, nil
+}
+
 // Failovers returns every failover entry, by job name then item.
 func (s *Store) Failovers(ctx context.Context) ([]FailoverEntry, error) {
 	entries, err := s.readQueue(ctx, failoverDir)

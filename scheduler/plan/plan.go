@@ -1,0 +1,206 @@
+// Package plan holds the leader's decisions, apart from its I/O (issue 14): from a read-only
+// snapshot of the model it decides what an offer cycle may launch and which queue entries are
+// stale, and what a status update means. It reads no ZooKeeper, calls no Mesos and keeps no
+// clock: the leader gathers the facts, asks, and then writes and calls.
+//
+//	leader: snapshot (model) → plan.Eligible → binpack.Pack → plan.Parts → write-ahead → ACCEPT
+//	leader: update + facts (model) → plan.Meaning → EndTask (group commit) → ack
+package plan
+
+import (
+	"sort"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/binpack"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// Snapshot is what an offer cycle reads of the model.
+type Snapshot struct {
+	Ready     []state.ReadyEntry
+	Failovers []state.FailoverEntry
+	Running   []state.RunningEntry
+	Jobs      map[string]config.Job // at least every job with an entry in Ready or Failovers
+	Apps      map[string]config.App
+	OffApps   map[string]bool // disabled apps
+	OffJobs   map[string]bool // disabled jobs
+	Stopped   map[string]bool // jobs stopped for a failure relaunching cannot heal
+}
+
+// Work is what a cycle may launch: one binpack group per job, failover groups first.
+type Work struct {
+	Groups   []binpack.Group
+	Jobs     []config.Job                     // per group
+	Apps     map[string]config.App            // by name
+	Ready    map[string]state.ReadyEntry      // by job, for READY groups
+	Failover map[string][]state.FailoverEntry // by job, for FAILOVER groups
+	// Entries whose job no longer exists: the leader removes them.
+	StaleReady    []string
+	StaleFailover []taskid.Meta
+}
+
+// Eligible gathers a cycle's work (SPEC §5.4 step 1): failover items first (each once, not
+// while its shard runs, not before due says its backoff ran out), then ready jobs with no
+// running task and no failover item; disabled and stopped jobs, jobs of disabled or missing
+// apps, and the entries of jobs that no longer exist are left out. A job with a failover item,
+// launched now or backed off, holds its whole-job runs back.
+func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
+	w := Work{Apps: s.Apps, Ready: map[string]state.ReadyEntry{}, Failover: map[string][]state.FailoverEntry{}}
+	runningShard := map[taskid.Meta]bool{}
+	runningJob := map[string]bool{}
+	for _, r := range s.Running {
+		runningShard[r.Meta] = true
+		runningJob[r.Meta.JobName] = true
+	}
+	usable := func(name string) (config.Job, bool) {
+		j, ok := s.Jobs[name]
+		if !ok {
+			return j, false
+		}
+		_, appOK := s.Apps[j.AppName]
+		return j, appOK && !s.OffJobs[name] && !s.OffApps[j.AppName] && !s.Stopped[name]
+	}
+	failingJob := map[string]bool{}
+	for _, f := range s.Failovers {
+		if _, exists := s.Jobs[f.Meta.JobName]; !exists {
+			w.StaleFailover = append(w.StaleFailover, f.Meta)
+			continue
+		}
+		if _, ok := usable(f.Meta.JobName); !ok || runningShard[f.Meta] {
+			continue
+		}
+		failingJob[f.Meta.JobName] = true
+		if !due(f.Meta) {
+			continue
+		}
+		w.Failover[f.Meta.JobName] = append(w.Failover[f.Meta.JobName], f)
+	}
+	for _, name := range sortedKeys(w.Failover) {
+		j := s.Jobs[name]
+		g := Group(j, s.Apps[j.AppName])
+		for _, f := range w.Failover[name] {
+			g.Items = append(g.Items, f.Meta.Item)
+		}
+		w.Groups, w.Jobs = append(w.Groups, g), append(w.Jobs, j)
+	}
+	for _, r := range s.Ready {
+		if _, exists := s.Jobs[r.JobName]; !exists {
+			w.StaleReady = append(w.StaleReady, r.JobName)
+			continue
+		}
+		j, ok := usable(r.JobName)
+		if !ok || runningJob[r.JobName] || failingJob[r.JobName] {
+			continue
+		}
+		g := Group(j, s.Apps[j.AppName])
+		g.Integrity = true
+		for i := 0; i < j.ShardingTotalCount; i++ {
+			g.Items = append(g.Items, i)
+		}
+		w.Ready[r.JobName] = r
+		w.Groups, w.Jobs = append(w.Groups, g), append(w.Jobs, j)
+	}
+	return w
+}
+
+// Group is a job's binpack group, without its items.
+func Group(j config.Job, app config.App) binpack.Group {
+	return binpack.Group{Job: j.JobName, App: j.AppName, Total: j.ShardingTotalCount,
+		Need: binpack.Resources{CPUs: j.CPUCount, MemMB: j.MemoryMB}, Executor: binpack.Resources{CPUs: app.CPUCount, MemMB: app.MemoryMB},
+		Placement: j.Placement, Strategy: j.JobShardingStrategyType}
+}
+
+// Placement is one task to launch: its id (which names its agent) and its job.
+type Placement struct {
+	ID  taskid.ID
+	Job config.Job
+	App config.App
+}
+
+// Part is one job's share of a launch: its tasks and the queue entries they consume. A part
+// is written ahead whole or not at all.
+type Part struct {
+	Launch state.Launch
+	Tasks  []Placement
+}
+
+// Parts turns a placement into launch parts, one per job with a task placed. agents are the
+// agents Pack was given.
+func Parts(w Work, res binpack.Result, agents []binpack.Agent) []Part {
+	var parts []Part
+	for g, placed := range res.Placed {
+		job := w.Jobs[g]
+		group := w.Groups[g]
+		kind := taskid.Ready
+		if !group.Integrity {
+			kind = taskid.Failover
+		}
+		var p Part
+		for k, a := range placed {
+			if a < 0 {
+				continue
+			}
+			id := taskid.New(taskid.Meta{JobName: job.JobName, Item: group.Items[k]}, kind, agents[a].ID)
+			p.Tasks = append(p.Tasks, Placement{ID: id, Job: job, App: w.Apps[job.AppName]})
+			p.Launch.Tasks = append(p.Launch.Tasks, id)
+		}
+		if len(p.Tasks) == 0 {
+			continue
+		}
+		if group.Integrity {
+			p.Launch.Ready = append(p.Launch.Ready, w.Ready[job.JobName])
+		} else {
+			for _, f := range w.Failover[job.JobName] {
+				for k, a := range placed {
+					if a >= 0 && group.Items[k] == f.Meta.Item {
+						p.Launch.Failover = append(p.Launch.Failover, f)
+					}
+				}
+			}
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// Chunks splits parts into write-ahead multis of whole parts of at most max tasks each (a part
+// larger than max goes alone): ZooKeeper refuses a request over jute.maxbuffer (1 MB).
+func Chunks(parts []Part, max int) [][]Part {
+	var out [][]Part
+	for len(parts) > 0 {
+		n, tasks := 0, 0
+		for n < len(parts) && (n == 0 || tasks+len(parts[n].Tasks) <= max) {
+			tasks += len(parts[n].Tasks)
+			n++
+		}
+		out = append(out, parts[:n])
+		parts = parts[n:]
+	}
+	return out
+}
+
+// Unplaced sums, per job, why its shards found no room (the most agents that refused it for
+// each reason).
+func Unplaced(w Work, res binpack.Result) map[string]map[string]int {
+	reasons := map[string]map[string]int{}
+	for _, u := range res.Unplaced {
+		job := w.Jobs[u.Group].JobName
+		if reasons[job] == nil {
+			reasons[job] = map[string]int{}
+		}
+		for r, n := range u.Reasons {
+			reasons[job][r] = max(reasons[job][r], n)
+		}
+	}
+	return reasons
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,90 @@
+package plan
+
+import (
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// Facts is what the leader knows, from its model, of a status update's task.
+type Facts struct {
+	State     mesos.TaskState
+	JobFailed bool // a TASK_FAILED whose data says the job itself failed (not the infrastructure)
+	Job       config.Job
+	JobGone   bool // the job was deleted
+	Disabled  bool // the job or its app is disabled
+	Current   bool // the task is its shard's running task (the running node holds its id)
+}
+
+// Kind is what an update is, for the leader.
+type Kind int
+
+const (
+	// Heard: STAGING, STARTING or KILLING — the agent speaks of the task; nothing to write.
+	Heard Kind = iota
+	// Unreachable: the task counts as running until the unreachable timeout.
+	Unreachable
+	// Running: the shard's running task runs; nothing to write.
+	Running
+	// Kill: a running task that is not (or no longer) its shard's, or whose job is gone.
+	Kill
+	// End: the task ended; its running node goes, with Follow.
+	End
+)
+
+// Meaning is what an update means (SPEC §5.7).
+type Meaning struct {
+	Kind   Kind
+	Follow state.FollowUp
+	// Failed: an infrastructure failure of an existing job; it counts toward the shard's
+	// failover backoff and may stop the job.
+	Failed bool
+}
+
+// Decide says what an update means. FINISHED and the job's own failures end the task whatever
+// the job says; a killed DAEMON task is run again unless disabled; any other end (FAILED,
+// ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN) is an infrastructure failure, and
+// the shard of a failover-enabled or DAEMON job is queued for relaunch unless the job or its
+// app is disabled or the job is gone.
+func Decide(f Facts) Meaning {
+	switch f.State {
+	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
+		return Meaning{Kind: Heard}
+	case mesos.TASK_UNREACHABLE:
+		return Meaning{Kind: Unreachable}
+	case mesos.TASK_RUNNING:
+		if f.JobGone || !f.Current {
+			return Meaning{Kind: Kill}
+		}
+		return Meaning{Kind: Running}
+	case mesos.TASK_FINISHED:
+		return Meaning{Kind: End}
+	case mesos.TASK_FAILED:
+		if f.JobFailed {
+			return Meaning{Kind: End}
+		}
+	case mesos.TASK_KILLED:
+		if !f.JobGone && f.Job.JobExecutionType == config.Daemon && !f.Disabled {
+			return Meaning{Kind: End, Follow: state.Rerun}
+		}
+		return Meaning{Kind: End}
+	}
+	m := Meaning{Kind: End, Failed: !f.JobGone}
+	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled {
+		m.Follow = state.Failover
+	}
+	return m
+}
+
+// NeedsJob says whether Decide reads the job's config, disable state and running node for
+// this update: FINISHED and the job's own failures end the task whatever the job says.
+func NeedsJob(s mesos.TaskState, jobFailed bool) bool {
+	switch s {
+	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING, mesos.TASK_UNREACHABLE, mesos.TASK_FINISHED:
+		return false
+	case mesos.TASK_FAILED:
+		return !jobFailed
+	}
+	return true
+}
