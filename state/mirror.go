@@ -32,8 +32,8 @@ type mnode struct {
 	data     []byte
 	version  int32
 	children map[string]struct{}
-	parsed   atomic.Pointer[any]    // the config decoded from data, cached (data never changes in place)
-	encoded  atomic.Pointer[[]byte] // the decoded config encoded again (the API's JSON), cached
+	parsed   atomic.Pointer[any]      // the config decoded from data, cached (data never changes in place)
+	encoded  atomic.Pointer[[]byte]   // the decoded config encoded again (the API's JSON), cached
 	sorted   atomic.Pointer[[]string] // children's names in order, cached until they change
 }
 
