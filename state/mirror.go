@@ -151,6 +151,9 @@ type mirror struct {
 	mu      sync.RWMutex // guards base against the readers while a write applies
 	base    *layer
 
+	// loading is set while Mirror loads the model: extra sessions for the unwatched reads.
+	loading *loadReaders
+
 	suspectMu  sync.Mutex
 	suspect    map[string]bool // nodes whose last write's outcome is unknown
 	hasSuspect atomic.Bool
@@ -506,12 +509,18 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 		return nil, 0, nil, false, err
 	}
 	dataWatch, childWatch := s.mv.m.watched(p)
+	// A watch belongs to the session that set it, so watched reads go over the store's own
+	// connection; during a load the others are spread over the load's extra sessions.
+	conn := s.conn
+	if r := s.mv.m.loading; r != nil && !dataWatch && !childWatch {
+		conn = r.pick()
+	}
 	var st *zk.Stat
 	s.roundTrips.Add(1)
 	if dataWatch {
-		data, st, _, err = s.conn.GetW(p)
+		data, st, _, err = conn.GetW(p)
 	} else {
-		data, st, err = s.conn.Get(p)
+		data, st, err = conn.Get(p)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, nil, false, nil
@@ -524,7 +533,7 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 		if childWatch {
 			kids, _, _, err = s.conn.ChildrenW(p)
 		} else {
-			kids, _, err = s.conn.Children(p)
+			kids, _, err = conn.Children(p)
 		}
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, 0, nil, false, nil
@@ -693,12 +702,21 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 			overflow.Store(true) // handled below by reading every watched directory again
 		}
 	}})
-	var err error
-	for _, p := range []string{s.root + "/config", s.root + "/state", s.root + "/" + frameworkIDKey} {
-		if _, err = v.refresh(ctx, p, true); err != nil {
-			break
-		}
+	if r, err := s.openLoadReaders(ctx, loadReaderCount); err != nil {
+		// Slower, not wrong: every read then goes over the store's own session.
+		s.log.WithError(err).Warn("load the leader's model over one session")
+	} else {
+		m.loading = r
+		defer r.close()
 	}
+	// The subtrees are disjoint: the config's watched reads on our session overlap the
+	// state's unwatched ones on the extra sessions.
+	roots := []string{s.root + "/config", s.root + "/state", s.root + "/" + frameworkIDKey}
+	err := concurrently(len(roots), len(roots), func(i int) error {
+		_, err := v.refresh(ctx, roots[i], true)
+		return err
+	})
+	m.loading = nil
 	m.writeMu.Unlock()
 	if err != nil {
 		s.watchers.Store(nil)

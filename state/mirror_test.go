@@ -215,3 +215,28 @@ func TestMirrorReadsAgainWhatAWriteWithoutAnswerMayHaveChanged(t *testing.T) {
 		return err == nil && r.Count == 1
 	})
 }
+
+// The load reads the queues over extra sessions: with digest authentication they must
+// authenticate too, or the creator-only ACLs refuse them.
+func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	digest := func(c *state.Config) { c.Digest = "ejcloud:secret" }
+	other := openPlain(t, env, digest)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, other.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	must(t, other.CreateJob(ctx, testJob("run", "app")), "CreateJob")
+	must(t, other.AddReady(ctx, "job", true), "AddReady")
+	must(t, other.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{taskid.New(taskid.Meta{JobName: "run", Item: 0}, taskid.Ready, "S0")}}), "RecordLaunch")
+	mctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m, err := openPlain(t, env, digest).Mirror(mctx, nil)
+	must(t, err, "Mirror")
+	ready, err := m.Ready(ctx)
+	must(t, err, "Ready")
+	running, err := m.Running(ctx)
+	must(t, err, "Running")
+	if len(ready) != 1 || len(running) != 1 {
+		t.Fatalf("model: %d ready, %d running; want 1 and 1", len(ready), len(running))
+	}
+}

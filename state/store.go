@@ -70,6 +70,8 @@ type Store struct {
 // shared is the part of a Store that its fenced views share.
 type shared struct {
 	conn       *zk.Conn
+	servers    []string // for the extra sessions a load reads through (loadreaders.go)
+	digest     string
 	root       string
 	acl        []zk.ACL
 	queueLimit int
@@ -131,7 +133,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
 	}
 	sh = &shared{
-		conn: conn, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
+		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
 		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
 	}
 	close(ready)
