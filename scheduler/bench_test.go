@@ -106,13 +106,11 @@ func BenchmarkOfferCycle(b *testing.B) {
 // producer → REVIVE → OFFERS → cycle → write-ahead → ACCEPT → executor → update → scheduler.
 func BenchmarkTriggerToRunning(b *testing.B) {
 	running := make(chan time.Time, 16)
-	s := newSystem(b, 1, func(c *Config) {
-		c.updateSeen = func(st mesos.TaskStatus) {
-			if st.GetState() == mesos.TASK_RUNNING {
-				running <- time.Now()
-			}
+	s := newSystemWith(b, 1, hooks{updateSeen: func(st mesos.TaskStatus) {
+		if st.GetState() == mesos.TASK_RUNNING {
+			running <- time.Now()
 		}
-	})
+	}})
 	j := s.scriptJob("latency", 1, "")
 	if err := s.store.CreateJob(context.Background(), j); err != nil {
 		b.Fatal(err)
@@ -148,14 +146,12 @@ func BenchmarkFailoverRelaunch(b *testing.B) {
 		at    time.Time
 	}
 	updates := make(chan seen, 1024)
-	s := newSystem(b, 1, func(c *Config) {
-		c.updateSeen = func(st mesos.TaskStatus) {
-			select {
-			case updates <- seen{st.TaskID.Value, st.GetState(), time.Now()}:
-			default: // never block the leader; a lost sample fails the wait below
-			}
+	s := newSystemWith(b, 1, hooks{updateSeen: func(st mesos.TaskStatus) {
+		select {
+		case updates <- seen{st.TaskID.Value, st.GetState(), time.Now()}:
+		default: // never block the leader; a lost sample fails the wait below
 		}
-	})
+	}})
 	j := s.holdJob("fo", 1, "")
 	j.Failover = true
 	if err := s.store.CreateJob(context.Background(), j); err != nil {

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	mesos "github.com/mesos/mesos-go/api/v1/lib"
 )
 
 // Config is the scheduler's configuration: the flags of SPEC §2.
@@ -45,12 +43,6 @@ type Config struct {
 	// was elected leader, the scheduler exits (default 60s): a wrong --mesos-url fails fast.
 	// Each leadership term has its own budget; losses after a subscription are retried for ever.
 	MesosStartupTimeout time.Duration
-
-	// started, if set, is given the instance once it serves (tests use it).
-	started func(*instance)
-	// updateSeen, if set, is given every status update as the leader receives it, before it is
-	// recorded (the latency benchmark uses it).
-	updateSeen func(mesos.TaskStatus)
 }
 
 // Flags registers every flag on fs and returns the Config they fill.

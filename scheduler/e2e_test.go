@@ -48,6 +48,10 @@ type system struct {
 }
 
 func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
+	return newSystemWith(t, agents, hooks{}, change...)
+}
+
+func newSystemWith(t testing.TB, agents int, h hooks, change ...func(*Config)) *system {
 	env := statetest.StartZooKeeper(t)
 	rec := audit.NewRecorder(nil)
 	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents, o.OnStatusUpdate = agents, rec.Observe })
@@ -65,7 +69,7 @@ func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 	}
 	t.Cleanup(store.Close)
 	s := &system{t: t, env: env, mesos: c, store: store, dir: t.TempDir(), updates: rec}
-	s.sched = start(t, cfg)
+	s.sched = startWith(t, cfg, h)
 	t.Cleanup(func() {
 		if t.Failed() { // where every goroutine stood when the test gave up
 			buf := make([]byte, 8<<20)

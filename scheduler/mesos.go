@@ -52,6 +52,19 @@ type subscription struct {
 	heartbeat   time.Duration
 }
 
+// mesosAPI is the Mesos master as the leader uses it: SUBSCRIBE, which opens the event stream,
+// then calls on the subscription (its caller). Tests and benchmarks put fakes in its place.
+type mesosAPI interface {
+	subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error)
+}
+
+// httpMesos is the real master, over the v1 HTTP scheduler API at --mesos-url.
+type httpMesos struct{ cfg *Config }
+
+func (m httpMesos) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
+	return m.cfg.subscribe(ctx, frameworkID, webui)
+}
+
 // subscribe subscribes to the master (following leader redirects) and waits for SUBSCRIBED.
 func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
 	cli := httpcli.New(

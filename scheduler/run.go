@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/state"
@@ -25,6 +26,22 @@ import (
 // Run runs a scheduler instance until ctx ends, then stops cleanly and returns nil. A fatal
 // start-up error (ZooKeeper unreachable, address in use) is returned as one line naming it.
 func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
+	return run(ctx, cfg, log, hooks{})
+}
+
+// hooks are what tests and benchmarks put in place of, or beside, the real thing. The
+// production path passes none.
+type hooks struct {
+	// mesos replaces the Mesos master (default: its v1 HTTP scheduler API at cfg.MesosURL).
+	mesos mesosAPI
+	// started, if set, is given the instance once it serves.
+	started func(*instance)
+	// updateSeen, if set, is given every status update as the leader receives it, before it
+	// is recorded (the latency benchmarks use it).
+	updateSeen func(mesos.TaskStatus)
+}
+
+func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -54,7 +71,10 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 	if cfg.MesosStartupTimeout == 0 {
 		cfg.MesosStartupTimeout = time.Minute
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: newMetrics()}
+	if h.mesos == nil {
+		h.mesos = httpMesos{cfg: &cfg}
+	}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: newMetrics(), hooks: h}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -74,8 +94,8 @@ func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
 			cancel()
 		}
 	}()
-	if cfg.started != nil {
-		cfg.started(s)
+	if h.started != nil {
+		h.started(s)
 	}
 	log.WithFields(logrus.Fields{"http": "http://" + ln.Addr().String(), "zk": strings.Join(cfg.ZKServers, ","),
 		"namespace": cfg.ZKNamespace}).Info("scheduler started")
@@ -106,6 +126,7 @@ type instance struct {
 	api        http.Handler // the REST API, bound to the leader's fenced store
 
 	metrics *metrics
+	hooks   hooks
 }
 
 func (s *instance) status() (leader, subscribed bool) {

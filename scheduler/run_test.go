@@ -68,12 +68,14 @@ type running struct {
 	inst *instance
 }
 
-func start(t testing.TB, cfg Config) *running {
+func start(t testing.TB, cfg Config) *running { return startWith(t, cfg, hooks{}) }
+
+func startWith(t testing.TB, cfg Config, h hooks) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{cfg: cfg, stop: cancel, done: make(chan error, 1)}
 	started := make(chan *instance, 1)
-	cfg.started = func(i *instance) { started <- i }
-	go func() { r.done <- Run(ctx, cfg, quietLog()) }()
+	h.started = func(i *instance) { started <- i }
+	go func() { r.done <- run(ctx, cfg, quietLog(), h) }()
 	select {
 	case r.inst = <-started:
 	case err := <-r.done:

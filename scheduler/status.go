@@ -30,7 +30,7 @@ func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
 // effects on the leader's bookkeeping made, only after the multi that recorded it succeeded.
 // An update that could not be recorded is not acknowledged, so Mesos sends it again.
 func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
-	if seen := ld.cfg.updateSeen; seen != nil {
+	if seen := ld.inst.hooks.updateSeen; seen != nil {
 		for _, st := range sts {
 			seen(st)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
@@ -14,13 +15,28 @@ import (
 // connection's requests one at a time (read, process, reply), so a single session caps a
 // load at what that loop manages; the nodes the mirror does not watch (the queues) are read
 // over these instead, beside the watched reads on the store's own session.
-const loadReaderCount = 2
+const loadReaderCount = 3
 
 // loadReaders are short-lived sessions, with the store's servers and credentials, that a
 // load reads unwatched nodes through. They set no watches and hold no ephemeral nodes.
 type loadReaders struct {
 	conns []*zk.Conn
 	next  atomic.Uint64
+
+	mu      sync.Mutex
+	unarmed []armItem // watched nodes read without their watch, to arm after the load
+}
+
+// armItem is a watched node read during the load, with the version the load saw.
+type armItem struct {
+	path    string
+	version int32
+}
+
+func (r *loadReaders) readUnarmed(p string, version int32) {
+	r.mu.Lock()
+	r.unarmed = append(r.unarmed, armItem{p, version})
+	r.mu.Unlock()
 }
 
 func (r *loadReaders) pick() *zk.Conn {

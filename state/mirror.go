@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
 )
 
 // The leader's model (issue 14): a mirror of the namespace's config and state subtrees (and
@@ -153,6 +155,7 @@ type mirror struct {
 
 	// loading is set while Mirror loads the model: extra sessions for the unwatched reads.
 	loading *loadReaders
+	armed   chan struct{} // closed once the watches the load left unarmed are armed
 
 	suspectMu  sync.Mutex
 	suspect    map[string]bool // nodes whose last write's outcome is unknown
@@ -510,10 +513,21 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	}
 	dataWatch, childWatch := s.mv.m.watched(p)
 	// A watch belongs to the session that set it, so watched reads go over the store's own
-	// connection; during a load the others are spread over the load's extra sessions.
+	// connection. During a load every node's data is read over the load's extra sessions
+	// too, the config nodes' without their watch: those are armed after the load (arm), or
+	// one connection's ~14,000 reads a second would make 100,000 jobs take 7 s.
 	conn := s.conn
-	if r := s.mv.m.loading; r != nil && !dataWatch && !childWatch {
+	r := s.mv.m.loading
+	if r != nil && !childWatch {
 		conn = r.pick()
+		if dataWatch {
+			dataWatch = false
+			defer func() {
+				if exists && err == nil {
+					r.readUnarmed(p, version)
+				}
+			}()
+		}
 	}
 	var st *zk.Stat
 	s.roundTrips.Add(1)
@@ -684,7 +698,7 @@ func (s *Store) Commit(ctx context.Context) error {
 // onChange, if set, is told of every config or marker that changed by a watch; it must not
 // block. The mirror lives, and its watches are followed, until ctx ends.
 func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, error) {
-	m := &mirror{root: s.root, base: newLayer(nil)}
+	m := &mirror{root: s.root, base: newLayer(nil), armed: make(chan struct{})}
 	v := &Store{shared: s.shared, fence: s.fence, mv: &mirrorView{m: m}}
 	// The roots exist (ensureLayout); the FrameworkID may not.
 	m.base.put(s.root+"/config", &mnode{})
@@ -716,6 +730,10 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		_, err := v.refresh(ctx, roots[i], true)
 		return err
 	})
+	var armNow []armItem
+	if m.loading != nil {
+		armNow = m.loading.unarmed
+	}
 	m.loading = nil
 	m.writeMu.Unlock()
 	if err != nil {
@@ -723,7 +741,50 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		return nil, fmt.Errorf("load the leader's model: %w", err)
 	}
 	go v.follow(ctx, events, overflow, onChange)
+	go func() {
+		defer close(m.armed)
+		v.arm(ctx, armNow, events)
+	}()
 	return v, nil
+}
+
+// Watched is closed once every config node's watch is armed (or the mirror's ctx ended): from
+// then on others' changes reach the model within moments.
+func (s *Store) Watched() <-chan struct{} { return s.mv.m.armed }
+
+// arm sets the watches of the config nodes the load read without them. A node that changed
+// since the load read it (or went) is reported as if its watch had fired, so nothing changed
+// by someone else between the load and the watch is missed; after that the watch tells.
+func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) {
+	if len(items) == 0 {
+		return
+	}
+	start := time.Now()
+	err := concurrently(len(items), 64, func(i int) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.roundTrips.Add(1)
+		_, st, _, err := s.conn.GetW(items[i].path)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return fmt.Errorf("watch %s: %w", items[i].path, translate(err))
+		}
+		if err != nil || st.Version != items[i].version {
+			select {
+			case events <- items[i].path:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	log := s.log.WithFields(logrus.Fields{"watches": len(items), "took": time.Since(start).Round(time.Millisecond)})
+	if err != nil && ctx.Err() == nil {
+		// The model stays right for our own writes; others' changes to these configs are
+		// seen at the next takeover. Say so rather than hide it.
+		log.WithError(err).Warn("could not watch every config node: changes others make to them may go unseen")
+		return
+	}
+	log.Debug("config nodes watched")
 }
 
 // Change is a config or marker that someone changed, found by a watch.
