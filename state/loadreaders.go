@@ -11,11 +11,12 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// loadReaderCount is how many extra sessions a load opens. A ZooKeeper server serves one
+// loadReaderCount is how many extra sessions a load opens (6: 100,000 jobs load in 3.3 s here,
+// 3.9 s with 3; the ZooKeeper server, not the connections, is then the limit on 2 cores). A ZooKeeper server serves one
 // connection's requests one at a time (read, process, reply), so a single session caps a
 // load at what that loop manages; the nodes the mirror does not watch (the queues) are read
 // over these instead, beside the watched reads on the store's own session.
-const loadReaderCount = 3
+const loadReaderCount = 6
 
 // loadReaders are short-lived sessions, with the store's servers and credentials, that a
 // load reads unwatched nodes through. They set no watches and hold no ephemeral nodes.

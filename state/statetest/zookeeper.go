@@ -166,9 +166,15 @@ func (s *Server) Start() error {
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false",
-		"-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
+	// Tests want a server that starts fast (C1 only, a small serial heap). Benchmarks of the
+	// server's throughput want it as production runs it: EJCLOUD_ZK_JVM replaces these flags
+	// (e.g. "-Xmx1g", the JVM's defaults: full JIT, G1).
+	jvm := []string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+	if f := os.Getenv("EJCLOUD_ZK_JVM"); f != "" {
+		jvm = strings.Fields(f)
+	}
+	cmd := exec.Command("java", append(jvm, "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false",
+		"-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)...)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The JVM must not outlive the test binary, even if the binary is killed.
