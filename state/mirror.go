@@ -531,6 +531,18 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	}
 	var st *zk.Stat
 	s.roundTrips.Add(1)
+	if childWatch {
+		// The watched directories are layout nodes without data: one list, whose stat has
+		// the version (the queue roots' version is what admit checks).
+		kids, st, _, err = s.conn.ChildrenW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, 0, nil, false, nil
+		}
+		if err != nil {
+			return nil, 0, nil, false, fmt.Errorf("list %s: %w", p, translate(err))
+		}
+		return nil, st.Version, kids, true, nil
+	}
 	if dataWatch {
 		data, st, _, err = conn.GetW(p)
 	} else {
@@ -542,13 +554,9 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	if err != nil {
 		return nil, 0, nil, false, fmt.Errorf("read %s: %w", p, translate(err))
 	}
-	if st.NumChildren > 0 || childWatch {
+	if st.NumChildren > 0 {
 		s.roundTrips.Add(1)
-		if childWatch {
-			kids, _, _, err = s.conn.ChildrenW(p)
-		} else {
-			kids, _, err = conn.Children(p)
-		}
+		kids, _, err = conn.Children(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, 0, nil, false, nil
 		}
@@ -795,6 +803,10 @@ type Change struct {
 
 type watchFunc struct{ f func(zk.Event) }
 
+// followCoalesce is how long follow waits after a watch fires for more to fire, so that a
+// burst is read once; well within the second in which others' changes must be seen.
+const followCoalesce = 20 * time.Millisecond
+
 // follow reads again what the watches report, until ctx ends.
 func (s *Store) follow(ctx context.Context, events <-chan string, overflow *atomic.Bool, onChange func(Change)) {
 	defer s.watchers.Store(nil)
@@ -807,6 +819,13 @@ func (s *Store) follow(ctx context.Context, events <-chan string, overflow *atom
 			return
 		case p := <-events:
 			batch = append(batch, p)
+		}
+		// A burst of changes (every fire of a busy minute creates a ready node) fires the
+		// directory watches one after another: take them together, at a small delay.
+		select {
+		case <-time.After(followCoalesce):
+		case <-ctx.Done():
+			return
 		}
 	more:
 		for {
