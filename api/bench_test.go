@@ -82,6 +82,10 @@ func benchServer(b *testing.B, jobs int) (*httptest.Server, *state.Store) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// As the leader does once it has loaded the jobs (scheduler: loadJobs).
+	if _, err := model.JobsJSON(ctx); err != nil {
+		b.Fatal(err)
+	}
 	srv := httptest.NewServer(api.New(model, noScheduler{}, api.Config{Log: log}))
 	b.Cleanup(srv.Close)
 	return srv, model
