@@ -66,18 +66,19 @@ func BenchmarkOfferCycle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	model := benchModel(b, ctx, store)
 	rec := &recordingCaller{calls: map[scheduler.Call_Type]int{}}
-	ld := &leader{cfg: Config{}, log: quietLog(), store: store, work: make(chan struct{}, 1),
+	ld := &leader{cfg: Config{}, log: quietLog(), store: model, work: make(chan struct{}, 1),
 		executors: map[string]mesos.ExecutorInfo{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 		sub: &subscription{caller: rec, frameworkID: "fw-0000"}, inst: &instance{metrics: newMetrics()}}
-	ld.prod = producer.New(store, nil, ld.log, nil)
+	ld.prod = producer.New(model, nil, ld.log, nil)
 	offers := benchOffers(100)
 	var trips, launched uint64
 	var elapsed time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		for i := range jobs {
-			store.AddReady(ctx, fmt.Sprintf("job%03d", i), false)
+			model.AddReady(ctx, fmt.Sprintf("job%03d", i), false)
 		}
 		before := store.RoundTrips()
 		b.StartTimer()
@@ -86,11 +87,11 @@ func BenchmarkOfferCycle(b *testing.B) {
 		elapsed += time.Since(start)
 		b.StopTimer()
 		trips += store.RoundTrips() - before
-		running, _ := store.Running(ctx)
+		running, _ := model.Running(ctx)
 		launched += uint64(len(running))
 		for _, r := range running { // make room for the next cycle
 			id, _ := taskid.Parse(r.TaskID)
-			store.EndTask(ctx, id, state.NoFollowUp)
+			model.EndTask(ctx, id, state.NoFollowUp)
 		}
 		b.StartTimer()
 	}

@@ -86,6 +86,16 @@ func newSystemWith(t testing.TB, agents int, h hooks, change ...func(*Config)) *
 	if err := store.CreateApp(context.Background(), app); err != nil {
 		t.Fatal(err)
 	}
+	// Written behind the leader's back (as by an operator's tool): its model learns of it by
+	// a watch, within moments — wait for that, as an operator would.
+	await.True(t, 5*time.Second, "the leader's model has the app", func() bool {
+		ld, err := s.sched.inst.leaderState()
+		if err != nil {
+			return false
+		}
+		_, err = ld.store.App(context.Background(), "app")
+		return err == nil
+	})
 	return s
 }
 
