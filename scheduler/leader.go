@@ -55,10 +55,17 @@ type leader struct {
 // error only when Mesos removed the framework.
 func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	watched := make(chan struct{})
+	defer func() { cancel(); <-watched }() // this term's watcher ends before the next term begins
 	go func() {
+		defer close(watched)
 		select {
 		case <-l.Lost():
+			// Leadership is what ZooKeeper says, at once: /readyz and the API stop answering
+			// as leader now, not once the leader's work has unwound from a blocked call.
+			s.setLeader(false)
+			s.setSubscribed(false)
+			s.setLeaderState(nil, nil)
 			cancel() // stop all leader work at once, before any further launch
 		case <-ctx.Done():
 		}

@@ -2,13 +2,19 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/encoding"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
 func getBody(t *testing.T, addr, path string) string {
@@ -79,4 +85,51 @@ func TestOthersChangesReachTheLeaderWithinASecond(t *testing.T) {
 	await.True(t, time.Second, "the marker's removal", func() bool {
 		return strings.TrimSpace(getBody(t, addr, "/api/job/edited/disable")) == "false"
 	})
+}
+
+// stuckMesos subscribes at once, then never answers a call nor sends an event until release
+// is closed, and ignores cancellation meanwhile: the leader's work blocks in its first call,
+// as it can in an HTTP call or a ZooKeeper handshake to a hung server.
+type stuckMesos struct{ release chan struct{} }
+
+func (m stuckMesos) subscribe(context.Context, string, string) (*subscription, error) {
+	return &subscription{caller: m, resp: m, frameworkID: "fw-stuck", heartbeat: time.Hour}, nil
+}
+
+func (m stuckMesos) Call(context.Context, *scheduler.Call) (mesos.Response, error) {
+	<-m.release
+	return nil, errors.New("released")
+}
+
+func (m stuckMesos) Decode(encoding.Unmarshaler) error {
+	<-m.release
+	return io.EOF
+}
+
+func (m stuckMesos) Close() error { return nil }
+
+// Leadership is what ZooKeeper says, at once: cut off from ZooKeeper for longer than its
+// session timeout, the leader answers /readyz 503 within a second of losing the leadership,
+// even while its work is blocked in a call that does not return.
+func TestReadyzStopsSayingLeaderOnceTheLeadershipEnds(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	cfg := testConfig(t, env)
+	cfg.ZKServers, cfg.ZKSessionTimeout = []string{proxy.Addr}, 2*time.Second
+	stuck := stuckMesos{release: make(chan struct{})}
+	s := startWith(t, cfg, hooks{mesos: stuck})
+	t.Cleanup(func() { close(stuck.release) }) // before the scheduler stops (cleanups run last first)
+	await.True(t, 30*time.Second, "leads and is subscribed", func() bool {
+		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
+		return resp != nil && resp.StatusCode == http.StatusOK
+	})
+	proxy.Cut()
+	// The leadership ends one session timeout into the disconnection (state.Leadership).
+	await.True(t, cfg.ZKSessionTimeout+time.Second, "/readyz 503", func() bool {
+		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
+		return resp != nil && resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if leader, _ := s.inst.status(); leader {
+		t.Fatal("the instance still counts itself leader")
+	}
 }
