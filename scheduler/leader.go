@@ -46,6 +46,11 @@ type leader struct {
 
 	relaunch *relaunches // failures in a row per shard: failover backoff and stops
 
+	// confirm checks the leadership through a linearisable read before the leader acts on
+	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a
+	// leader without an election.
+	confirm func(context.Context) error
+
 	mu       sync.Mutex // guards unplaced and idle, read by the API
 	unplaced map[string]map[string]int
 	idle     map[string]bool
@@ -88,6 +93,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
 		relaunch: newRelaunches(s.cfg.FailoverBackoffMin, s.cfg.FailoverBackoffMax),
+		confirm:  l.Confirm,
 	}
 	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
@@ -157,6 +163,14 @@ func (ld *leader) followChanges(ctx context.Context, changed <-chan state.Change
 	}
 }
 
+// confirmed is ld.confirm, if there is one.
+func (ld *leader) confirmed(ctx context.Context) error {
+	if ld.confirm == nil {
+		return nil
+	}
+	return ld.confirm(ctx)
+}
+
 func (ld *leader) poke() {
 	select {
 	case ld.work <- struct{}{}:
@@ -207,6 +221,11 @@ func (ld *leader) session(ctx context.Context) error {
 	// inside one call); the bound must not outlive the handshake, or it would cut the stream.
 	// The budget counts from the election, not from process start: a standby may have waited
 	// for hours, and it must get the same chance to reach Mesos as a fresh instance.
+	// A server cut off from the quorum can show this instance's expired election node as
+	// present: never take the framework's Mesos connection on its word alone.
+	if err := ld.confirmed(ctx); err != nil {
+		return subscribeFailed{fmt.Errorf("confirm the leadership before subscribing: %w", err)}
+	}
 	streamCtx, endStream := context.WithCancel(ctx)
 	defer endStream()
 	var budget *time.Timer

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -135,6 +136,12 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			}
 		}, nil
 	case plan.Kill:
+		// The kill is decided on a read, and no fenced write stands between it and Mesos:
+		// confirm the leadership first, or a leader misled by a stale server could kill the
+		// real leader's task. Unconfirmed, the update stays unacknowledged and comes again.
+		if err := ld.confirmed(ctx); err != nil {
+			return nil, fmt.Errorf("confirm the leadership before killing: %w", err)
+		}
 		return func() {
 			heard()
 			delete(ld.unreachable, tid)

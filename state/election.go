@@ -61,6 +61,33 @@ func (l *Leadership) end(err error) {
 	}
 }
 
+// Confirm checks, through a linearisable read (sync, then read, ZooKeeper's recipe), that the
+// election node still exists at the leadership's version: a server cut off from the quorum
+// may still show an expired node, and a leader must not act on Mesos (subscribe, kill) on its
+// word. It returns ErrNotLeader when the node is gone or another's, and the read's error when
+// ZooKeeper cannot answer.
+func (l *Leadership) Confirm(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	s := l.store
+	s.roundTrips.Add(2)
+	if _, err := s.conn.Sync(l.path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("sync %s: %w", l.path, translate(err))
+	}
+	ok, st, err := s.conn.Exists(l.path)
+	if err != nil {
+		return fmt.Errorf("confirm the election node %s: %w", l.path, translate(err))
+	}
+	if !ok || s.fence == nil || st.Version != s.fence.Version || st.EphemeralOwner != s.conn.SessionID() {
+		return fmt.Errorf("%w: election node %s is gone or not ours", ErrNotLeader, l.path)
+	}
+	return nil
+}
+
 // Resign ends the leadership and deletes the election node, so that the next candidate leads
 // at once.
 func (l *Leadership) Resign(ctx context.Context) {

@@ -206,3 +206,24 @@ func candidates(t *testing.T, env statetest.Env) int {
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
+
+// Confirm is a linearisable check of the leadership: it holds while the election node is
+// ours, and says ErrNotLeader the moment the node is gone — even before the Leadership's own
+// watch has noticed, which is what keeps a leader from acting on Mesos on a stale word.
+func TestConfirmChecksTheElectionNodeThroughASyncedRead(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a := open(t, env, withTimeout)
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:1")
+	must(t, la.Confirm(ctx), "Confirm of a live leadership")
+
+	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	must(t, err, "zk.Connect")
+	defer raw.Close()
+	await.True(t, 10*time.Second, "operator's delete of the election node", func() bool {
+		return raw.Delete(la.Path(), -1) == nil
+	})
+	mustIs(t, la.Confirm(ctx), state.ErrNotLeader, "Confirm right after the node was deleted")
+	<-la.Lost()
+	mustIs(t, la.Confirm(ctx), state.ErrNotLeader, "Confirm once the leadership ended")
+}
