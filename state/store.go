@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"sort"
 	"strings"
@@ -118,7 +119,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	var sh *shared
 	ready := make(chan struct{})
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
+		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(cfg.SessionTimeout)),
 		zk.WithEventCallback(func(ev zk.Event) {
 			sess.observe(ev)
 			if ev.Type == zk.EventSession {
@@ -487,3 +488,36 @@ type zkLogger struct{ log logrus.FieldLogger }
 func (l zkLogger) Printf(format string, args ...any) {
 	l.log.WithField("component", "zk").Debugf(format, args...)
 }
+
+// boundedDialer dials ZooKeeper servers through connections whose deadlines are never further
+// away than go-zookeeper's own read timeout (2/3 of the session timeout). go-zookeeper v1.0.4
+// gives the connect handshake ten times that (conn.go: recvTimeout * 10), so a server that
+// accepts TCP but does not answer — a SIGSTOPped or frozen member, whose kernel still accepts —
+// held a client for 33 s with a 5 s session, longer than the session itself. Bounded, the
+// client gives up on it in 3.3 s and tries the next member.
+func boundedDialer(sessionTimeout time.Duration) zk.Dialer {
+	limit := sessionTimeout * 2 / 3
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return boundedConn{Conn: c, limit: limit}, nil
+	}
+}
+
+type boundedConn struct {
+	net.Conn
+	limit time.Duration
+}
+
+func (c boundedConn) bound(t time.Time) time.Time {
+	if max := time.Now().Add(c.limit); !t.IsZero() && t.After(max) {
+		return max
+	}
+	return t
+}
+
+func (c boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
+func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
+func (c boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }
