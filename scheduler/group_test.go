@@ -11,6 +11,7 @@ import (
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -199,4 +200,64 @@ func TestUpdatesNotWrittenAreNotAcknowledgedAndRecordedOnceWhenResent(t *testing
 	if s := w.ld.relaunch.shards[w.tasks[1].Meta]; s == nil || s.failures != 1 {
 		t.Fatalf("shard 1's failures: %+v; want 1", s)
 	}
+}
+
+// The reply to the group's multi is lost with a connection that breaks (ZooKeeper applied it):
+// once the client has reconnected, the leader reads back what the multi did and records the
+// updates again — each exactly once — and acknowledges them without waiting for Mesos to send
+// them again.
+func TestAGroupWhoseReplyIsLostIsAppliedOnce(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	w.proxy.DropReplies()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.ld.updates(ctx, []mesos.TaskStatus{
+			upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+			upd(w.tasks[1], mesos.TASK_LOST, "u1"),
+		})
+		// A lone update too, whose multi has no group to fall back from.
+		w.proxy.DropReplies()
+		w.ld.updates(ctx, []mesos.TaskStatus{upd(w.tasks[2], mesos.TASK_LOST, "u2")})
+	}()
+	await.True(t, 10*time.Second, "ZooKeeper applied the group", func() bool {
+		running, _ := w.queues(t)
+		return len(running) == 1
+	})
+	w.proxy.Cut() // the reply is lost with the connection
+	await.True(t, 10*time.Second, "the leader's client saw the connection break", func() bool {
+		return w.ld.store.AwaitSession(cancelled()) != nil
+	})
+	w.proxy.Restore()
+	await.True(t, 10*time.Second, "ZooKeeper applied the lone update", func() bool {
+		running, _ := w.queues(t)
+		return len(running) == 0
+	})
+	w.proxy.Cut()
+	await.True(t, 10*time.Second, "the leader's client saw the connection break again", func() bool {
+		return w.ld.store.AwaitSession(cancelled()) != nil
+	})
+	w.proxy.Restore()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the updates were not recorded after the connection came back")
+	}
+	if n := w.mesos.count(); n != 3 {
+		t.Fatalf("%d updates acknowledged; want all 3, from the one delivery", n)
+	}
+	running, failover := w.queues(t)
+	if len(running) != 0 || fmt.Sprint(failover) != "[fo@-@1 fo@-@2]" {
+		t.Fatalf("ZooKeeper: running %v, failover %v; want none running and [fo@-@1 fo@-@2], each once", running, failover)
+	}
+	if r, _ := w.ld.store.Running(ctx); len(r) != 0 {
+		t.Fatalf("the model has %d running; want none, as ZooKeeper", len(r))
+	}
+}
+
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

@@ -71,6 +71,16 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		if took == 1 && errors.Is(err, state.ErrConflict) && attempt < conflictRetries {
 			return ld.recordGroupTry(ctx, sts[:1], attempt+1)
 		}
+		// A broken connection is not a failure while the session lives: once the client has
+		// reconnected, record them again on what ZooKeeper holds (the model reads back what
+		// the lost multi may have done first, so each is recorded once).
+		if errors.Is(err, state.ErrUnavailable) && attempt < conflictRetries && ld.store.AwaitSession(ctx) == nil {
+			ld.log.WithError(err).WithField("updates", took).Info("ZooKeeper connection back; recording the updates again")
+			for n := 0; n < took; {
+				n += ld.recordGroupTry(ctx, sts[n:took], attempt+1)
+			}
+			return took
+		}
 		if took == 1 {
 			ld.log.WithError(err).WithField("task", sts[0].TaskID.Value).Warn("status update not recorded; not acknowledging it")
 			return took

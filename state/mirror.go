@@ -302,7 +302,16 @@ func (s *Store) settleLocked(ctx context.Context) error {
 	m.suspectMu.Unlock()
 	sort.Strings(paths) // parents first
 	for _, p := range paths {
-		if _, err := s.refresh(ctx, p, true); err != nil {
+		_, err := s.refresh(ctx, p, true)
+		for errors.Is(err, ErrUnavailable) {
+			// A broken connection is not a failed read while the session lives: wait for
+			// the client to reconnect, then read again.
+			if werr := s.AwaitSession(ctx); werr != nil {
+				break
+			}
+			_, err = s.refresh(ctx, p, true)
+		}
+		if err != nil {
 			return fmt.Errorf("read again what a failed write may have changed: %w", err)
 		}
 		m.suspectMu.Lock()

@@ -67,31 +67,43 @@ func conflictIfExists(err error) error {
 func (s *Store) AddReady(ctx context.Context, job string, misfire bool) error {
 	p := s.path(readyDir, job)
 	err := retry(ctx, func() error {
-		n, err := s.get(ctx, p)
-		if err != nil {
-			return err
+		err := s.addReady(ctx, p, misfire)
+		// Without misfire a fire sets the count to 1: after a broken connection, whatever the
+		// lost multi did, doing it again on what ZooKeeper now holds (the model reads the node
+		// again first) applies it exactly once. With misfire the count grows by one, and a
+		// lost multi that did apply cannot be told apart: that error is returned.
+		for !misfire && errors.Is(err, ErrUnavailable) && s.AwaitSession(ctx) == nil {
+			err = s.addReady(ctx, p, misfire)
 		}
-		if !n.exists {
-			admit, err := s.admit(ctx, readyDir)
-			if err != nil {
-				return err
-			}
-			return conflictIfExists(s.multi(ctx, admit, s.createOp(p, []byte("1"))))
-		}
-		count := s.parseCount(p, n.data)
-		next := 1
-		if misfire {
-			next = count + 1
-		}
-		if next == count {
-			return nil
-		}
-		return s.multi(ctx, setOp(p, []byte(strconv.Itoa(next)), n.version))
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("add job %q to ready queue: %w", job, err)
 	}
 	return nil
+}
+
+func (s *Store) addReady(ctx context.Context, p string, misfire bool) error {
+	n, err := s.get(ctx, p)
+	if err != nil {
+		return err
+	}
+	if !n.exists {
+		admit, err := s.admit(ctx, readyDir)
+		if err != nil {
+			return err
+		}
+		return conflictIfExists(s.multi(ctx, admit, s.createOp(p, []byte("1"))))
+	}
+	count := s.parseCount(p, n.data)
+	next := 1
+	if misfire {
+		next = count + 1
+	}
+	if next == count {
+		return nil
+	}
+	return s.multi(ctx, setOp(p, []byte(strconv.Itoa(next)), n.version))
 }
 
 // parseCount reads a ready count. Garbage counts as one pending run, so that a damaged node

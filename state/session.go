@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -68,6 +69,33 @@ func (s *session) waitConnected(ctx context.Context) error {
 		}
 		select {
 		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// AwaitSession waits while the connection is down and the session may still live: it returns
+// nil once connected, and ErrUnavailable once the connection has been down for a whole session
+// timeout (the server may have expired the session by then) or when the session expired.
+// Requests that failed for a broken connection can then be made again on the same session.
+func (s *Store) AwaitSession(ctx context.Context) error {
+	_, _, expiries, _ := s.sess.snapshot()
+	for {
+		connected, since, n, changed := s.sess.snapshot()
+		switch {
+		case n != expiries:
+			return fmt.Errorf("%w: the session expired", ErrUnavailable)
+		case connected:
+			return nil
+		}
+		left := s.timeout - time.Since(since)
+		if left <= 0 {
+			return fmt.Errorf("%w: disconnected for longer than the session timeout", ErrUnavailable)
+		}
+		select {
+		case <-changed:
+		case <-time.After(left):
 		case <-ctx.Done():
 			return ctx.Err()
 		}

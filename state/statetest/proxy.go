@@ -1,7 +1,6 @@
 package statetest
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -14,8 +13,9 @@ type Proxy struct {
 
 	target string
 	ln     net.Listener
-	mu     sync.Mutex // guards cut and conns
+	mu     sync.Mutex // guards cut, drop and conns
 	cut    bool
+	drop   bool // replies from the server are read and thrown away
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -47,7 +47,7 @@ func (p *Proxy) Cut() {
 // Restore lets connections through again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.cut = false
+	p.cut, p.drop = false, false
 	p.mu.Unlock()
 }
 
@@ -94,14 +94,40 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.pipe(in, out, true) // the server's replies
+		go p.pipe(out, in, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !(replies && p.dropping()) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	p.untrack(dst)
 	p.untrack(src)
+}
+
+func (p *Proxy) dropping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drop
+}
+
+// DropReplies lets requests through to the server but throws its replies away, until Cut or
+// Restore: a request then takes effect while its client never learns it did — the reply lost
+// with a connection that breaks.
+func (p *Proxy) DropReplies() {
+	p.mu.Lock()
+	p.drop = true
+	p.mu.Unlock()
 }
