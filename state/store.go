@@ -160,6 +160,10 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 // Close ends the session; its ephemeral nodes (an election node) go at once.
 func (s *Store) Close() { s.conn.Close() }
 
+// Server returns the address of the ZooKeeper server the session is connected to, or is
+// trying to connect to.
+func (s *Store) Server() string { return s.conn.Server() }
+
 // RoundTrips counts the ZooKeeper requests this Store and its views have made.
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
 

@@ -37,11 +37,21 @@ type Server struct {
 
 	dir    string
 	port   int
-	mu     sync.Mutex // guards cmd and done
+	mu     sync.Mutex // guards cmd, done and paused
 	cmd    *exec.Cmd
 	done   chan struct{}
+	paused bool
 	output *tailBuffer
+
+	// A member of an ensemble (ensemble.go) has an id, the ensemble's server.N lines and its
+	// timing; a standalone server has none of these.
+	id     int
+	peers  string
+	timing string
 }
+
+// standaloneTiming: a short tick lets tests use session timeouts of a few hundred milliseconds.
+const standaloneTiming = "tickTime=100\ninitLimit=10\nsyncLimit=5\n"
 
 var shared struct {
 	once sync.Once
@@ -158,11 +168,21 @@ func (s *Server) Start() error {
 		return err
 	}
 	cfg := filepath.Join(s.dir, "zoo.cfg")
-	// A short tick lets tests use session timeouts of a few hundred milliseconds.
-	conf := fmt.Sprintf("tickTime=100\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\n"+
+	timing, main := s.timing, "org.apache.zookeeper.server.ZooKeeperServerMain"
+	if timing == "" {
+		timing = standaloneTiming
+	}
+	conf := fmt.Sprintf("%sdataDir=%s\nclientPort=%d\n"+
 		"clientPortAddress=127.0.0.1\nminSessionTimeout=200\nmaxSessionTimeout=60000\n"+
 		"admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=0\n"+
-		"snapCount=100000\nautopurge.purgeInterval=0\n", data, s.port)
+		"snapCount=100000\nautopurge.purgeInterval=0\n", timing, data, s.port)
+	if s.peers != "" {
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintf("%d\n", s.id)), 0o644); err != nil {
+			return err
+		}
+		conf += s.peers
+		main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -174,7 +194,7 @@ func (s *Server) Start() error {
 		jvm = strings.Fields(f)
 	}
 	cmd := exec.Command("java", append(jvm, "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false",
-		"-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)...)
+		"-cp", cp, main, cfg)...)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The JVM must not outlive the test binary, even if the binary is killed.
@@ -185,11 +205,13 @@ func (s *Server) Start() error {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	s.mu.Lock()
-	s.cmd, s.done, s.output = cmd, done, out
+	s.cmd, s.done, s.output, s.paused = cmd, done, out, false
 	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if ruok(s.Addr) {
+		// A member of an ensemble answers ruok before it has joined a quorum; it serves once
+		// srvr tells its mode.
+		if s.peers == "" && ruok(s.Addr) || s.peers != "" && s.Mode() != "" {
 			return nil
 		}
 		select {
@@ -208,13 +230,64 @@ func (s *Server) Start() error {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
-	s.cmd = nil
+	s.cmd, s.paused = nil, false
 	s.mu.Unlock()
 	if cmd == nil {
 		return
 	}
+	// A paused JVM is resumed first, so that nothing of it stays stopped in the process group.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-done
+}
+
+// Pause stops the server's JVM (SIGSTOP), as a long GC pause or a frozen VM does: its kernel
+// still accepts connections, and nothing answers. Resume or Stop ends it.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.paused {
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGSTOP)
+		s.paused = true
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.paused {
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT)
+		s.paused = false
+	}
+}
+
+// Paused says the server is paused.
+func (s *Server) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
+// Mode is what the server's srvr says of its role: "leader", "follower" or "standalone"; ""
+// when it does not answer within a second or is not serving (an ensemble member out of quorum).
+func (s *Server) Mode() string {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "srvr"); err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	return ""
 }
 
 func ruok(addr string) bool {

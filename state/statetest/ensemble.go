@@ -1,0 +1,151 @@
+package statetest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Ensemble is a ZooKeeper ensemble of the test's own, as production runs it: n servers of
+// Debian's package (QuorumPeerMain) on loopback, each with its own client, quorum and election
+// port and its own data directory. Every member is killed when the test ends, paused ones
+// included.
+type Ensemble struct {
+	members []*Server
+}
+
+// Timing is an ensemble's tickTime, initLimit and syncLimit. Followers give up a leader that
+// does not answer after SyncLimit ticks, and only then elect another.
+type Timing struct {
+	Tick                 time.Duration
+	InitLimit, SyncLimit int
+}
+
+// FastTiming lets an ensemble elect and notice a dead leader within a second: tickTime=100,
+// initLimit=20 (2 s to sync a follower), syncLimit=5 (a silent leader is given up after 0.5 s).
+var FastTiming = Timing{Tick: 100 * time.Millisecond, InitLimit: 20, SyncLimit: 5}
+
+// ProductionTiming is the timing of the zoo.cfg Debian ships (and ZooKeeper's sample config):
+// tickTime=2000, initLimit=10, syncLimit=5, so a hung leader is given up after 10 s.
+var ProductionTiming = Timing{Tick: 2 * time.Second, InitLimit: 10, SyncLimit: 5}
+
+func (tm Timing) conf() string {
+	return fmt.Sprintf("tickTime=%d\ninitLimit=%d\nsyncLimit=%d\n", tm.Tick.Milliseconds(), tm.InitLimit, tm.SyncLimit)
+}
+
+// StartEnsemble starts an ensemble of n servers with FastTiming and waits until every member
+// serves and one leads. It fails the test if it cannot.
+func StartEnsemble(t testing.TB, n int) *Ensemble {
+	t.Helper()
+	return StartEnsembleWith(t, n, FastTiming)
+}
+
+// StartEnsembleWith starts an ensemble of n servers with the given timing.
+func StartEnsembleWith(t testing.TB, n int, tm Timing) *Ensemble {
+	t.Helper()
+	var err error
+	for range 3 { // a free port can be taken between our probe and the JVM's bind
+		var e *Ensemble
+		if e, err = startEnsemble(t.TempDir(), n, tm); err == nil {
+			t.Cleanup(e.Stop)
+			return e
+		}
+	}
+	t.Fatalf("start a ZooKeeper ensemble of %d: %v", n, err)
+	return nil
+}
+
+func startEnsemble(dir string, n int, tm Timing) (*Ensemble, error) {
+	e := &Ensemble{}
+	var peers strings.Builder
+	for i := range n {
+		ports := make([]int, 3)
+		for k := range ports {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			ports[k] = p
+		}
+		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[1], ports[2])
+		e.members = append(e.members, &Server{dir: filepath.Join(dir, fmt.Sprint(i+1)), port: ports[0],
+			Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), id: i + 1, timing: tm.conf()})
+	}
+	// Members are started together: each waits for a quorum, which needs the others up.
+	errs := make(chan error, n)
+	for _, m := range e.members {
+		m.peers = peers.String()
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			return nil, err
+		}
+		go func() { errs <- m.Start() }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = e.awaitLeader(60 * time.Second)
+	}
+	if first != nil {
+		e.Stop()
+		return nil, first
+	}
+	return e, nil
+}
+
+func (e *Ensemble) awaitLeader(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for e.Leader() < 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no member of the ensemble %v reports Mode: leader within %v", e.Servers(), d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// Servers returns the members' client addresses, in member order.
+func (e *Ensemble) Servers() []string {
+	out := make([]string, len(e.members))
+	for i, m := range e.members {
+		out[i] = m.Addr
+	}
+	return out
+}
+
+// Member returns the i-th member (from 0), to Stop, Start, Pause or Resume it.
+func (e *Ensemble) Member(i int) *Server { return e.members[i] }
+
+// Index returns the index of the member at client address addr, or -1.
+func (e *Ensemble) Index(addr string) int {
+	for i, m := range e.members {
+		if m.Addr == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// Leader returns the index of the member whose srvr says it leads the quorum, or -1 if none
+// does. A paused member is not asked: it would not answer, and its own view is stale.
+func (e *Ensemble) Leader() int {
+	for i, m := range e.members {
+		if !m.Paused() && m.Mode() == "leader" {
+			return i
+		}
+	}
+	return -1
+}
+
+// Stop kills every member (resuming paused ones first) and waits for them to exit.
+func (e *Ensemble) Stop() {
+	for _, m := range e.members {
+		m.Stop()
+	}
+}
