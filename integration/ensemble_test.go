@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/integration/audit"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+// A leader and a standby over a 3-server ensemble with Debian's timing (tickTime=2000,
+// syncLimit=5: followers give up a silent quorum leader after 10 s) and a 5 s session; one
+// TRANSIENT job fires every 2 s. The quorum leader is frozen (SIGSTOP) for 20 s, then resumed.
+// No shard may run twice, overlap or be lost (the side-effect audit); the test reports the fire
+// slots that got no run, when ZooKeeper had a new leader and when the job was back on time, and
+// fails if the job is not back on time within 25 s of the fault (issue 23's bound for a hung
+// quorum leader).
+func TestEnsembleQuorumLeaderHangs(t *testing.T) {
+	const (
+		every   = 2 * time.Second
+		expr    = "*/2 * * * * ?"
+		hang    = 20 * time.Second
+		onTime  = 1500 * time.Millisecond // a run that starts this soon after its fire is on time
+		backBy  = 25 * time.Second
+		session = "5s"
+	)
+	e := statetest.StartEnsembleWith(t, 3, statetest.ProductionTiming)
+	w := &world{zk: statetest.Env{Servers: e.Servers(), Namespace: "ejcloud"}, mesos: startMesos(t, 2), dir: t.TempDir()}
+	a := startScheduler(t, w.zk, w.mesos, "--zk-session-timeout", session)
+	leaderOf(t, a)
+	b := startScheduler(t, w.zk, w.mesos, "--zk-session-timeout", session)
+	a.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	job := w.jobJSON("ens", 2, expr, true, "")
+	audited := cronJob(t, "ens", 2, expr)
+	a.must(t, 204, "POST", "/api/job/register", job)
+	await.True(t, 30*time.Second, "the job runs on three fires", func() bool { return len(w.runs("ens")["0"]) >= 3 })
+
+	zkLeader := e.Leader()
+	if zkLeader < 0 {
+		t.Fatal("no ZooKeeper member leads before the fault")
+	}
+	e.Member(zkLeader).Pause()
+	fault := time.Now()
+	t.Logf("fault: SIGSTOP of ZooKeeper member %d (quorum leader) for %v", zkLeader, hang)
+	var reelected time.Duration
+	leads := map[*scheduler]bool{a: true}
+	names := map[*scheduler]string{a: "first", b: "standby"}
+	for time.Since(fault) < hang {
+		if reelected == 0 && e.Leader() >= 0 {
+			reelected = time.Since(fault)
+			t.Logf("%v: ZooKeeper member %d leads", reelected.Round(100*time.Millisecond), e.Leader())
+		}
+		for _, s := range []*scheduler{a, b} {
+			if l := s.leads(); l != leads[s] {
+				leads[s] = l
+				t.Logf("%v: %s scheduler /readyz: leads=%v", time.Since(fault).Round(100*time.Millisecond), names[s], l)
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the sampling rhythm of the observation, not a wait
+	}
+	e.Member(zkLeader).Resume()
+	resumed := time.Since(fault)
+	t.Logf("%v: member %d resumed", resumed.Round(100*time.Millisecond), zkLeader)
+
+	// Back on time: the first of a run of on-time fires that lasts to the end of the test.
+	var back time.Duration
+	await.True(t, backBy+10*time.Second-time.Since(fault), "the job back on time for three fires", func() bool {
+		back = backOnTime(w, "ens", fault, every, onTime, 3)
+		return back >= 0
+	})
+	end := time.Now()
+	l := leaderOf(t, a, b)
+	stopFires(t, l, job)
+	quiet(t, l, "ens")
+
+	missed := missedFires(w, "ens", audited.Since, end, every, onTime)
+	var during []string
+	for _, f := range missed {
+		during = append(during, fmt.Sprintf("%+.1fs", f.Sub(fault).Seconds()))
+	}
+	reel := "not within the hang"
+	if reelected > 0 {
+		reel = reelected.Round(100 * time.Millisecond).String()
+	}
+	t.Logf("ZooKeeper re-elected after %s; fire slots without an on-time run: %d %v (relative to the fault); "+
+		"back on time %v after the fault began (%v after the hung member resumed)",
+		reel, len(missed), during, back.Round(100*time.Millisecond), (back - resumed).Round(100*time.Millisecond))
+	mustAudit(t, w, audited)
+	if back > backBy {
+		t.Errorf("the job was back on time %v after the fault began; want within %v", back.Round(100*time.Millisecond), backBy)
+	}
+}
+
+// runStarts returns when the runs of a job's scripts started, in order.
+func runStarts(w *world, job string) []time.Time {
+	recs, _ := audit.ReadEffects(w.effects())
+	var out []time.Time
+	for _, r := range recs {
+		if r.Kind == "start" && strings.HasPrefix(r.TaskID, job+"@-@") {
+			out = append(out, r.At)
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Before(out[k]) })
+	return out
+}
+
+// slotsOf returns the fire slots (multiples of every) in [from, to).
+func slotsOf(from, to time.Time, every time.Duration) []time.Time {
+	var out []time.Time
+	for f := from.Truncate(every).Add(every); f.Before(to); f = f.Add(every) {
+		out = append(out, f)
+	}
+	return out
+}
+
+// startedOnTime says a run of the job started within onTime of fire f.
+func startedOnTime(starts []time.Time, f time.Time, onTime time.Duration) bool {
+	for _, s := range starts {
+		if !s.Before(f) && s.Sub(f) < onTime {
+			return true
+		}
+	}
+	return false
+}
+
+// backOnTime returns how long after from the job's last unbroken run of on-time fires began,
+// once it is at least n fires long; -1 before.
+func backOnTime(w *world, job string, from time.Time, every, onTime time.Duration, n int) time.Duration {
+	starts := runStarts(w, job)
+	// The last slot may still be launching: judge the slots whose on-time window has passed.
+	slots := slotsOf(from, time.Now().Add(-onTime), every)
+	streak := 0
+	for k := len(slots) - 1; k >= 0 && startedOnTime(starts, slots[k], onTime); k-- {
+		streak++
+	}
+	if streak < n {
+		return -1
+	}
+	return slots[len(slots)-streak].Sub(from)
+}
+
+// missedFires returns the fire slots in (from, to) in which no run of the job started on time.
+func missedFires(w *world, job string, from, to time.Time, every, onTime time.Duration) []time.Time {
+	starts := runStarts(w, job)
+	var out []time.Time
+	for _, f := range slotsOf(from, to, every) {
+		if !startedOnTime(starts, f, onTime) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
