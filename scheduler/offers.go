@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -197,7 +199,7 @@ func (ld *leader) snapshot(ctx context.Context) (plan.Snapshot, error) {
 	for _, f := range s.Failovers {
 		queued[f.Meta.JobName] = true
 	}
-	if s.Jobs, err = ld.store.JobsNamed(ctx, sortedKeys(queued)); err != nil {
+	if s.Jobs, err = ld.store.JobsNamed(ctx, slices.Sorted(maps.Keys(queued))); err != nil {
 		return s, err
 	}
 	apps, err := ld.store.Apps(ctx)
@@ -251,13 +253,4 @@ func (s *instance) Unplaced() map[string]map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

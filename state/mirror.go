@@ -593,17 +593,24 @@ func (m *mirror) watched(p string) (data, children bool) {
 	return false, false
 }
 
-// mirroredNode returns p from the view as a node, with its mirrored node for caching.
-func (s *Store) mirroredNode(ctx context.Context, p string) (node, *mnode, error) {
+// mirrorRead runs f on the view's layer under the base's read lock, once the nodes a failed
+// write left suspect have been read again: a read never answers from a guess.
+func (s *Store) mirrorRead(ctx context.Context, f func(l *layer)) error {
 	if err := ctx.Err(); err != nil {
-		return node{}, nil, err
+		return err
 	}
 	if err := s.settle(ctx); err != nil {
-		return node{}, nil, err
+		return err
 	}
+	s.mv.read(f)
+	return nil
+}
+
+// mirroredNode returns p from the view as a node, with its mirrored node for caching.
+func (s *Store) mirroredNode(ctx context.Context, p string) (node, *mnode, error) {
 	var out node
 	var mn *mnode
-	s.mv.read(func(l *layer) {
+	err := s.mirrorRead(ctx, func(l *layer) {
 		if n, ok := l.lookup(p); ok {
 			// Copied under the lock: the base changes a node's children in place.
 			out = node{data: n.data, version: n.version, exists: true,
@@ -611,35 +618,23 @@ func (s *Store) mirroredNode(ctx context.Context, p string) (node, *mnode, error
 			mn = n
 		}
 	})
-	return out, mn, nil
+	return out, mn, err
 }
 
 func (s *Store) mirroredChildren(ctx context.Context, p string) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	var names []string
-	s.mv.read(func(l *layer) {
+	err := s.mirrorRead(ctx, func(l *layer) {
 		if n, ok := l.lookup(p); ok {
 			names = append([]string(nil), n.sortedChildren()...)
 		}
 	})
-	return names, nil
+	return names, err
 }
 
 // mirroredReadChildren is readChildren from the mirror, in one pass under one lock.
 func (s *Store) mirroredReadChildren(ctx context.Context, p string) ([]namedNode, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.settle(ctx); err != nil {
-		return nil, err
-	}
 	var out []namedNode
-	s.mv.read(func(l *layer) {
+	err := s.mirrorRead(ctx, func(l *layer) {
 		n, ok := l.lookup(p)
 		if !ok {
 			return
@@ -652,7 +647,7 @@ func (s *Store) mirroredReadChildren(ctx context.Context, p string) ([]namedNode
 			}
 		}
 	})
-	return out, nil
+	return out, err
 }
 
 // cachedParse decodes a config node's data once per version of the node.

@@ -8,7 +8,8 @@
 package plan
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/binpack"
@@ -76,7 +77,7 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 		}
 		w.Failover[f.Meta.JobName] = append(w.Failover[f.Meta.JobName], f)
 	}
-	for _, name := range sortedKeys(w.Failover) {
+	for _, name := range slices.Sorted(maps.Keys(w.Failover)) {
 		j := s.Jobs[name]
 		g := Group(j, s.Apps[j.AppName])
 		for _, f := range w.Failover[name] {
@@ -194,13 +195,4 @@ func Unplaced(w Work, res binpack.Result) map[string]map[string]int {
 		}
 	}
 	return reasons
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
