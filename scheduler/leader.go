@@ -386,12 +386,12 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 		}
 		scheduled++
 	}
-	ld.log.WithFields(logrus.Fields{"jobs": len(jobs), "scheduled": scheduled}).Info("jobs loaded")
 	// Encode every job for the API now, once, rather than in the first GET /api/job/jobs after
 	// a takeover (150 ms for 10,000 jobs).
 	if _, err := ld.store.JobsJSON(ctx); err != nil {
 		ld.log.WithError(err).Debug("jobs not encoded ahead")
 	}
+	ld.log.WithFields(logrus.Fields{"jobs": len(jobs), "scheduled": scheduled}).Info("jobs loaded")
 	return nil
 }
 
