@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/internal/drain"
+	"github.com/ejcloud/ejcloud/internal/freeport"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -146,12 +146,11 @@ func tail(s string, n int) string {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // mesos is a running mesos-local binary with short timing knobs, recording every status update

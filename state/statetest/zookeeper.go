@@ -9,7 +9,6 @@ package statetest
 
 import (
 	"bufio"
-
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ejcloud/ejcloud/internal/freeport"
 )
 
 // JarDir is where Debian's zookeeper package installs its jars.
@@ -305,12 +306,11 @@ func ruok(addr string) bool {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 // tailBuffer keeps the last max bytes written, for error messages.

@@ -1,0 +1,73 @@
+// Package freeport finds loopback ports for servers a test starts (ZooKeeper, mesos-local, the
+// scheduler), below the kernel's ephemeral range. A port the kernel hands out for ":0" comes
+// from that range, which is also where every outgoing connection takes its local port: between
+// the probe and the server's own bind, one of the test's many client connections could take it
+// ("bind: address already in use"). Below the range only another listener can, and the probe
+// checks for that.
+package freeport
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// lowest is the bottom of the range ports are picked from: above the well-known and most
+// registered service ports a developer's machine may run.
+const lowest = 10000
+
+// Addr returns "127.0.0.1:port" for a port that was free a moment ago and that no outgoing
+// connection will take.
+func Addr() (string, error) {
+	top := ephemeralStart() - 1
+	if top <= lowest {
+		return probe(0) // no room below the range: fall back to the kernel's choice
+	}
+	var err error
+	for range 200 {
+		var addr string
+		if addr, err = probe(lowest + rand.IntN(top-lowest+1)); err == nil {
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("no free loopback port below %d: %w", top+1, err)
+}
+
+// Port is Addr's port.
+func Port() (int, error) {
+	addr, err := Addr()
+	if err != nil {
+		return 0, err
+	}
+	_, p, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(p)
+}
+
+func probe(port int) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range (Linux; 32768 elsewhere).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
+}
