@@ -218,12 +218,9 @@ func (m *mirror) apply1(l *layer, op any) error {
 		}
 		l.put(o.Path, &mnode{data: o.Data})
 	case *zk.SetDataRequest:
-		n, ok := l.lookup(o.Path)
-		if !ok {
-			return zk.ErrNoNode
-		}
-		if o.Version != -1 && o.Version != n.version {
-			return zk.ErrBadVersion
+		n, err := versioned(l, o.Path, o.Version)
+		if err != nil {
+			return err
 		}
 		c := &mnode{data: o.Data, version: n.version + 1, children: n.children}
 		if l.parent != nil && len(n.children) > 0 { // a layer never shares a map it may change
@@ -231,12 +228,9 @@ func (m *mirror) apply1(l *layer, op any) error {
 		}
 		l.put(o.Path, c)
 	case *zk.DeleteRequest:
-		n, ok := l.lookup(o.Path)
-		if !ok {
-			return zk.ErrNoNode
-		}
-		if o.Version != -1 && o.Version != n.version {
-			return zk.ErrBadVersion
+		n, err := versioned(l, o.Path, o.Version)
+		if err != nil {
+			return err
 		}
 		if len(n.children) > 0 {
 			return zk.ErrNotEmpty
@@ -247,17 +241,26 @@ func (m *mirror) apply1(l *layer, op any) error {
 		}
 		l.remove(o.Path)
 	case *zk.CheckVersionRequest:
-		n, ok := l.lookup(o.Path)
-		if !ok {
-			return zk.ErrNoNode
-		}
-		if o.Version != -1 && o.Version != n.version {
-			return zk.ErrBadVersion
+		if _, err := versioned(l, o.Path, o.Version); err != nil {
+			return err
 		}
 	default:
 		return fmt.Errorf("state: mirror cannot apply %T", op)
 	}
 	return nil
+}
+
+// versioned returns p's node if it exists at version (-1: at any), or the error ZooKeeper
+// would give.
+func versioned(l *layer, p string, version int32) (*mnode, error) {
+	n, ok := l.lookup(p)
+	if !ok {
+		return nil, zk.ErrNoNode
+	}
+	if version != -1 && version != n.version {
+		return nil, zk.ErrBadVersion
+	}
+	return n, nil
 }
 
 // markSuspect records nodes whose state after a failed request is unknown.
