@@ -68,9 +68,7 @@ func BenchmarkOfferCycle(b *testing.B) {
 	}
 	model := benchModel(b, ctx, store)
 	rec := &recordingCaller{calls: map[scheduler.Call_Type]int{}}
-	ld := &leader{cfg: Config{}, log: quietLog(), store: model, work: make(chan struct{}, 1),
-		executors: map[string]mesos.ExecutorInfo{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
-		sub: &subscription{caller: rec, frameworkID: "fw-0000"}, inst: &instance{metrics: newMetrics()}}
+	ld := testLeader(model, rec)
 	ld.prod = producer.New(model, nil, ld.log, nil)
 	offers := benchOffers(100)
 	var trips, launched uint64

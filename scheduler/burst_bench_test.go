@@ -128,11 +128,8 @@ func benchBurst(b *testing.B, jobs, shards int) {
 		b.StopTimer()
 		loopCtx, stop := context.WithCancel(ctx)
 		fake := &burstMesos{wake: make(chan struct{}, 1), want: int64(total)}
-		ld := &leader{cfg: Config{FailoverBackoffMin: time.Second, FailoverBackoffMax: time.Minute}, log: quietLog(), store: store,
-			events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-			executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
-			relaunch: newRelaunches(time.Second, time.Minute),
-			sub:      &subscription{caller: fake, frameworkID: "fw-burst"}, inst: &instance{metrics: newMetrics()}, suppressed: true}
+		ld := testLeader(store, fake)
+		ld.suppressed = true
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); ld.serve(loopCtx, make(chan error)) }()

@@ -89,11 +89,7 @@ func newGroupWorld(t *testing.T) *groupWorld {
 	if err := store.RecordLaunch(ctx, state.Launch{Tasks: w.tasks}); err != nil {
 		t.Fatal(err)
 	}
-	w.ld = &leader{cfg: Config{FailoverBackoffMin: time.Second, FailoverBackoffMax: time.Minute}, log: quietLog(), store: store,
-		work: make(chan struct{}, 1), due: make(chan struct{}, 1), executors: map[string]mesos.ExecutorInfo{},
-		unreachable: map[string]time.Time{}, unplaced: map[string]map[string]int{}, idle: map[string]bool{},
-		relaunch: newRelaunches(time.Second, time.Minute), sub: &subscription{caller: w.mesos, frameworkID: "fw"},
-		inst: &instance{metrics: newMetrics()}}
+	w.ld = testLeader(store, w.mesos)
 	return w
 }
 

@@ -87,14 +87,8 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	if err != nil {
 		return nil // the leadership ended before the model could be loaded
 	}
-	ld = &leader{
-		inst: s, cfg: s.cfg, log: log, store: store, elected: time.Now(),
-		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
-		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
-		relaunch: newRelaunches(s.cfg.FailoverBackoffMin, s.cfg.FailoverBackoffMax),
-		confirm:  l.Confirm,
-	}
+	ld = newLeader(s, log, store)
+	ld.confirm = l.Confirm
 	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
 	defer s.setLeaderState(nil, nil)
@@ -123,6 +117,18 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		}
 	}
 	return nil
+}
+
+// newLeader is a leader's state for one term, before it subscribes: its channels, its empty
+// books and its relaunch backoff. Tests and benchmarks build their leaders with it too.
+func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *leader {
+	return &leader{
+		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
+		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
+		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
+		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),
+	}
 }
 
 // loadModel loads the leader's model of the state (state.Store.Mirror), retrying until it

@@ -202,13 +202,24 @@ func (s *Store) readQueue(ctx context.Context, dir string) ([]queueEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	// The jobs are read concurrently, so a queue of many jobs costs a few round trips of
-	// latency, not two per job (each job's read is itself a list plus a getMany).
 	per := make([][]queueEntry, len(jobs))
-	err = concurrently(len(jobs), 16, func(i int) (err error) {
+	read := func(i int) (err error) {
 		per[i], err = s.readJobQueue(ctx, dir, jobs[i])
 		return err
-	})
+	}
+	if s.mv != nil {
+		// The model answers from memory: goroutines would only cost (the offer cycle reads the
+		// running queue every cycle).
+		for i := range jobs {
+			if err = read(i); err != nil {
+				break
+			}
+		}
+	} else {
+		// The jobs are read concurrently, so a queue of many jobs costs a few round trips of
+		// latency, not two per job (each job's read is itself a list plus a getMany).
+		err = concurrently(len(jobs), 16, read)
+	}
 	if err != nil {
 		return nil, err
 	}
