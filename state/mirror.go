@@ -157,6 +157,10 @@ type mirror struct {
 	loading *loadReaders
 	armed   chan struct{} // closed once the watches the load left unarmed are armed
 
+	// receipt resolves the outcome of a multi whose answer was lost (receipt.go); nil on a
+	// store that is not a leader's.
+	receipt *receipt
+
 	suspectMu  sync.Mutex
 	suspect    map[string]bool // nodes whose last write's outcome is unknown
 	hasSuspect atomic.Bool
@@ -372,7 +376,14 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		}
 		return &OpError{Op: op, Path: p, Err: translate(err)}
 	}
-	err := s.sendMulti(ctx, ops)
+	var seq uint64
+	sent := ops
+	if m.receipt != nil {
+		var stamp any
+		stamp, seq = m.receipt.next()
+		sent = append([]any{stamp}, ops...)
+	}
+	err := s.sendMulti(ctx, sent)
 	var opErr *OpError
 	switch {
 	case err == nil:
@@ -383,6 +394,8 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 			m.markSuspect(opPaths(ops)...)
 		}
 		return nil
+	case errors.As(err, &opErr) && m.receipt != nil && opErr.Path == m.receipt.path:
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	case errors.As(err, &opErr):
 		// The mirror said ZooKeeper would take it: the mirror was behind (a change by
 		// someone else that no watch covers). Read the node again, and say "changed
@@ -393,6 +406,25 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, ErrNotLeader):
 		return err
+	case m.receipt != nil:
+		// No answer: the receipt tells whether ZooKeeper applied the multi.
+		ok, rerr := s.applied(ctx, m.receipt, seq)
+		switch {
+		case rerr != nil:
+			m.markSuspect(opPaths(ops)...)
+			return fmt.Errorf("%w; its outcome is unknown: %w", err, rerr)
+		case ok:
+			m.mu.Lock()
+			_, aerr := m.apply(m.base, ops)
+			m.mu.Unlock()
+			if aerr != nil {
+				m.markSuspect(opPaths(ops)...)
+			}
+			return nil
+		}
+		// Not applied, and nothing was sent after it: send it again, checked against the
+		// model as it is now (a watch may have changed it meanwhile).
+		return s.sendMirrored(ctx, ops)
 	default: // no answer: the multi may or may not have been applied
 		m.markSuspect(opPaths(ops)...)
 		return err
@@ -718,6 +750,17 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	// The roots exist (ensureLayout); the FrameworkID may not.
 	m.base.put(s.root+"/config", &mnode{})
 	m.base.put(s.root+"/state", &mnode{})
+	if s.fence != nil {
+		r, err := s.newReceipt(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("load the leader's model: %w", err)
+		}
+		m.receipt = r
+		go func() {
+			<-ctx.Done()
+			s.dropReceipt(r)
+		}()
+	}
 	m.writeMu.Lock()
 	events := make(chan string, 4096)
 	overflow := &atomic.Bool{}

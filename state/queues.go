@@ -68,10 +68,11 @@ func (s *Store) AddReady(ctx context.Context, job string, misfire bool) error {
 	p := s.path(readyDir, job)
 	err := retry(ctx, func() error {
 		err := s.addReady(ctx, p, misfire)
-		// Without misfire a fire sets the count to 1: after a broken connection, whatever the
-		// lost multi did, doing it again on what ZooKeeper now holds (the model reads the node
-		// again first) applies it exactly once. With misfire the count grows by one, and a
-		// lost multi that did apply cannot be told apart: that error is returned.
+		// A leader's model resolves a multi whose answer was lost itself (receipt.go), so
+		// there this loop never runs. Elsewhere: without misfire a fire sets the count to 1,
+		// so after a broken connection, whatever the lost multi did, doing it again on what
+		// ZooKeeper now holds applies it exactly once. With misfire the count grows by one,
+		// and a lost multi that did apply cannot be told apart: that error is returned.
 		for !misfire && errors.Is(err, ErrUnavailable) && s.AwaitSession(ctx) == nil {
 			err = s.addReady(ctx, p, misfire)
 		}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -98,6 +99,28 @@ func (s *Store) AwaitSession(ctx context.Context) error {
 		case <-time.After(left):
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// maxAttempts bounds untilSessionFails where the client reconnects at once every time (a
+// session moved under it, a store being closed): waiting for the session bounds the rest.
+const maxAttempts = 10
+
+// untilSessionFails runs f until it succeeds or fails for another reason than a broken
+// connection, waiting for the client to reconnect between attempts: a request fails for want
+// of a connection only when the session does.
+func (s *Store) untilSessionFails(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, zk.ErrClosing) || attempt == maxAttempts {
+			return err
+		}
+		if werr := s.AwaitSession(ctx); werr != nil {
+			return fmt.Errorf("%w (%w)", err, werr)
+		}
+		if ctx.Err() != nil {
+			return err
 		}
 	}
 }

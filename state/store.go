@@ -238,6 +238,9 @@ func translate(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrNotFound), errors.Is(err, ErrExists),
+		errors.Is(err, ErrConflict), errors.Is(err, ErrSessionExpired):
+		return err // translated already
 	case errors.Is(err, zk.ErrNoNode):
 		sentinel = ErrNotFound
 	case errors.Is(err, zk.ErrNodeExists):
@@ -253,6 +256,15 @@ func translate(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// translateConn marks a broken connection as ErrUnavailable and keeps every other error as
+// ZooKeeper gave it, for the callers that test it against zk's errors themselves.
+func translateConn(err error) error {
+	if t := translate(err); errors.Is(t, ErrUnavailable) {
+		return t
+	}
+	return err
 }
 
 // node is one read: data and version, or absent.
@@ -273,8 +285,13 @@ func (s *Store) get(ctx context.Context, p string) (node, error) {
 	if err := ctx.Err(); err != nil {
 		return node{}, err
 	}
-	s.roundTrips.Add(1)
-	data, stat, err := s.conn.Get(p)
+	var data []byte
+	var stat *zk.Stat
+	err := s.untilSessionFails(ctx, func() (err error) {
+		s.roundTrips.Add(1)
+		data, stat, err = s.conn.Get(p)
+		return translateConn(err)
+	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return node{}, nil
 	}
@@ -292,8 +309,13 @@ func (s *Store) stat(ctx context.Context, p string) (*zk.Stat, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.roundTrips.Add(1)
-	ok, stat, err := s.conn.Exists(p)
+	var ok bool
+	var stat *zk.Stat
+	err := s.untilSessionFails(ctx, func() (err error) {
+		s.roundTrips.Add(1)
+		ok, stat, err = s.conn.Exists(p)
+		return translateConn(err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", p, translate(err))
 	}
@@ -311,8 +333,12 @@ func (s *Store) children(ctx context.Context, p string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.roundTrips.Add(1)
-	names, _, err := s.conn.Children(p)
+	var names []string
+	err := s.untilSessionFails(ctx, func() (err error) {
+		s.roundTrips.Add(1)
+		names, _, err = s.conn.Children(p)
+		return translateConn(err)
+	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}

@@ -13,11 +13,13 @@ type Proxy struct {
 
 	target string
 	ln     net.Listener
-	mu     sync.Mutex // guards cut, drop and conns
+	mu     sync.Mutex // guards cut, drop, dropReq and conns
 	cut    bool
 	drop   bool // replies from the server are read and thrown away
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	// dropReq: requests from the client are read and thrown away
+	dropReq bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target until the test ends.
@@ -47,7 +49,7 @@ func (p *Proxy) Cut() {
 // Restore lets connections through again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.cut, p.drop = false, false
+	p.cut, p.drop, p.dropReq = false, false, false
 	p.mu.Unlock()
 }
 
@@ -104,7 +106,7 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !(replies && p.dropping()) {
+		if n > 0 && !p.dropping(replies) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
@@ -117,10 +119,13 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	p.untrack(src)
 }
 
-func (p *Proxy) dropping() bool {
+func (p *Proxy) dropping(replies bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.drop
+	if replies {
+		return p.drop
+	}
+	return p.dropReq
 }
 
 // DropReplies lets requests through to the server but throws its replies away, until Cut or
@@ -129,5 +134,13 @@ func (p *Proxy) dropping() bool {
 func (p *Proxy) DropReplies() {
 	p.mu.Lock()
 	p.drop = true
+	p.mu.Unlock()
+}
+
+// DropRequests throws away what the client sends, until Cut or Restore: a request then never
+// reaches the server, while its client cannot tell that from a lost reply.
+func (p *Proxy) DropRequests() {
+	p.mu.Lock()
+	p.dropReq = true
 	p.mu.Unlock()
 }
