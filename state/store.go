@@ -119,7 +119,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	var sh *shared
 	ready := make(chan struct{})
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(cfg.SessionTimeout)),
+		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))),
 		zk.WithEventCallback(func(ev zk.Event) {
 			sess.observe(ev)
 			if ev.Type == zk.EventSession {
@@ -520,34 +520,50 @@ func (l zkLogger) Printf(format string, args ...any) {
 }
 
 // boundedDialer dials ZooKeeper servers through connections whose deadlines are never further
-// away than go-zookeeper's own read timeout (2/3 of the session timeout). go-zookeeper v1.0.4
-// gives the connect handshake ten times that (conn.go: recvTimeout * 10), so a server that
-// accepts TCP but does not answer — a SIGSTOPped or frozen member, whose kernel still accepts —
-// held a client for 33 s with a 5 s session, longer than the session itself. Bounded, the
-// client gives up on it in 3.3 s and tries the next member.
-func boundedDialer(sessionTimeout time.Duration) zk.Dialer {
+// away than go-zookeeper's own read timeout (2/3 of the session timeout), and, until the server
+// has answered the connect handshake, than the session timeout shared out among the servers
+// (the Java client's connect timeout). go-zookeeper v1.0.4 gives the handshake ten times the
+// read timeout (conn.go: recvTimeout * 10), so a server that accepts TCP but does not answer — a
+// SIGSTOPped or frozen member, whose kernel still accepts — held a client for 33 s with a 5 s
+// session, longer than the session itself. Bounded, a hung member costs one share and the client
+// tries the next, so that a client can try every member within one session timeout.
+func boundedDialer(sessionTimeout time.Duration, servers int) zk.Dialer {
 	limit := sessionTimeout * 2 / 3
+	handshake := min(limit, max(sessionTimeout/time.Duration(max(servers, 1)), time.Second))
 	return func(network, address string, timeout time.Duration) (net.Conn, error) {
 		c, err := net.DialTimeout(network, address, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return boundedConn{Conn: c, limit: limit}, nil
+		return &boundedConn{Conn: c, limit: limit, handshake: handshake}, nil
 	}
 }
 
 type boundedConn struct {
 	net.Conn
-	limit time.Duration
+	limit, handshake time.Duration
+	answered         atomic.Bool // the server has sent something: it is alive
 }
 
-func (c boundedConn) bound(t time.Time) time.Time {
-	if max := time.Now().Add(c.limit); !t.IsZero() && t.After(max) {
+func (c *boundedConn) bound(t time.Time) time.Time {
+	limit := c.limit
+	if !c.answered.Load() {
+		limit = c.handshake
+	}
+	if max := time.Now().Add(limit); !t.IsZero() && t.After(max) {
 		return max
 	}
 	return t
 }
 
-func (c boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
-func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
-func (c boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }
+func (c *boundedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.answered.Store(true)
+	}
+	return n, err
+}
+
+func (c *boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
+func (c *boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
+func (c *boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }

@@ -48,6 +48,10 @@ type Job struct {
 	Schedule *cron.Schedule
 	// Since is when the job was registered: no fire before it counts.
 	Since time.Time
+	// Misfire says each fire counts (the job's misfire): fires that fall while the job waits
+	// to run are run one after another later, so a round may consume a fire that fell before
+	// the round two back ended.
+	Misfire bool
 }
 
 // Report is what Check (from status updates) or CheckEffects (from what the job scripts
@@ -263,14 +267,15 @@ func checkShard(r *round, item int, problem func(string, ...any), rep *Report) i
 }
 
 // matchFires gives each round, in order, the earliest fire it can have consumed: after the
-// previous round's fire and after the round before that ended, and no later than its own first
-// update. A round left without one was launched twice for one fire.
+// previous round's fire and (without misfire, where a fire that falls while the job is pending
+// merges into it) after the round before that ended, and no later than its own first update.
+// A round left without one was launched twice for one fire.
 func matchFires(j Job, rounds []*round, problem func(string, ...any)) int {
 	dup := 0
 	last := j.Since.Add(-time.Nanosecond)
 	for k, r := range rounds {
 		after := last
-		if k >= 2 && rounds[k-2].end.After(after) {
+		if !j.Misfire && k >= 2 && rounds[k-2].end.After(after) {
 			after = rounds[k-2].end
 		}
 		fire := j.Schedule.Next(after)

@@ -79,7 +79,14 @@ func TestCheck(t *testing.T) {
 		dup, lost int
 		relaunch  int
 		problem   string // a finding that must be reported; "" = none at all
+		misfire   bool
 	}{
+		{name: "with misfire, fires that fell during an outage run one after another", misfire: true,
+			lives: join(healthy(4.5, "a"), healthy(4.7, "b"), healthy(4.9, "c")), rounds: 3},
+		{name: "without misfire, the third round has no fire left",
+			lives: join(healthy(4.5, "a"), healthy(4.7, "b"), healthy(4.9, "c")), rounds: 3, dup: 1, problem: "round 2 (06:00:04.900) has no fire of its own"},
+		{name: "with misfire, a round beyond the fires is a duplicate", misfire: true,
+			lives: join(healthy(4.5, "a"), healthy(4.7, "b"), healthy(4.9, "c"), healthy(5.1, "d")), rounds: 4, dup: 1, problem: "round 3 (06:00:05.100) has no fire of its own"},
 		{name: "two clean rounds", lives: join(healthy(0.05, "a"), healthy(2.05, "b")), rounds: 2},
 		{name: "fires merged while a round was delayed", lives: join(healthy(0.05, "a"), healthy(5.9, "b")), rounds: 2},
 		{name: "a fire during a long round runs after it", lives: join(
@@ -130,7 +137,7 @@ func TestCheck(t *testing.T) {
 			if strings.HasPrefix(c.name, "a business failure") {
 				lives[0].jobFailedMark = true
 			}
-			rep := Check([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, ups(lives...))
+			rep := Check([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0, Misfire: c.misfire}}, ups(lives...))
 			if rep.Rounds != c.rounds || rep.Duplicates != c.dup || rep.Lost != c.lost || rep.Relaunches != c.relaunch {
 				t.Fatalf("rounds %d dup %d lost %d relaunches %d; want %d %d %d %d\n%s",
 					rep.Rounds, rep.Duplicates, rep.Lost, rep.Relaunches, c.rounds, c.dup, c.lost, c.relaunch, rep)

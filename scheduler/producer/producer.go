@@ -1,9 +1,14 @@
 // Package producer turns cron fires of TRANSIENT jobs into ready-queue entries (SPEC §5.3). One
 // goroutine sleeps until the earliest next fire among its jobs, then fires every job that is
 // due: with misfire the job's ready count grows by one, without it becomes one. Fires that
-// fall while no leader runs a producer are not replayed.
+// fall while no leader runs a producer are not replayed, and a clock that jumps over several
+// fires (a suspended VM) fires once.
 //
-//	Put(job) / Remove(name) ──▶ schedule ──▶ Run: wait for the earliest fire ──▶ Store.AddReady ──▶ Fired(job)
+// The timer never waits for ZooKeeper: a second goroutine writes the fires. So a fire that falls
+// while an earlier one's write waits for the client to reconnect is counted all the same, and
+// is written once the connection is back (with misfire, each one).
+//
+//	Put(job) / Remove(name) ──▶ schedule ──▶ timer: the earliest fire ──▶ pending ──▶ writer: Store.AddReady ──▶ Fired(job)
 package producer
 
 import (
@@ -48,6 +53,16 @@ type Producer struct {
 	mu   sync.Mutex // guards jobs
 	jobs map[string]*entry
 	wake chan struct{}
+
+	pendMu  sync.Mutex     // guards pending
+	pending map[string]due // fires not yet written, by job
+	written chan struct{}  // tells the writer there is something pending
+}
+
+// due is a job's fires that wait to be written.
+type due struct {
+	job   config.Job
+	fires int
 }
 
 type entry struct {
@@ -65,7 +80,8 @@ func New(store Store, clock Clock, log logrus.FieldLogger, fired func(job string
 	if fired == nil {
 		fired = func(string) {}
 	}
-	return &Producer{store: store, clock: clock, log: log, fired: fired, jobs: map[string]*entry{}, wake: make(chan struct{}, 1)}
+	return &Producer{store: store, clock: clock, log: log, fired: fired, jobs: map[string]*entry{}, wake: make(chan struct{}, 1),
+		pending: map[string]due{}, written: make(chan struct{}, 1)}
 }
 
 // Put schedules a job, or reschedules it after a change. Jobs without a cron and DAEMON jobs
@@ -122,6 +138,13 @@ func Next(j config.Job, from time.Time, n int) ([]time.Time, error) {
 
 // Run fires jobs until ctx ends.
 func (p *Producer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.write(ctx)
+	}()
+	defer wg.Wait()
 	for {
 		p.mu.Lock()
 		var earliest time.Time
@@ -142,39 +165,86 @@ func (p *Producer) Run(ctx context.Context) error {
 			continue
 		case <-timer:
 		}
-		p.fireDue(ctx)
+		p.fireDue()
 	}
 }
 
-// fireDue fires every job whose time has come, once, however many of its fires have passed.
-func (p *Producer) fireDue(ctx context.Context) {
+// fireDue adds one fire of every job whose time has come to the pending fires, once however
+// many of its fires have passed since the timer last woke.
+func (p *Producer) fireDue() {
 	now := p.clock.Now()
 	p.mu.Lock()
-	var due []config.Job
+	var fired []config.Job
 	for _, e := range p.jobs {
 		if !e.next.IsZero() && !e.next.After(now) {
-			due = append(due, e.job)
+			fired = append(fired, e.job)
 			e.next = e.sched.Next(now.In(e.loc))
 		}
 	}
 	p.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].JobName < due[j].JobName })
-	for _, j := range due {
-		if ctx.Err() != nil {
+	if len(fired) == 0 {
+		return
+	}
+	p.pendMu.Lock()
+	for _, j := range fired {
+		d := p.pending[j.JobName]
+		p.pending[j.JobName] = due{job: j, fires: d.fires + 1}
+	}
+	p.pendMu.Unlock()
+	select {
+	case p.written <- struct{}{}:
+	default:
+	}
+}
+
+// write writes the pending fires until ctx ends.
+func (p *Producer) write(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-p.written:
 		}
-		log := p.log.WithField("job", j.JobName)
-		if off, err := p.store.JobOrAppDisabled(ctx, j); err != nil {
-			log.WithError(err).Warn("cron fire skipped: cannot read the disable state")
-			continue
-		} else if off {
-			log.Debug("cron fire skipped: job or app disabled")
-			continue
+		p.pendMu.Lock()
+		batch := make([]due, 0, len(p.pending))
+		for _, d := range p.pending {
+			batch = append(batch, d)
 		}
+		clear(p.pending)
+		p.pendMu.Unlock()
+		sort.Slice(batch, func(i, j int) bool { return batch[i].job.JobName < batch[j].job.JobName })
+		for _, d := range batch {
+			if ctx.Err() != nil {
+				return
+			}
+			p.writeFires(ctx, d)
+		}
+	}
+}
+
+// writeFires records a job's pending fires: with misfire each one, without it one for all.
+func (p *Producer) writeFires(ctx context.Context, d due) {
+	j := d.job
+	log := p.log.WithField("job", j.JobName)
+	if d.fires > 1 {
+		log = log.WithField("fires", d.fires)
+	}
+	if off, err := p.store.JobOrAppDisabled(ctx, j); err != nil {
+		log.WithError(err).Warn("cron fire skipped: cannot read the disable state")
+		return
+	} else if off {
+		log.Debug("cron fire skipped: job or app disabled")
+		return
+	}
+	n := 1
+	if j.Misfire {
+		n = d.fires
+	}
+	for range n {
 		if err := p.store.AddReady(ctx, j.JobName, j.Misfire); err != nil {
 			log.WithError(err).Warn("cron fire not recorded")
-			continue
+			return
 		}
-		p.fired(j.JobName)
 	}
+	p.fired(j.JobName)
 }

@@ -70,10 +70,19 @@ type recorder struct {
 	mu       sync.Mutex
 	adds     []string
 	disabled map[string]bool
+	gate     chan struct{} // if set, an add waits for it to close (ZooKeeper unreachable)
+	blocked  int           // adds waiting at the gate
 }
 
 func (r *recorder) AddReady(_ context.Context, job string, misfire bool) error {
 	r.mu.Lock()
+	if gate := r.gate; gate != nil {
+		r.blocked++
+		r.mu.Unlock()
+		<-gate
+		r.mu.Lock()
+		r.blocked--
+	}
 	defer r.mu.Unlock()
 	kind := "set"
 	if misfire {
@@ -153,6 +162,40 @@ func TestMissedFiresAreNotReplayed(t *testing.T) {
 	p.Put(job("j", "*/2 * * * * ?", "UTC", true))
 	// Ten fires' worth of time passes in one jump (a long GC pause, a suspended VM): one fire.
 	step(t, clock, rec, 20*time.Second, []string{"j:add"})
+}
+
+// A write that waits for ZooKeeper (the client reconnecting) does not stop the timer: the fires
+// that fall meanwhile are written once it returns — with misfire each one, without it one.
+func TestFiresDuringASlowWriteAreNotLost(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	p.Put(job("add", "*/2 * * * * ?", "UTC", true))
+	p.Put(job("set", "*/2 * * * * ?", "UTC", false))
+	gate := make(chan struct{})
+	rec.mu.Lock()
+	rec.gate = gate
+	rec.mu.Unlock()
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(2 * time.Second)
+	await.True(t, 5*time.Second, "the first fire's write waiting", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.blocked == 1
+	})
+	for range 3 { // three more fires of each job while that write waits
+		await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+		clock.advance(2 * time.Second)
+	}
+	await.True(t, 5*time.Second, "the timer waiting for the fourth fire's successor", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.jobs["add"].next.Equal(t0.Add(10*time.Second)) && clock.waiting() > 0
+	})
+	rec.mu.Lock()
+	rec.gate = nil
+	rec.mu.Unlock()
+	close(gate)
+	want := []string{"add:add", "set:set", "add:add", "add:add", "add:add", "set:set"}
+	await.True(t, 5*time.Second, "adds "+fmtList(want), func() bool { return reflect.DeepEqual(rec.got(), want) })
 }
 
 func TestDisabledAndRemovedJobsDoNotFire(t *testing.T) {
