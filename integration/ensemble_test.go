@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,13 +23,20 @@ import (
 // session timeout + 5 s of the fault. The test reports when ZooKeeper had a new leader, whether
 // the scheduler kept its leadership, and the fire slots that got no on-time run.
 func TestEnsembleQuorumLeaderHangs(t *testing.T) {
-	quorumLeaderHangs(t, 20*time.Second, recommendedSession, recommendedSession+5*time.Second)
+	memberHangs(t, quorumLeader, 20*time.Second, recommendedSession, recommendedSession+5*time.Second)
+}
+
+// The same with a follower: the scheduler lists only the two followers, and the one its session
+// is connected to is frozen for 20 s. The client gives it up after its read timeout (2/3 of the
+// session) and moves to the other; the quorum never noticed.
+func TestEnsembleFollowerHangs(t *testing.T) {
+	memberHangs(t, itsFollower, 20*time.Second, recommendedSession, recommendedSession+5*time.Second)
 }
 
 // The same for a minute: the job must be back on time within 25 s of the fault all the same,
 // while the hung member is still frozen — not when it returns (ZooKeeper re-elects without it).
 func TestEnsembleQuorumLeaderHangsAMinute(t *testing.T) {
-	quorumLeaderHangs(t, time.Minute, recommendedSession, 25*time.Second)
+	memberHangs(t, quorumLeader, time.Minute, recommendedSession, 25*time.Second)
 }
 
 // recommendedSession is the README's session timeout for Debian's ensemble timing:
@@ -36,14 +44,24 @@ func TestEnsembleQuorumLeaderHangsAMinute(t *testing.T) {
 // tickTime × syncLimit, does not end the scheduler's leadership.
 const recommendedSession = 15 * time.Second
 
-func quorumLeaderHangs(t *testing.T, hang, session, backBy time.Duration) {
+// Which member a test freezes.
+const (
+	quorumLeader = iota // the quorum's leader
+	itsFollower         // the follower the leading scheduler is connected to
+)
+
+func memberHangs(t *testing.T, which int, hang, session, backBy time.Duration) {
 	const (
 		every  = 2 * time.Second
 		expr   = "*/2 * * * * ?"
 		onTime = 1500 * time.Millisecond // a run that starts this soon after its fire is on time
 	)
 	e := statetest.StartEnsembleWith(t, 3, statetest.ProductionTiming)
-	w := &world{zk: statetest.Env{Servers: e.Servers(), Namespace: "ejcloud"}, mesos: startMesos(t, 2), dir: t.TempDir()}
+	servers := e.Servers()
+	if which == itsFollower {
+		servers = slices.Delete(servers, e.Leader(), e.Leader()+1)
+	}
+	w := &world{zk: statetest.Env{Servers: servers, Namespace: "ejcloud"}, mesos: startMesos(t, 2), dir: t.TempDir()}
 	a := startScheduler(t, w.zk, w.mesos, "--zk-session-timeout", session.String())
 	leaderOf(t, a)
 	b := startScheduler(t, w.zk, w.mesos, "--zk-session-timeout", session.String())
@@ -58,15 +76,28 @@ func quorumLeaderHangs(t *testing.T, hang, session, backBy time.Duration) {
 	if zkLeader < 0 {
 		t.Fatal("no ZooKeeper member leads before the fault")
 	}
-	e.Member(zkLeader).Pause()
+	sid, err := statetest.LeaderSession(e.Servers(), w.zk.Namespace)
+	if err != nil {
+		t.Fatalf("the leading scheduler's session: %v", err)
+	}
+	serving := -1
+	await.True(t, 10*time.Second, "the member serving the leading scheduler", func() bool {
+		serving = e.Serving(sid)
+		return serving >= 0
+	})
+	hung, role := zkLeader, "quorum leader"
+	if which == itsFollower {
+		hung, role = serving, "follower"
+	}
+	e.Member(hung).Pause()
 	fault := time.Now()
-	t.Logf("fault: SIGSTOP of ZooKeeper member %d (quorum leader) for %v", zkLeader, hang)
+	t.Logf("fault: SIGSTOP of ZooKeeper member %d (%s) for %v; the leading scheduler was connected to member %d", hung, role, hang, serving)
 	var reelected time.Duration
 	leads := map[*scheduler]bool{a: true}
 	names := map[*scheduler]string{a: "first", b: "standby"}
 	kept := true // the first scheduler led throughout the hang
 	for time.Since(fault) < hang {
-		if reelected == 0 && e.Leader() >= 0 {
+		if which == quorumLeader && reelected == 0 && e.Leader() >= 0 {
 			reelected = time.Since(fault)
 			t.Logf("%v: ZooKeeper member %d leads", reelected.Round(100*time.Millisecond), e.Leader())
 		}
@@ -81,9 +112,9 @@ func quorumLeaderHangs(t *testing.T, hang, session, backBy time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond) // the sampling rhythm of the observation, not a wait
 	}
-	e.Member(zkLeader).Resume()
+	e.Member(hung).Resume()
 	resumed := time.Since(fault)
-	t.Logf("%v: member %d resumed", resumed.Round(100*time.Millisecond), zkLeader)
+	t.Logf("%v: member %d resumed", resumed.Round(100*time.Millisecond), hung)
 
 	// Back on time: the first of a run of on-time fires that lasts to the end of the test.
 	var back time.Duration
@@ -113,10 +144,13 @@ func quorumLeaderHangs(t *testing.T, hang, session, backBy time.Duration) {
 		during = append(during, fmt.Sprintf("%+.1fs", f.Sub(fault).Seconds()))
 	}
 	reel := "not within the hang"
+	if which == itsFollower {
+		reel = "never (the quorum kept its leader)"
+	}
 	if reelected > 0 {
 		reel = reelected.Round(100 * time.Millisecond).String()
 	}
-	t.Logf("ZooKeeper re-elected after %s; fire slots without an on-time run: %d %v (relative to the fault); "+
+	t.Logf("ZooKeeper re-elected: %s; fire slots without an on-time run: %d %v (relative to the fault); "+
 		"back on time %v after the fault began (%v after the hung member resumed)",
 		reel, len(missed), during, back.Round(100*time.Millisecond), (back - resumed).Round(100*time.Millisecond))
 	var after []string

@@ -108,14 +108,33 @@ func (m stuckMesos) Decode(encoding.Unmarshaler) error {
 
 func (m stuckMesos) Close() error { return nil }
 
-// Leadership is what ZooKeeper says, at once: cut off from ZooKeeper for longer than its
-// session timeout, the leader answers /readyz 503 within a second of losing the leadership,
-// even while its work is blocked in a call that does not return.
+// Leadership is what ZooKeeper says, at once: cut off from ZooKeeper — one server, or every
+// member of an ensemble — for longer than its session timeout, the leader answers /readyz 503
+// within a second of losing the leadership, even while its work is blocked in a call that does
+// not return.
 func TestReadyzStopsSayingLeaderOnceTheLeadershipEnds(t *testing.T) {
-	env := statetest.StartZooKeeper(t)
-	proxy := statetest.NewProxy(t, env.Servers[0])
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) statetest.Env
+	}{
+		{"one server", func(t *testing.T) statetest.Env { return statetest.StartZooKeeper(t) }},
+		{"an ensemble of 3", func(t *testing.T) statetest.Env {
+			return statetest.Env{Servers: statetest.StartEnsemble(t, 3).Servers(), Namespace: "ejcloud"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { readyzFollowsTheLeadership(t, tc.start(t)) })
+	}
+}
+
+func readyzFollowsTheLeadership(t *testing.T, env statetest.Env) {
+	var proxies []*statetest.Proxy
 	cfg := testConfig(t, env)
-	cfg.ZKServers, cfg.ZKSessionTimeout = []string{proxy.Addr}, 2*time.Second
+	cfg.ZKServers, cfg.ZKSessionTimeout = nil, 2*time.Second
+	for _, srv := range env.Servers {
+		p := statetest.NewProxy(t, srv)
+		proxies = append(proxies, p)
+		cfg.ZKServers = append(cfg.ZKServers, p.Addr)
+	}
 	stuck := stuckMesos{release: make(chan struct{})}
 	s := startWith(t, cfg, hooks{mesos: stuck})
 	t.Cleanup(func() { close(stuck.release) }) // before the scheduler stops (cleanups run last first)
@@ -123,7 +142,9 @@ func TestReadyzStopsSayingLeaderOnceTheLeadershipEnds(t *testing.T) {
 		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
 		return resp != nil && resp.StatusCode == http.StatusOK
 	})
-	proxy.Cut()
+	for _, p := range proxies {
+		p.Cut()
+	}
 	// The leadership ends one session timeout into the disconnection (state.Leadership).
 	await.True(t, cfg.ZKSessionTimeout+time.Second, "/readyz 503", func() bool {
 		resp, _ := get(t, cfg.HTTPAddr, "/readyz")

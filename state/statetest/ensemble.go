@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // Ensemble is a ZooKeeper ensemble of the test's own, as production runs it: n servers of
@@ -143,9 +146,48 @@ func (e *Ensemble) Leader() int {
 	return -1
 }
 
+// Serving returns the index of the member the session sid is connected to, or -1.
+func (e *Ensemble) Serving(sid int64) int {
+	for i, m := range e.members {
+		if !m.Paused() && m.Serves(sid) {
+			return i
+		}
+	}
+	return -1
+}
+
 // Stop kills every member (resuming paused ones first) and waits for them to exit.
 func (e *Ensemble) Stop() {
 	for _, m := range e.members {
 		m.Stop()
 	}
 }
+
+// LeaderSession returns the ZooKeeper session of the scheduler that leads namespace ns: the
+// owner of the first node in its election (state's layout: /{ns}/ha/election).
+func LeaderSession(servers []string, ns string) (int64, error) {
+	conn, _, err := zk.Connect(servers, 5*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	dir := "/" + ns + "/ha/election"
+	names, _, err := conn.Children(dir)
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", dir, err)
+	}
+	if len(names) == 0 {
+		return 0, fmt.Errorf("no candidate in %s", dir)
+	}
+	// Sequence numbers are the names' last ten digits.
+	sort.Slice(names, func(i, j int) bool { return names[i][len(names[i])-10:] < names[j][len(names[j])-10:] })
+	_, st, err := conn.Get(dir + "/" + names[0])
+	if err != nil {
+		return 0, fmt.Errorf("read %s/%s: %w", dir, names[0], err)
+	}
+	return st.EphemeralOwner, nil
+}
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}

@@ -175,7 +175,7 @@ func (s *Server) Start() error {
 	}
 	conf := fmt.Sprintf("%sdataDir=%s\nclientPort=%d\n"+
 		"clientPortAddress=127.0.0.1\nminSessionTimeout=200\nmaxSessionTimeout=60000\n"+
-		"admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=0\n"+
+		"admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,cons\nmaxClientCnxns=0\n"+
 		"snapCount=100000\nautopurge.purgeInterval=0\n", timing, data, s.port)
 	if s.peers != "" {
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintf("%d\n", s.id)), 0o644); err != nil {
@@ -289,6 +289,27 @@ func (s *Server) Mode() string {
 		}
 	}
 	return ""
+}
+
+// Serves says whether the session sid is connected to this server (its cons lists it).
+func (s *Server) Serves(sid int64) bool {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "cons"); err != nil {
+		return false
+	}
+	want := fmt.Sprintf("sid=0x%x,", sid)
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return true
+		}
+	}
+	return false
 }
 
 func ruok(addr string) bool {
