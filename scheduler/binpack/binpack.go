@@ -2,19 +2,38 @@
 // cycle's work and offers, Pack decides, and the scheduler does the I/O. Every task it cannot
 // place comes back with the reasons, and how many agents turned it down for each.
 //
-//	BINPACK: tasks largest first, each onto the fitting agent with the least cpu left after it
-//	         (best fit), so that busy agents fill up and idle ones stay free.
+//	BINPACK: each shard goes to the fitting agent that is fullest after taking it, fullness
+//	         being the mean of its cpu and memory use, each relative to what the agent offered
+//	         (the score of Fenzo's cpuMemBinPacker), so that busy agents fill up in both
+//	         dimensions and idle ones stay free.
 //	SPREAD:  the job's sharding strategy (scheduler/sharding) over the agents sorted by hostname
 //	         names a preferred agent per shard; if the shard does not fit there it goes to the
 //	         least-loaded agent that fits.
 //
+// No single greedy order is best everywhere: largest first packs tightest when all fits but
+// leaves the many small tasks out when not, and Fenzo's "good enough" rule (the first agent
+// scoring above 0.5) beats its own full scan on mixed agent sizes. So Pack runs a few orders
+// and rules (see tries) and keeps the result that places the most failover shards, then the
+// most shards, then uses the fewest agents. Two of them are Fenzo's own rules on the given
+// order, so Pack never places fewer tasks, nor uses more agents when all fit, than
+// cpuMemBinPacker would on the same input.
+//
+// Agents with the same offer, the same free resources and the same executors are one bucket:
+// a placement scans buckets, not agents, so its cost does not grow with the number of
+// identical agents. A shard like the previous one goes straight to the previous agent while
+// it still fits: under both rules that agent can only have become a better choice.
+//
 // An agent is never over-committed. An app's executor resources are counted once per agent
 // where that app has no executor yet. A job marked Integrity (a READY run) places all its
-// shards or none.
+// shards or none. Failover work (not Integrity) is placed before READY runs, and within each,
+// SPREAD jobs (in the order given) before BINPACK jobs.
 package binpack
 
 import (
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/ejcloud/ejcloud/scheduler/sharding"
 )
@@ -35,6 +54,9 @@ const (
 
 // epsilon absorbs float error in sums of fractional cpus such as 0.1.
 const epsilon = 1e-9
+
+// goodEnough is the score at which Fenzo's "good enough" rule stops looking.
+const goodEnough = 0.5
 
 // Resources is an amount of cpu and memory.
 type Resources struct {
@@ -83,205 +105,635 @@ type Result struct {
 	Unplaced []Unplaced
 }
 
-// Pack places the groups, in the order given (the scheduler puts failover work first), on
-// the agents. It never mutates its arguments.
+// Pack places the groups on the agents: failover work (groups without Integrity) first, as
+// the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
-	p := newPacker(agents)
-	res := Result{Placed: make([][]int, len(groups))}
-	order := make([]int, len(groups))
-	for i := range order {
-		order[i] = i
-	}
-	// BINPACK takes tasks largest first; relative order among equals (and of SPREAD jobs,
-	// which do not compete for best fit) stays as given.
-	sort.SliceStable(order, func(a, b int) bool {
-		ga, gb := groups[order[a]], groups[order[b]]
-		if ga.Integrity != gb.Integrity {
-			return !ga.Integrity // failover work first
+	c := newCommon(groups, agents)
+	var best outcome
+	for k, t := range c.tries() {
+		o := c.run(t)
+		if k == 0 || o.better(best) {
+			best = o
 		}
-		if ga.Placement == Binpack && gb.Placement == Binpack {
-			return ga.Need.CPUs > gb.Need.CPUs || ga.Need.CPUs == gb.Need.CPUs && ga.Need.MemMB > gb.Need.MemMB
+		if best.placed == c.shards && best.hosts <= c.minHosts {
+			break // nothing can do better
 		}
-		return false
-	})
-	for _, g := range order {
-		res.Placed[g], res.Unplaced = p.place(g, groups[g], res.Unplaced)
 	}
-	return res
+	return best.res
 }
 
-// agentState is an agent during packing.
-type agentState struct {
-	free  Resources
-	execs map[string]bool // apps whose executor is alive or placed in this Pack
+// rule picks an agent for a BINPACK shard among those that fit.
+type rule int
+
+const (
+	bestScore       rule = iota // the highest score; the lowest index among equals
+	firstGoodEnough             // the lowest index scoring above goodEnough, else as bestScore
+	// fewestAgents: as bestScore among the agents already holding a shard of this Pack, else
+	// the empty agent offering the most (relative to the cluster), so that a few large agents
+	// take what would otherwise spread over many small ones.
+	fewestAgents
+)
+
+// try is one way of packing: the order of the BINPACK groups and the rule.
+type try struct {
+	order []int // BINPACK groups, within their phase (failover, then READY)
+	rule  rule
 }
 
-type packer struct {
+// tries are the orders and rules Pack runs, the first being preferred on equal results:
+//   - largest first (size: the larger of the shard's shares of the cluster's cpu and memory),
+//     best score: packs tight when all fits, with neither dimension stranded since the score
+//     weighs both;
+//   - largest first, fewest agents: far fewer agents when their sizes differ, since the best
+//     score alone fills the small agents first (they fill fastest);
+//   - the given order, best score, and the given order, good enough: Fenzo's two modes;
+//   - smallest first, best score: places the most shards when not all fit.
+func (c *common) tries() []try {
+	var bin []int
+	for g := range c.groups {
+		if c.groups[g].Placement == Binpack {
+			bin = append(bin, g)
+		}
+	}
+	byPhase := func(less func(a, b int) int) []int {
+		o := slices.Clone(bin)
+		slices.SortStableFunc(o, func(a, b int) int {
+			if ia, ib := c.groups[a].Integrity, c.groups[b].Integrity; ia != ib {
+				if ib {
+					return -1
+				}
+				return 1
+			}
+			return less(a, b)
+		})
+		return o
+	}
+	given := byPhase(func(a, b int) int { return 0 })
+	if len(bin) == 0 {
+		return []try{{order: given}}
+	}
+	size := make([]float64, len(c.groups))
+	for _, g := range bin {
+		n := c.groups[g].Need
+		size[g] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
+	}
+	largest := byPhase(func(a, b int) int { return -cmpFloat(size[a], size[b]) })
+	smallest := byPhase(func(a, b int) int { return cmpFloat(size[a], size[b]) })
+	return []try{{largest, bestScore}, {largest, fewestAgents}, {given, bestScore}, {given, firstGoodEnough}, {smallest, bestScore}}
+}
+
+func share(x, total float64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return x / total
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// outcome is the result of one try.
+type outcome struct {
+	res              Result
+	failover, placed int // shards placed: of failover groups, of all
+	hosts            int // agents given at least one shard
+}
+
+func (o outcome) better(than outcome) bool {
+	if o.failover != than.failover {
+		return o.failover > than.failover
+	}
+	if o.placed != than.placed {
+		return o.placed > than.placed
+	}
+	return o.hosts < than.hosts
+}
+
+// common is what the tries share: the input, the executor sets, the agents' first buckets.
+type common struct {
+	groups []Group
 	agents []Agent
-	state  []agentState
-	// byCPU holds agent indices sorted by free cpu (then memory, then index); pos is the
-	// inverse. Best fit is a binary search plus a short scan.
-	byCPU []int
-	pos   []int
-	// byHost is the agents sorted by hostname, for SPREAD.
-	byHost []int
+	sets   execSets
+	set0   []int32 // each agent's executor set at the start
+	shards int     // shards in all groups
+	total  Resources
+	// minHosts is a lower bound on the agents any packing placing every shard uses.
+	minHosts int
+	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
+	// free can take nothing.
+	minNeed Resources
+	byHost  []int   // agents sorted by hostname, for SPREAD; built on first use
+	first   *packer // the agents bucketed, before any try
 }
 
-func newPacker(agents []Agent) *packer {
-	p := &packer{agents: agents, state: make([]agentState, len(agents)), byCPU: make([]int, len(agents)), pos: make([]int, len(agents))}
+func newCommon(groups []Group, agents []Agent) *common {
+	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents))}
+	c.sets.init()
 	for i, a := range agents {
-		p.state[i] = agentState{free: a.Free, execs: a.Executors}
-		p.byCPU[i] = i
+		c.set0[i] = c.sets.of(a.Executors)
+		c.total = c.total.plus(a.Free)
 	}
-	sort.Slice(p.byCPU, func(x, y int) bool { return p.less(p.byCPU[x], p.byCPU[y]) })
-	for k, i := range p.byCPU {
-		p.pos[i] = k
+	var need Resources
+	for k, g := range groups {
+		c.shards += len(g.Items)
+		need = need.plus(Resources{g.Need.CPUs * float64(len(g.Items)), g.Need.MemMB * float64(len(g.Items))})
+		if k == 0 || g.Need.CPUs < c.minNeed.CPUs {
+			c.minNeed.CPUs = g.Need.CPUs
+		}
+		if k == 0 || g.Need.MemMB < c.minNeed.MemMB {
+			c.minNeed.MemMB = g.Need.MemMB
+		}
+	}
+	c.minHosts = max(hostsFor(agents, need.CPUs, func(r Resources) float64 { return r.CPUs }),
+		hostsFor(agents, need.MemMB, func(r Resources) float64 { return r.MemMB }))
+	return c
+}
+
+// hostsFor is how many agents, taking the largest first, it takes to offer need of one
+// resource: no packing of that much on these agents uses fewer.
+func hostsFor(agents []Agent, need float64, of func(Resources) float64) int {
+	if need <= epsilon {
+		return 0
+	}
+	count := map[float64]int{}
+	for _, a := range agents {
+		count[of(a.Free)]++
+	}
+	sizes := make([]float64, 0, len(count))
+	for s := range count {
+		sizes = append(sizes, s)
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(sizes)))
+	n, sum := 0, 0.0
+	for _, s := range sizes {
+		if s <= 0 {
+			break
+		}
+		k := min(count[s], int((need-sum-epsilon)/s)+1)
+		n, sum = n+k, sum+float64(k)*s
+		if sum+epsilon >= need {
+			return n
+		}
+	}
+	return n
+}
+
+// execSets interns the sets of apps with an executor on an agent, so that a bucket key holds
+// a number, not a map.
+type execSets struct {
+	sets []map[string]bool
+	ids  map[string]int32
+	with map[withKey]int32
+}
+
+type withKey struct {
+	set int32
+	app string
+}
+
+func (s *execSets) init() {
+	s.sets = []map[string]bool{{}}
+	s.ids = map[string]int32{"": 0}
+	s.with = map[withKey]int32{}
+}
+
+func (s *execSets) of(m map[string]bool) int32 {
+	var apps []string
+	for app, on := range m {
+		if on {
+			apps = append(apps, app)
+		}
+	}
+	if len(apps) == 0 {
+		return 0
+	}
+	sort.Strings(apps)
+	key := strings.Join(apps, "\x00")
+	if id, ok := s.ids[key]; ok {
+		return id
+	}
+	set := make(map[string]bool, len(apps))
+	for _, app := range apps {
+		set[app] = true
+	}
+	id := int32(len(s.sets))
+	s.sets = append(s.sets, set)
+	s.ids[key] = id
+	return id
+}
+
+// plus is set with app added.
+func (s *execSets) plus(set int32, app string) int32 {
+	if s.sets[set][app] {
+		return set
+	}
+	if id, ok := s.with[withKey{set, app}]; ok {
+		return id
+	}
+	m := make(map[string]bool, len(s.sets[set])+1)
+	for a := range s.sets[set] {
+		m[a] = true
+	}
+	m[app] = true
+	id := s.of(m)
+	s.with[withKey{set, app}] = id
+	return id
+}
+
+// bucketKey is what makes agents interchangeable for the packer. The offer is the capacity
+// that the score normalises by.
+type bucketKey struct {
+	offer Resources
+	free  Resources
+	set   int32
+}
+
+// bucket holds interchangeable agents in a min-heap of their indices: the lowest index goes
+// first, as it would in a scan of the agents in order.
+type bucket struct {
+	key      bucketKey
+	members  []int32
+	inActive bool
+}
+
+// packer is the state of one try.
+type packer struct {
+	c       *common
+	free    []Resources
+	set     []int32
+	bucket  []int32 // per agent
+	heapPos []int32 // per agent: its position in its bucket's members
+	buckets []bucket
+	byKey   map[bucketKey]int32
+	// active lists the buckets that may take a shard; empty ones leave it when a scan meets
+	// them, and buckets with less than minNeed never join.
+	active []int32
+	used   []bool
+	hosts  int
+	// last is the agent the previous BINPACK shard went to, and the shard's kind: a shard of
+	// the same kind goes there while it fits (see Pack's doc). -1: none.
+	last     int32
+	lastKind shardKind
+	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
+	// shard that failed before are brought up to date from what changed since.
+	changes []change
+	// failed holds the kinds of shard that found no room, and why. While no rollback freed
+	// anything (gen unchanged), a shard of such a kind fails without a scan: agents only fill.
+	failed map[shardKind]*kindReasons
+	gen    int
+	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
+	hasApp   []int8
+	hasAppOf string
+}
+
+type change struct {
+	agent            int32
+	oldFree, newFree Resources
+	oldSet, newSet   int32
+}
+
+type kindReasons struct {
+	cpu, mem int // agents turning the kind away for cpu, for memory
+	changes  int // len(changes) when cpu and mem were counted
+	gen      int
+}
+
+type shardKind struct {
+	need, executor Resources
+	app            string
+}
+
+// newPacker returns the packer of a try, at the start: a copy of the first one, so that the
+// agents are bucketed once per Pack.
+func (c *common) newPacker() *packer {
+	if c.first == nil {
+		n := len(c.agents)
+		p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
+			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n), last: -1}
+		for i, a := range c.agents {
+			p.free[i] = a.Free
+			p.join(int32(i))
+		}
+		c.first = p
+	}
+	f := c.first
+	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
+		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
+		active: slices.Clone(f.active), used: make([]bool, len(f.used)), last: -1, failed: map[shardKind]*kindReasons{}}
+	for b := range p.buckets {
+		p.buckets[b].members = slices.Clone(p.buckets[b].members)
 	}
 	return p
 }
 
-func (p *packer) less(i, j int) bool {
-	a, b := p.state[i].free, p.state[j].free
-	if a.CPUs != b.CPUs {
-		return a.CPUs < b.CPUs
-	}
-	if a.MemMB != b.MemMB {
-		return a.MemMB < b.MemMB
-	}
-	return i < j
+func (p *packer) key(i int32) bucketKey {
+	return bucketKey{offer: p.c.agents[i].Free, free: p.free[i], set: p.set[i]}
 }
 
-// need returns what a shard of g takes on agent i: the shard, plus the executor if the app
-// has none there yet.
-func (p *packer) need(i int, g *Group) Resources {
-	if p.state[i].execs[g.App] {
+// join puts agent i in the bucket of its current state.
+func (p *packer) join(i int32) {
+	k := p.key(i)
+	b, ok := p.byKey[k]
+	if !ok {
+		b = int32(len(p.buckets))
+		p.buckets = append(p.buckets, bucket{key: k})
+		p.byKey[k] = b
+	}
+	bk := &p.buckets[b]
+	p.bucket[i] = b
+	bk.members = append(bk.members, i)
+	p.heapPos[i] = int32(len(bk.members) - 1)
+	p.up(bk, len(bk.members)-1)
+	if !bk.inActive && k.free.CPUs+epsilon >= p.c.minNeed.CPUs && k.free.MemMB+epsilon >= p.c.minNeed.MemMB {
+		bk.inActive = true
+		p.active = append(p.active, b)
+	}
+}
+
+// leave takes agent i out of its bucket.
+func (p *packer) leave(i int32) {
+	bk := &p.buckets[p.bucket[i]]
+	h, last := int(p.heapPos[i]), len(bk.members)-1
+	if h != last {
+		bk.members[h] = bk.members[last]
+		p.heapPos[bk.members[h]] = int32(h)
+	}
+	bk.members = bk.members[:last]
+	if h < last {
+		p.down(bk, h)
+		p.up(bk, h)
+	}
+}
+
+func (p *packer) up(bk *bucket, h int) {
+	m := bk.members
+	for h > 0 {
+		parent := (h - 1) / 2
+		if m[parent] <= m[h] {
+			return
+		}
+		m[parent], m[h] = m[h], m[parent]
+		p.heapPos[m[parent]], p.heapPos[m[h]] = int32(parent), int32(h)
+		h = parent
+	}
+}
+
+func (p *packer) down(bk *bucket, h int) {
+	m := bk.members
+	for {
+		c := 2*h + 1
+		if c >= len(m) {
+			return
+		}
+		if c+1 < len(m) && m[c+1] < m[c] {
+			c++
+		}
+		if m[h] <= m[c] {
+			return
+		}
+		m[h], m[c] = m[c], m[h]
+		p.heapPos[m[h]], p.heapPos[m[c]] = int32(h), int32(c)
+		h = c
+	}
+}
+
+// need returns what a shard of g takes on an agent with executor set set: the shard, plus the
+// executor if the app has none there yet.
+func (p *packer) need(set int32, g *Group) Resources {
+	if g.Executor == (Resources{}) {
+		return g.Need
+	}
+	if g.App != p.hasAppOf || p.hasApp == nil {
+		p.hasAppOf = g.App
+		p.hasApp = make([]int8, len(p.c.sets.sets))
+	}
+	for int(set) >= len(p.hasApp) {
+		p.hasApp = append(p.hasApp, 0)
+	}
+	if p.hasApp[set] == 0 {
+		p.hasApp[set] = 1
+		if p.c.sets.sets[set][g.App] {
+			p.hasApp[set] = 2
+		}
+	}
+	if p.hasApp[set] == 2 {
 		return g.Need
 	}
 	return g.Need.plus(g.Executor)
 }
 
-func (p *packer) fits(i int, g *Group) bool {
-	n, f := p.need(i, g), p.state[i].free
-	return n.CPUs <= f.CPUs+epsilon && n.MemMB <= f.MemMB+epsilon
+func fitsIn(n, free Resources) bool {
+	return n.CPUs <= free.CPUs+epsilon && n.MemMB <= free.MemMB+epsilon
 }
 
-// take books a shard of g on agent i and keeps byCPU sorted; it returns the undo record.
-func (p *packer) take(i int, g *Group) undo {
-	u := undo{agent: i, free: p.state[i].free, execs: p.state[i].execs}
-	n := p.need(i, g)
-	st := &p.state[i]
-	st.free = Resources{st.free.CPUs - n.CPUs, st.free.MemMB - n.MemMB}
-	if !st.execs[g.App] {
-		execs := make(map[string]bool, len(st.execs)+1) // copy: Agent.Executors is the caller's
-		for k, v := range st.execs {
-			execs[k] = v
-		}
-		execs[g.App] = true
-		st.execs = execs
+func (p *packer) fits(i int32, g *Group) bool { return fitsIn(p.need(p.set[i], g), p.free[i]) }
+
+// score is how full an agent offering offer, with free left, is after taking n: the mean of
+// its cpu and memory use relative to the offer (Fenzo's cpuMemBinPacker).
+func score(offer, free, n Resources) float64 {
+	return (use(offer.CPUs, free.CPUs, n.CPUs) + use(offer.MemMB, free.MemMB, n.MemMB)) / 2
+}
+
+func use(offer, free, n float64) float64 {
+	if offer <= 0 {
+		return 1 // nothing offered is nothing left
 	}
-	p.fix(i)
+	return (offer - free + n) / offer
+}
+
+// take books a shard of g on agent i; it returns the undo record.
+func (p *packer) take(i int32, g *Group) undo {
+	u := undo{agent: i, free: p.free[i], set: p.set[i]}
+	n := p.need(p.set[i], g)
+	p.leave(i)
+	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
+	p.set[i] = p.c.sets.plus(p.set[i], g.App)
+	p.join(i)
+	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
+	if !p.used[i] {
+		p.used[i] = true
+		p.hosts++
+		u.firstUse = true
+	}
 	return u
 }
 
 type undo struct {
-	agent int
-	free  Resources
-	execs map[string]bool
+	agent    int32
+	free     Resources
+	set      int32
+	firstUse bool
 }
 
 func (p *packer) rollback(us []undo) {
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
-		p.state[u.agent].free, p.state[u.agent].execs = u.free, u.execs
-		p.fix(u.agent)
-	}
-}
-
-// fix moves agent i to its place in byCPU after its free resources changed.
-func (p *packer) fix(i int) {
-	k := p.pos[i]
-	for k > 0 && p.less(i, p.byCPU[k-1]) {
-		p.byCPU[k] = p.byCPU[k-1]
-		p.pos[p.byCPU[k]] = k
-		k--
-	}
-	for k < len(p.byCPU)-1 && p.less(p.byCPU[k+1], i) {
-		p.byCPU[k] = p.byCPU[k+1]
-		p.pos[p.byCPU[k]] = k
-		k++
-	}
-	p.byCPU[k], p.pos[i] = i, k
-}
-
-// bestFit returns the fitting agent with the least cpu left after placing a shard of g, or -1.
-func (p *packer) bestFit(g *Group) int {
-	start := sort.Search(len(p.byCPU), func(k int) bool { return p.state[p.byCPU[k]].free.CPUs+epsilon >= g.Need.CPUs })
-	best, bestLeft := -1, 0.0
-	for k := start; k < len(p.byCPU); k++ {
-		i := p.byCPU[k]
-		if best >= 0 && p.state[i].free.CPUs-g.Need.CPUs-g.Executor.CPUs > bestLeft+epsilon {
-			break // every later agent leaves more cpu than the best so far, even with an executor to start
+		p.leave(u.agent)
+		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		p.free[u.agent], p.set[u.agent] = u.free, u.set
+		p.join(u.agent)
+		if u.firstUse {
+			p.used[u.agent] = false
+			p.hosts--
 		}
-		if p.fits(i, g) {
-			if left := p.state[i].free.CPUs - p.need(i, g).CPUs; best < 0 || left < bestLeft-epsilon {
-				best, bestLeft = i, left
+	}
+	p.last = -1 // freed room may now score better than the last agent
+	p.gen++     // and may take kinds of shard that failed before
+}
+
+// choose returns the agent for a BINPACK shard of g under rule r, or -1.
+func (p *packer) choose(g *Group, r rule) int32 {
+	kind := shardKind{g.Need, g.Executor, g.App}
+	if p.last >= 0 && p.lastKind == kind && (g.Need.CPUs > 0 || g.Need.MemMB > 0) && p.fits(p.last, g) {
+		return p.last
+	}
+	best, good, empty := int32(-1), int32(-1), int32(-1)
+	bestScore, emptySize := 0.0, 0.0
+	for k := 0; k < len(p.active); {
+		b := p.active[k]
+		bk := &p.buckets[b]
+		if len(bk.members) == 0 {
+			bk.inActive = false
+			p.active[k] = p.active[len(p.active)-1]
+			p.active = p.active[:len(p.active)-1]
+			continue
+		}
+		k++
+		n := p.need(bk.key.set, g)
+		if !fitsIn(n, bk.key.free) {
+			continue
+		}
+		s, i := score(bk.key.offer, bk.key.free, n), bk.members[0]
+		if r == fewestAgents && bk.key.free == bk.key.offer {
+			if size := share(bk.key.offer.CPUs, p.c.total.CPUs) + share(bk.key.offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
+				empty, emptySize = i, size
 			}
+			continue
+		}
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if best < 0 || s > bestScore || s == bestScore && i < best {
+			best, bestScore = i, s
+		}
+	}
+	if good >= 0 {
+		best = good
+	}
+	if best < 0 {
+		best = empty
+	}
+	p.last, p.lastKind = best, kind
+	return best
+}
+
+// leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
+func (p *packer) leastLoaded(g *Group) int32 {
+	best := int32(-1)
+	var bestFree Resources
+	for _, b := range p.active {
+		bk := &p.buckets[b]
+		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, g), bk.key.free) {
+			continue
+		}
+		f, i := bk.key.free, bk.members[0]
+		if best < 0 || f.CPUs > bestFree.CPUs || f.CPUs == bestFree.CPUs && (f.MemMB > bestFree.MemMB || f.MemMB == bestFree.MemMB && i < best) {
+			best, bestFree = i, f
 		}
 	}
 	return best
 }
 
-// leastLoaded returns the fitting agent with the most free cpu, or -1.
-func (p *packer) leastLoaded(g *Group) int {
-	for k := len(p.byCPU) - 1; k >= 0; k-- {
-		i := p.byCPU[k]
-		if p.state[i].free.CPUs+epsilon < g.Need.CPUs {
-			return -1
-		}
-		if p.fits(i, g) {
-			return i
+// run packs every group under try t.
+func (c *common) run(t try) outcome {
+	p := c.newPacker()
+	o := outcome{res: Result{Placed: make([][]int, len(c.groups))}}
+	all := make([]int, c.shards) // one allocation for every group's Placed
+	place := func(g int) {
+		n := len(c.groups[g].Items)
+		o.res.Placed[g], o.res.Unplaced = p.place(g, &c.groups[g], t.rule, all[:n:n], o.res.Unplaced)
+		all = all[n:]
+		for _, i := range o.res.Placed[g] {
+			if i >= 0 {
+				o.placed++
+				if !c.groups[g].Integrity {
+					o.failover++
+				}
+			}
 		}
 	}
-	return -1
+	next := 0 // in t.order
+	for _, integrity := range []bool{false, true} {
+		for g := range c.groups {
+			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack {
+				place(g)
+			}
+		}
+		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
+			place(t.order[next])
+		}
+	}
+	// Unplaced in the order of the groups given, each group's shards in order.
+	slices.SortStableFunc(o.res.Unplaced, func(a, b Unplaced) int { return a.Group - b.Group })
+	o.hosts = p.hosts
+	return o
 }
 
 // place places one group; with Integrity it undoes a partial placement.
-func (p *packer) place(gi int, g Group, unplaced []Unplaced) ([]int, []Unplaced) {
-	placed := make([]int, len(g.Items))
+// placed has room for the group's items.
+func (p *packer) place(gi int, g *Group, r rule, placed []int, unplaced []Unplaced) ([]int, []Unplaced) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
 	if g.Placement != Binpack {
-		preferred = p.spreadPreference(&g)
+		preferred = p.c.spreadPreference(g)
+		p.last = -1 // SPREAD moves agents behind the BINPACK rule's back
+	}
+	// A kind of shard that found no room still finds none while agents only fill up.
+	hopeless := false
+	if len(p.failed) > 0 {
+		kr := p.failed[shardKind{g.Need, g.Executor, g.App}]
+		hopeless = kr != nil && kr.gen == p.gen
 	}
 	missing := 0
+	var failed map[string]int // the reasons of the first shard that did not fit
 	for k := range g.Items {
-		i := -1
+		i := int32(-1)
 		switch {
-		case preferred != nil && preferred[k] >= 0 && p.fits(preferred[k], &g):
-			i = preferred[k]
+		case missing > 0 || hopeless:
+		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), g):
+			i = int32(preferred[k])
 		case preferred != nil:
-			i = p.leastLoaded(&g)
+			i = p.leastLoaded(g)
 		default:
-			i = p.bestFit(&g)
+			i = p.choose(g, r)
 		}
-		placed[k] = i
+		placed[k] = int(i)
 		if i < 0 {
+			if missing == 0 {
+				failed = p.reasons(g)
+			}
 			missing++
 			continue
 		}
-		undos = append(undos, p.take(i, &g))
+		undos = append(undos, p.take(i, g))
 	}
 	if missing == 0 || !g.Integrity {
 		for k, i := range placed {
 			if i < 0 {
-				unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: p.reasons(&g)})
+				unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: failed})
 			}
 		}
 		return placed, unplaced
 	}
 	// The reasons of the shards that did not fit are those of the moment they failed, before
 	// the rollback frees what the others took.
-	failed := p.reasons(&g)
 	p.rollback(undos)
 	for k, i := range placed {
 		reasons := map[string]int{ReasonIntegrity: 1}
@@ -294,35 +746,59 @@ func (p *packer) place(gi int, g Group, unplaced []Unplaced) ([]int, []Unplaced)
 	return placed, unplaced
 }
 
-// reasons counts, over all agents, which resource turned a shard of g away.
+// reasons counts, over all agents, which resource turns a shard of g away. The counts of a
+// kind of shard are kept, and brought up to date from the changes since, when it fails again.
 func (p *packer) reasons(g *Group) map[string]int {
-	r := map[string]int{}
-	if len(p.agents) == 0 {
-		r[ReasonNoAgents] = 1
-		return r
+	if len(p.c.agents) == 0 {
+		return map[string]int{ReasonNoAgents: 1}
 	}
-	for i := range p.agents {
-		n, f := p.need(i, g), p.state[i].free
-		if n.CPUs > f.CPUs+epsilon {
-			r[ReasonCPU]++
+	kind := shardKind{g.Need, g.Executor, g.App}
+	kr := p.failed[kind]
+	if kr == nil {
+		kr = &kindReasons{}
+		for b := range p.buckets {
+			bk := &p.buckets[b]
+			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
 		}
-		if n.MemMB > f.MemMB+epsilon {
-			r[ReasonMem]++
+		p.failed[kind] = kr
+	} else {
+		for _, ch := range p.changes[kr.changes:] {
+			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
+			kr.count(p, g, ch.newFree, ch.newSet, 1)
 		}
+	}
+	kr.changes, kr.gen = len(p.changes), p.gen
+	r := make(map[string]int, 2)
+	if kr.cpu > 0 {
+		r[ReasonCPU] = kr.cpu
+	}
+	if kr.mem > 0 {
+		r[ReasonMem] = kr.mem
 	}
 	return r
 }
 
+// count adds n agents with free left and executor set set.
+func (kr *kindReasons) count(p *packer, g *Group, free Resources, set int32, n int) {
+	need := p.need(set, g)
+	if need.CPUs > free.CPUs+epsilon {
+		kr.cpu += n
+	}
+	if need.MemMB > free.MemMB+epsilon {
+		kr.mem += n
+	}
+}
+
 // spreadPreference maps each item of g to its preferred agent under the job's strategy over the
 // agents sorted by hostname.
-func (p *packer) spreadPreference(g *Group) []int {
-	if p.byHost == nil {
-		p.byHost = make([]int, len(p.agents))
-		for i := range p.byHost {
-			p.byHost[i] = i
+func (c *common) spreadPreference(g *Group) []int {
+	if c.byHost == nil {
+		c.byHost = make([]int, len(c.agents))
+		for i := range c.byHost {
+			c.byHost[i] = i
 		}
-		sort.SliceStable(p.byHost, func(x, y int) bool {
-			a, b := p.agents[p.byHost[x]], p.agents[p.byHost[y]]
+		sort.SliceStable(c.byHost, func(x, y int) bool {
+			a, b := c.agents[c.byHost[x]], c.agents[c.byHost[y]]
 			if a.Hostname != b.Hostname {
 				return a.Hostname < b.Hostname
 			}
@@ -338,10 +814,10 @@ func (p *packer) spreadPreference(g *Group) []int {
 		total = max(total, it+1)
 	}
 	byItem := map[int]int{}
-	if shards, err := sharding.Shard(strategy, len(p.byHost), g.Job, total); err == nil {
+	if shards, err := sharding.Shard(strategy, len(c.byHost), g.Job, total); err == nil {
 		for inst, items := range shards {
 			for _, it := range items {
-				byItem[it] = p.byHost[inst]
+				byItem[it] = c.byHost[inst]
 			}
 		}
 	}
