@@ -119,6 +119,7 @@ func Pack(groups []Group, agents []Agent) Result {
 			break // nothing can do better
 		}
 	}
+	best.res.Unplaced = best.unplaced(groups)
 	return best.res
 }
 
@@ -155,30 +156,42 @@ func (c *common) tries() []try {
 			bin = append(bin, g)
 		}
 	}
-	byPhase := func(less func(a, b int) int) []int {
-		o := slices.Clone(bin)
-		slices.SortStableFunc(o, func(a, b int) int {
-			if ia, ib := c.groups[a].Integrity, c.groups[b].Integrity; ia != ib {
-				if ib {
+	// Sort compact keys: comparing through the groups costs a cache miss each.
+	type key struct {
+		ready bool // phase: failover first
+		size  float64
+		group int
+	}
+	keys := make([]key, len(bin))
+	for k, g := range bin {
+		n := c.groups[g].Need
+		keys[k] = key{c.groups[g].Integrity, max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB)), g}
+	}
+	byPhase := func(sign float64) []int {
+		slices.SortFunc(keys, func(a, b key) int {
+			if a.ready != b.ready {
+				if b.ready {
 					return -1
 				}
 				return 1
 			}
-			return less(a, b)
+			if d := cmpFloat(sign*a.size, sign*b.size); d != 0 {
+				return d
+			}
+			return a.group - b.group // as given among equals
 		})
+		o := make([]int, len(keys))
+		for k := range keys {
+			o[k] = keys[k].group
+		}
 		return o
 	}
-	given := byPhase(func(a, b int) int { return 0 })
+	given := byPhase(0)
 	if len(bin) == 0 {
 		return []try{{order: given}}
 	}
-	size := make([]float64, len(c.groups))
-	for _, g := range bin {
-		n := c.groups[g].Need
-		size[g] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
-	}
-	largest := byPhase(func(a, b int) int { return -cmpFloat(size[a], size[b]) })
-	smallest := byPhase(func(a, b int) int { return cmpFloat(size[a], size[b]) })
+	largest := byPhase(-1)
+	smallest := byPhase(1)
 	return []try{{largest, bestScore}, {largest, fewestAgents}, {given, bestScore}, {given, firstGoodEnough}, {smallest, bestScore}}
 }
 
@@ -204,6 +217,7 @@ type outcome struct {
 	res              Result
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
+	fails            []failure
 }
 
 func (o outcome) better(than outcome) bool {
@@ -381,6 +395,7 @@ type packer struct {
 	// the same kind goes there while it fits (see Pack's doc). -1: none.
 	last     int32
 	lastKind shardKind
+	loose    int32 // the agent out of the buckets while it takes shards, or -1
 	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
 	// shard that failed before are brought up to date from what changed since.
 	changes []change
@@ -416,7 +431,7 @@ func (c *common) newPacker() *packer {
 	if c.first == nil {
 		n := len(c.agents)
 		p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
-			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n), last: -1}
+			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n), last: -1, loose: -1}
 		for i, a := range c.agents {
 			p.free[i] = a.Free
 			p.join(int32(i))
@@ -426,7 +441,7 @@ func (c *common) newPacker() *packer {
 	f := c.first
 	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
 		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
-		active: slices.Clone(f.active), used: make([]bool, len(f.used)), last: -1, failed: map[shardKind]*kindReasons{}}
+		active: slices.Clone(f.active), used: make([]bool, len(f.used)), last: -1, loose: -1, failed: map[shardKind]*kindReasons{}}
 	for b := range p.buckets {
 		p.buckets[b].members = slices.Clone(p.buckets[b].members)
 	}
@@ -507,11 +522,16 @@ func (p *packer) down(bk *bucket, h int) {
 // need returns what a shard of g takes on an agent with executor set set: the shard, plus the
 // executor if the app has none there yet.
 func (p *packer) need(set int32, g *Group) Resources {
-	if g.Executor == (Resources{}) {
+	if g.Executor == (Resources{}) || p.has(set, g.App) {
 		return g.Need
 	}
-	if g.App != p.hasAppOf || p.hasApp == nil {
-		p.hasAppOf = g.App
+	return g.Need.plus(g.Executor)
+}
+
+// has says whether executor set set holds app.
+func (p *packer) has(set int32, app string) bool {
+	if app != p.hasAppOf || p.hasApp == nil {
+		p.hasAppOf = app
 		p.hasApp = make([]int8, len(p.c.sets.sets))
 	}
 	for int(set) >= len(p.hasApp) {
@@ -519,14 +539,11 @@ func (p *packer) need(set int32, g *Group) Resources {
 	}
 	if p.hasApp[set] == 0 {
 		p.hasApp[set] = 1
-		if p.c.sets.sets[set][g.App] {
+		if p.c.sets.sets[set][app] {
 			p.hasApp[set] = 2
 		}
 	}
-	if p.hasApp[set] == 2 {
-		return g.Need
-	}
-	return g.Need.plus(g.Executor)
+	return p.hasApp[set] == 2
 }
 
 func fitsIn(n, free Resources) bool {
@@ -548,14 +565,20 @@ func use(offer, free, n float64) float64 {
 	return (offer - free + n) / offer
 }
 
-// take books a shard of g on agent i; it returns the undo record.
+// take books a shard of g on agent i; it returns the undo record. The agent stays out of the
+// buckets (loose) while shards keep coming to it; settle puts it back.
 func (p *packer) take(i int32, g *Group) undo {
 	u := undo{agent: i, free: p.free[i], set: p.set[i]}
 	n := p.need(p.set[i], g)
-	p.leave(i)
+	if i != p.loose {
+		p.settle()
+		p.leave(i)
+		p.loose = i
+	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
-	p.set[i] = p.c.sets.plus(p.set[i], g.App)
-	p.join(i)
+	if !p.has(p.set[i], g.App) {
+		p.set[i] = p.c.sets.plus(p.set[i], g.App)
+	}
 	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
 	if !p.used[i] {
 		p.used[i] = true
@@ -563,6 +586,14 @@ func (p *packer) take(i int32, g *Group) undo {
 		u.firstUse = true
 	}
 	return u
+}
+
+// settle puts the loose agent back in the bucket of its state.
+func (p *packer) settle() {
+	if p.loose >= 0 {
+		p.join(p.loose)
+		p.loose = -1
+	}
 }
 
 type undo struct {
@@ -573,6 +604,7 @@ type undo struct {
 }
 
 func (p *packer) rollback(us []undo) {
+	p.settle()
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
 		p.leave(u.agent)
@@ -594,6 +626,7 @@ func (p *packer) choose(g *Group, r rule) int32 {
 	if p.last >= 0 && p.lastKind == kind && (g.Need.CPUs > 0 || g.Need.MemMB > 0) && p.fits(p.last, g) {
 		return p.last
 	}
+	p.settle()
 	best, good, empty := int32(-1), int32(-1), int32(-1)
 	bestScore, emptySize := 0.0, 0.0
 	for k := 0; k < len(p.active); {
@@ -636,6 +669,7 @@ func (p *packer) choose(g *Group, r rule) int32 {
 
 // leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
 func (p *packer) leastLoaded(g *Group) int32 {
+	p.settle()
 	best := int32(-1)
 	var bestFree Resources
 	for _, b := range p.active {
@@ -658,8 +692,10 @@ func (c *common) run(t try) outcome {
 	all := make([]int, c.shards) // one allocation for every group's Placed
 	place := func(g int) {
 		n := len(c.groups[g].Items)
-		o.res.Placed[g], o.res.Unplaced = p.place(g, &c.groups[g], t.rule, all[:n:n], o.res.Unplaced)
-		all = all[n:]
+		o.res.Placed[g], all = all[:n:n], all[n:]
+		if f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g]); failed {
+			o.fails = append(o.fails, f)
+		}
 		for _, i := range o.res.Placed[g] {
 			if i >= 0 {
 				o.placed++
@@ -680,15 +716,58 @@ func (c *common) run(t try) outcome {
 			place(t.order[next])
 		}
 	}
-	// Unplaced in the order of the groups given, each group's shards in order.
-	slices.SortStableFunc(o.res.Unplaced, func(a, b Unplaced) int { return a.Group - b.Group })
 	o.hosts = p.hosts
 	return o
 }
 
-// place places one group; with Integrity it undoes a partial placement.
-// placed has room for the group's items.
-func (p *packer) place(gi int, g *Group, r rule, placed []int, unplaced []Unplaced) ([]int, []Unplaced) {
+// failure is a group not wholly placed: its shards from first on found no room, for the
+// reasons counted then (its shards before first were placed, or rolled back).
+type failure struct {
+	group, first int
+	cpu, mem     int
+	noAgents     bool
+	rolledBack   bool
+}
+
+// unplaced lists the shards that o did not place, in the order of the groups given, each
+// group's shards in order. Only the kept outcome pays for the maps.
+func (o *outcome) unplaced(groups []Group) []Unplaced {
+	slices.SortFunc(o.fails, func(a, b failure) int { return a.group - b.group })
+	var out []Unplaced
+	for _, f := range o.fails {
+		reasons := map[string]int{}
+		switch {
+		case f.noAgents:
+			reasons[ReasonNoAgents] = 1
+		default:
+			if f.cpu > 0 {
+				reasons[ReasonCPU] = f.cpu
+			}
+			if f.mem > 0 {
+				reasons[ReasonMem] = f.mem
+			}
+		}
+		var integrity map[string]int
+		if f.rolledBack && f.first > 0 {
+			integrity = map[string]int{ReasonIntegrity: 1}
+		}
+		for k, item := range groups[f.group].Items {
+			r := reasons
+			if k < f.first {
+				if !f.rolledBack {
+					continue // placed
+				}
+				r = integrity
+			}
+			out = append(out, Unplaced{Group: f.group, Item: item, Reasons: r})
+		}
+	}
+	return out
+}
+
+// place places one group into placed (room for its items); with Integrity it undoes a
+// partial placement. It says whether some shard found no room, and why.
+func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
 	if g.Placement != Binpack {
@@ -701,12 +780,11 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int, unplaced []Unplac
 		kr := p.failed[shardKind{g.Need, g.Executor, g.App}]
 		hopeless = kr != nil && kr.gen == p.gen
 	}
-	missing := 0
-	var failed map[string]int // the reasons of the first shard that did not fit
+	f := failure{group: gi, first: -1}
 	for k := range g.Items {
 		i := int32(-1)
 		switch {
-		case missing > 0 || hopeless:
+		case f.first >= 0 || hopeless:
 		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), g):
 			i = int32(preferred[k])
 		case preferred != nil:
@@ -716,42 +794,40 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int, unplaced []Unplac
 		}
 		placed[k] = int(i)
 		if i < 0 {
-			if missing == 0 {
-				failed = p.reasons(g)
+			if f.first < 0 {
+				// Every later shard fails too: nothing changes until then.
+				f.first = k
+				f.cpu, f.mem, f.noAgents = p.reasons(g)
 			}
-			missing++
 			continue
 		}
-		undos = append(undos, p.take(i, g))
-	}
-	if missing == 0 || !g.Integrity {
-		for k, i := range placed {
-			if i < 0 {
-				unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: failed})
-			}
+		u := p.take(i, g)
+		if g.Integrity {
+			undos = append(undos, u)
 		}
-		return placed, unplaced
 	}
-	// The reasons of the shards that did not fit are those of the moment they failed, before
-	// the rollback frees what the others took.
-	p.rollback(undos)
-	for k, i := range placed {
-		reasons := map[string]int{ReasonIntegrity: 1}
-		if i < 0 {
-			reasons = failed
+	if f.first < 0 {
+		return f, false
+	}
+	if g.Integrity {
+		// The reasons are those of the moment the shard failed, before the rollback frees
+		// what the others took.
+		p.rollback(undos)
+		for k := range placed {
+			placed[k] = -1
 		}
-		placed[k] = -1
-		unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: reasons})
+		f.rolledBack = true
 	}
-	return placed, unplaced
+	return f, true
 }
 
 // reasons counts, over all agents, which resource turns a shard of g away. The counts of a
 // kind of shard are kept, and brought up to date from the changes since, when it fails again.
-func (p *packer) reasons(g *Group) map[string]int {
+func (p *packer) reasons(g *Group) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
-		return map[string]int{ReasonNoAgents: 1}
+		return 0, 0, true
 	}
+	p.settle()
 	kind := shardKind{g.Need, g.Executor, g.App}
 	kr := p.failed[kind]
 	if kr == nil {
@@ -768,14 +844,7 @@ func (p *packer) reasons(g *Group) map[string]int {
 		}
 	}
 	kr.changes, kr.gen = len(p.changes), p.gen
-	r := make(map[string]int, 2)
-	if kr.cpu > 0 {
-		r[ReasonCPU] = kr.cpu
-	}
-	if kr.mem > 0 {
-		r[ReasonMem] = kr.mem
-	}
-	return r
+	return kr.cpu, kr.mem, false
 }
 
 // count adds n agents with free left and executor set set.
