@@ -192,7 +192,13 @@ func (c *common) tries() []try {
 	}
 	largest := byPhase(-1)
 	smallest := byPhase(1)
-	return []try{{largest, bestScore}, {largest, fewestAgents}, {given, bestScore}, {given, firstGoodEnough}, {smallest, bestScore}}
+	var out []try
+	for _, t := range []try{{largest, bestScore}, {largest, fewestAgents}, {given, bestScore}, {given, firstGoodEnough}, {smallest, bestScore}} {
+		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
+			out = append(out, t) // tasks all alike, or given largest first: one run will do
+		}
+	}
+	return out
 }
 
 func share(x, total float64) float64 {

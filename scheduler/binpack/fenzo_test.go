@@ -95,7 +95,7 @@ func checkFits(t *testing.T, gs []Group, as []Agent, res Result) {
 // better of Fenzo's two modes and, when all fit, uses no more agents than the better of them.
 func TestPackNeverWorseThanFenzo(t *testing.T) {
 	start := time.Now()
-	rounds, overflowed, beaten := 400, 0, 0
+	rounds, overflowed, beaten := 1000, 0, 0
 	for seed := int64(1); seed <= int64(rounds); seed++ {
 		w := gen.Random(seed)
 		full, fullPlaced, fullUsed := reference(w, false)

@@ -42,8 +42,9 @@ func Kinds() []Workload {
 		{Name: "mixed-hosts-fit", Hosts: mixedHosts, Tasks: tasks(1, mixedTasks, 1500)},
 		// ~6 GB per cpu against 2–4 GB per cpu offered: memory decides.
 		{Name: "memory-bound", Hosts: mixedHosts, Tasks: tasks(2, []Shape{{0.5, 3 * gb}, {1, 6 * gb}, {0.5, 5 * gb}, {2, 10 * gb}, {0.25, 2 * gb}}, 2400)},
-		// 500 tasks of each: 1,750 cpu and 14,000 GB on 16/64 agents; both dimensions fill
-		// only if every agent gets a mix (≥ 219 agents).
+		// About 500 of each: 6 cpu/4 GB and 1 cpu/24 GB on 16 cpu/64 GB agents. No agent takes
+		// three memory-heavy tasks, so at least 250 agents; two of each fill both dimensions
+		// to 14/16 and 56/64.
 		{Name: "identical-half-cpu-half-mem", Hosts: hosts(medium, 400), Tasks: tasks(3, halfHalf, 1000)},
 		{Name: "identical-half-half-too-few-hosts", Hosts: hosts(medium, 120), Tasks: tasks(3, halfHalf, 1000)},
 		// About twice what fits.
