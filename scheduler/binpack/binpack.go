@@ -111,6 +111,9 @@ func Pack(groups []Group, agents []Agent) Result {
 	c := newCommon(groups, agents)
 	var best outcome
 	for k, t := range c.tries() {
+		if t.ifShort && best.placed == c.shards {
+			continue
+		}
 		o := c.run(t)
 		if k == 0 || o.better(best) {
 			best = o
@@ -139,6 +142,8 @@ const (
 type try struct {
 	order []int // BINPACK groups, within their phase (failover, then READY)
 	rule  rule
+	// ifShort: run only when no try so far placed every shard.
+	ifShort bool
 }
 
 // tries are the orders and rules Pack runs, the first being preferred on equal results:
@@ -148,7 +153,7 @@ type try struct {
 //   - largest first, fewest agents: far fewer agents when their sizes differ, since the best
 //     score alone fills the small agents first (they fill fastest);
 //   - the given order, best score, and the given order, good enough: Fenzo's two modes;
-//   - smallest first, best score: places the most shards when not all fit.
+//   - smallest first, best score: places the most shards when not all fit (run only then).
 func (c *common) tries() []try {
 	var bin []int
 	for g := range c.groups {
@@ -193,7 +198,7 @@ func (c *common) tries() []try {
 	largest := byPhase(-1)
 	smallest := byPhase(1)
 	var out []try
-	for _, t := range []try{{largest, bestScore}, {largest, fewestAgents}, {given, bestScore}, {given, firstGoodEnough}, {smallest, bestScore}} {
+	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
 		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
 			out = append(out, t) // tasks all alike, or given largest first: one run will do
 		}
@@ -249,8 +254,11 @@ type common struct {
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
 	// free can take nothing.
 	minNeed Resources
-	byHost  []int   // agents sorted by hostname, for SPREAD; built on first use
-	first   *packer // the agents bucketed, before any try
+	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
+	kindOf []int32
+	nKinds int
+	byHost []int   // agents sorted by hostname, for SPREAD; built on first use
+	first  *packer // the agents bucketed, before any try
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
@@ -261,7 +269,16 @@ func newCommon(groups []Group, agents []Agent) *common {
 		c.total = c.total.plus(a.Free)
 	}
 	var need Resources
+	kinds := map[shardKind]int32{}
+	c.kindOf = make([]int32, len(groups))
 	for k, g := range groups {
+		kind := shardKind{g.Need, g.Executor, g.App}
+		id, ok := kinds[kind]
+		if !ok {
+			id = int32(len(kinds))
+			kinds[kind] = id
+		}
+		c.kindOf[k] = id
 		c.shards += len(g.Items)
 		need = need.plus(Resources{g.Need.CPUs * float64(len(g.Items)), g.Need.MemMB * float64(len(g.Items))})
 		if k == 0 || g.Need.CPUs < c.minNeed.CPUs {
@@ -271,6 +288,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 			c.minNeed.MemMB = g.Need.MemMB
 		}
 	}
+	c.nKinds = len(kinds)
 	c.minHosts = max(hostsFor(agents, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(agents, need.MemMB, func(r Resources) float64 { return r.MemMB }))
 	return c
@@ -399,15 +417,17 @@ type packer struct {
 	hosts  int
 	// last is the agent the previous BINPACK shard went to, and the shard's kind: a shard of
 	// the same kind goes there while it fits (see Pack's doc). -1: none.
-	last     int32
-	lastKind shardKind
-	loose    int32 // the agent out of the buckets while it takes shards, or -1
+	kinds []kindChoice // per kind of shard (common.kindOf)
+	// loose are the agents last given shards, out of the buckets while they take more (a
+	// bucket move costs a map look-up); scans look at them one by one. isLoose per agent.
+	loose   []int32
+	isLoose []bool
 	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
 	// shard that failed before are brought up to date from what changed since.
 	changes []change
 	// failed holds the kinds of shard that found no room, and why. While no rollback freed
 	// anything (gen unchanged), a shard of such a kind fails without a scan: agents only fill.
-	failed map[shardKind]*kindReasons
+	failed []*kindReasons // per kind of shard (common.kindOf)
 	gen    int
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
@@ -437,7 +457,7 @@ func (c *common) newPacker() *packer {
 	if c.first == nil {
 		n := len(c.agents)
 		p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
-			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n), last: -1, loose: -1}
+			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n)}
 		for i, a := range c.agents {
 			p.free[i] = a.Free
 			p.join(int32(i))
@@ -447,9 +467,14 @@ func (c *common) newPacker() *packer {
 	f := c.first
 	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
 		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
-		active: slices.Clone(f.active), used: make([]bool, len(f.used)), last: -1, loose: -1, failed: map[shardKind]*kindReasons{}}
+		active: slices.Clone(f.active), used: make([]bool, len(f.used)), isLoose: make([]bool, len(f.used)), failed: make([]*kindReasons, c.nKinds),
+		changes: make([]change, 0, c.shards),
+		kinds:   make([]kindChoice, c.nKinds)}
 	for b := range p.buckets {
 		p.buckets[b].members = slices.Clone(p.buckets[b].members)
+	}
+	for k := range p.kinds {
+		p.kinds[k].agent = -1
 	}
 	return p
 }
@@ -571,15 +596,23 @@ func use(offer, free, n float64) float64 {
 	return (offer - free + n) / offer
 }
 
-// take books a shard of g on agent i; it returns the undo record. The agent stays out of the
-// buckets (loose) while shards keep coming to it; settle puts it back.
+// maxLoose bounds the agents out of the buckets: enough for the agents that shards of a few
+// kinds in turn go to, few enough for scans to look at one by one.
+const maxLoose = 16
+
+// take books a shard of g on agent i; it returns the undo record.
 func (p *packer) take(i int32, g *Group) undo {
 	u := undo{agent: i, free: p.free[i], set: p.set[i]}
 	n := p.need(p.set[i], g)
-	if i != p.loose {
-		p.settle()
+	if !p.isLoose[i] {
+		if len(p.loose) == maxLoose {
+			p.join(p.loose[0])
+			p.isLoose[p.loose[0]] = false
+			p.loose = append(p.loose[:0], p.loose[1:]...)
+		}
 		p.leave(i)
-		p.loose = i
+		p.loose = append(p.loose, i)
+		p.isLoose[i] = true
 	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
 	if !p.has(p.set[i], g.App) {
@@ -594,12 +627,13 @@ func (p *packer) take(i int32, g *Group) undo {
 	return u
 }
 
-// settle puts the loose agent back in the bucket of its state.
+// settle puts the loose agents back in the buckets of their state.
 func (p *packer) settle() {
-	if p.loose >= 0 {
-		p.join(p.loose)
-		p.loose = -1
+	for _, i := range p.loose {
+		p.join(i)
+		p.isLoose[i] = false
 	}
+	p.loose = p.loose[:0]
 }
 
 type undo struct {
@@ -622,19 +656,121 @@ func (p *packer) rollback(us []undo) {
 			p.hosts--
 		}
 	}
-	p.last = -1 // freed room may now score better than the last agent
-	p.gen++     // and may take kinds of shard that failed before
+	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
 }
 
-// choose returns the agent for a BINPACK shard of g under rule r, or -1.
-func (p *packer) choose(g *Group, r rule) int32 {
-	kind := shardKind{g.Need, g.Executor, g.App}
-	if p.last >= 0 && p.lastKind == kind && (g.Need.CPUs > 0 || g.Need.MemMB > 0) && p.fits(p.last, g) {
-		return p.last
+// choose returns the agent for a BINPACK shard of group gi under rule r, or -1.
+//
+// Between rollbacks agents only fill up, and filling raises an agent's score for every kind of
+// shard (what it took counts as used, and is at least what an executor it gained saves) until
+// the shard no longer fits. So the agents that did not change since a kind's last choice rank
+// as they did then, below the agent chosen: while that agent still fits, the choice is among
+// it and the agents changed since (the log), not among all. Only when it no longer fits does
+// the rule scan the buckets again.
+func (p *packer) choose(gi int, g *Group, r rule) int32 {
+	kc := &p.kinds[p.c.kindOf[gi]]
+	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, g) {
+		if i, flag, ok := p.refresh(kc, g, r); ok {
+			kc.agent, kc.flag, kc.changes = i, flag, len(p.changes)
+			return i
+		}
 	}
-	p.settle()
+	i, flag := p.scan(g, r)
+	*kc = kindChoice{agent: i, flag: flag, changes: len(p.changes), gen: p.gen}
+	return i
+}
+
+// kindChoice is the last choice for a kind of shard: the agent, whether it was the first
+// scoring above goodEnough (firstGoodEnough) or an empty agent (fewestAgents), and when.
+type kindChoice struct {
+	agent   int32
+	flag    bool
+	changes int // len(changes) then
+	gen     int
+}
+
+// agentScore is agent i's score for a shard of g.
+func (p *packer) agentScore(i int32, g *Group) float64 {
+	return score(p.c.agents[i].Free, p.free[i], p.need(p.set[i], g))
+}
+
+// refresh redoes kc's choice, whose agent still fits, from the agents changed since; ok is
+// false when that cannot tell (fewestAgents: the empty agent chosen is now used).
+func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, ok bool) {
+	h := kc.agent
+	best, bestS := h, p.agentScore(h, g)
+	changed := p.changes[kc.changes:]
+	switch {
+	case r == firstGoodEnough && kc.flag:
+		// Every unchanged agent before h scored at most goodEnough, or did not fit.
+		for _, ch := range changed {
+			if i := ch.agent; i < best && p.fits(i, g) && p.agentScore(i, g) > goodEnough {
+				best = i
+			}
+		}
+		return best, true, true
+	case r == fewestAgents && kc.flag:
+		// No used agent fit then; the agents used since are in the log, and h is the largest
+		// agent still empty if it is still empty.
+		found := false
+		for _, ch := range changed {
+			if i := ch.agent; p.fits(i, g) {
+				if s := p.agentScore(i, g); !found || s > bestS || s == bestS && i < best {
+					best, bestS, found = i, s, true
+				}
+			}
+		}
+		if found {
+			return best, false, true
+		}
+		return h, true, !p.used[h]
+	}
+	good := int32(-1)
+	if r == firstGoodEnough && bestS > goodEnough {
+		good = h
+	}
+	for _, ch := range changed {
+		i := ch.agent
+		if i == h || !p.fits(i, g) {
+			continue
+		}
+		s := p.agentScore(i, g)
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if s > bestS || s == bestS && i < best {
+			best, bestS = i, s
+		}
+	}
+	if good >= 0 {
+		return good, true, true
+	}
+	return best, false, true
+}
+
+// scan chooses among all the buckets; flag as in kindChoice.
+func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
 	best, good, empty := int32(-1), int32(-1), int32(-1)
 	bestScore, emptySize := 0.0, 0.0
+	consider := func(i int32, offer, free Resources, set int32) {
+		n := p.need(set, g)
+		if !fitsIn(n, free) {
+			return
+		}
+		s := score(offer, free, n)
+		if r == fewestAgents && free == offer {
+			if size := share(offer.CPUs, p.c.total.CPUs) + share(offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
+				empty, emptySize = i, size
+			}
+			return
+		}
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if best < 0 || s > bestScore || s == bestScore && i < best {
+			best, bestScore = i, s
+		}
+	}
 	for k := 0; k < len(p.active); {
 		b := p.active[k]
 		bk := &p.buckets[b]
@@ -645,32 +781,18 @@ func (p *packer) choose(g *Group, r rule) int32 {
 			continue
 		}
 		k++
-		n := p.need(bk.key.set, g)
-		if !fitsIn(n, bk.key.free) {
-			continue
-		}
-		s, i := score(bk.key.offer, bk.key.free, n), bk.members[0]
-		if r == fewestAgents && bk.key.free == bk.key.offer {
-			if size := share(bk.key.offer.CPUs, p.c.total.CPUs) + share(bk.key.offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
-				empty, emptySize = i, size
-			}
-			continue
-		}
-		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
-			good = i
-		}
-		if best < 0 || s > bestScore || s == bestScore && i < best {
-			best, bestScore = i, s
-		}
+		consider(bk.members[0], bk.key.offer, bk.key.free, bk.key.set)
 	}
-	if good >= 0 {
-		best = good
+	for _, i := range p.loose {
+		consider(i, p.c.agents[i].Free, p.free[i], p.set[i])
 	}
-	if best < 0 {
-		best = empty
+	switch {
+	case good >= 0:
+		return good, true
+	case best < 0 && empty >= 0:
+		return empty, true
 	}
-	p.last, p.lastKind = best, kind
-	return best
+	return best, false
 }
 
 // leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
@@ -778,13 +900,11 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
 	if g.Placement != Binpack {
 		preferred = p.c.spreadPreference(g)
-		p.last = -1 // SPREAD moves agents behind the BINPACK rule's back
 	}
 	// A kind of shard that found no room still finds none while agents only fill up.
 	hopeless := false
-	if len(p.failed) > 0 {
-		kr := p.failed[shardKind{g.Need, g.Executor, g.App}]
-		hopeless = kr != nil && kr.gen == p.gen
+	if kr := p.failed[p.c.kindOf[gi]]; kr != nil {
+		hopeless = kr.gen == p.gen
 	}
 	f := failure{group: gi, first: -1}
 	for k := range g.Items {
@@ -796,14 +916,14 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 		case preferred != nil:
 			i = p.leastLoaded(g)
 		default:
-			i = p.choose(g, r)
+			i = p.choose(gi, g, r)
 		}
 		placed[k] = int(i)
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
 				f.first = k
-				f.cpu, f.mem, f.noAgents = p.reasons(g)
+				f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
 			}
 			continue
 		}
@@ -829,12 +949,12 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 
 // reasons counts, over all agents, which resource turns a shard of g away. The counts of a
 // kind of shard are kept, and brought up to date from the changes since, when it fails again.
-func (p *packer) reasons(g *Group) (cpu, mem int, noAgents bool) {
+func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
 		return 0, 0, true
 	}
 	p.settle()
-	kind := shardKind{g.Need, g.Executor, g.App}
+	kind := p.c.kindOf[gi]
 	kr := p.failed[kind]
 	if kr == nil {
 		kr = &kindReasons{}
