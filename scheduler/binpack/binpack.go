@@ -161,42 +161,66 @@ func (c *common) tries() []try {
 			bin = append(bin, g)
 		}
 	}
-	// Sort compact keys: comparing through the groups costs a cache miss each.
-	type key struct {
-		ready bool // phase: failover first
-		size  float64
-		group int
-	}
-	keys := make([]key, len(bin))
-	for k, g := range bin {
-		n := c.groups[g].Need
-		keys[k] = key{c.groups[g].Integrity, max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB)), g}
-	}
-	byPhase := func(sign float64) []int {
-		slices.SortFunc(keys, func(a, b key) int {
-			if a.ready != b.ready {
-				if b.ready {
-					return -1
-				}
-				return 1
+	// Failover groups first, then READY ones, each in the order given.
+	given := make([]int, 0, len(bin))
+	for _, ready := range []bool{false, true} {
+		for _, g := range bin {
+			if c.groups[g].Integrity == ready {
+				given = append(given, g)
 			}
-			if d := cmpFloat(sign*a.size, sign*b.size); d != 0 {
-				return d
-			}
-			return a.group - b.group // as given among equals
-		})
-		o := make([]int, len(keys))
-		for k := range keys {
-			o[k] = keys[k].group
 		}
-		return o
 	}
-	given := byPhase(0)
 	if len(bin) == 0 {
 		return []try{{order: given}}
 	}
-	largest := byPhase(-1)
-	smallest := byPhase(1)
+	// By size within each phase, as given among equals: a counting sort on the rank of the
+	// size, as jobs come in few sizes.
+	size := make([]float64, len(bin))
+	for k, g := range given {
+		n := c.groups[g].Need
+		size[k] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
+	}
+	sizes := slices.Clone(size)
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	rankOf := make(map[float64]int, len(sizes))
+	for r, z := range sizes {
+		rankOf[z] = r
+	}
+	ranks := make([]int, len(given))
+	for k := range given {
+		ranks[k] = rankOf[size[k]]
+	}
+	failover := 0
+	for failover < len(given) && !c.groups[given[failover]].Integrity {
+		failover++
+	}
+	bySize := func(largestFirst bool) []int {
+		out := make([]int, 0, len(given))
+		for _, phase := range [][2]int{{0, failover}, {failover, len(given)}} {
+			start := make([]int, len(sizes)+1)
+			rank := func(k int) int {
+				if largestFirst {
+					return len(sizes) - 1 - ranks[k]
+				}
+				return ranks[k]
+			}
+			for k := phase[0]; k < phase[1]; k++ {
+				start[rank(k)+1]++
+			}
+			for r := 1; r < len(start); r++ {
+				start[r] += start[r-1]
+			}
+			part := make([]int, phase[1]-phase[0])
+			for k := phase[0]; k < phase[1]; k++ {
+				part[start[rank(k)]] = given[k]
+				start[rank(k)]++
+			}
+			out = append(out, part...)
+		}
+		return out
+	}
+	largest, smallest := bySize(true), bySize(false)
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
 		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
