@@ -313,33 +313,35 @@ func newCommon(groups []Group, agents []Agent) *common {
 		}
 	}
 	c.nKinds = len(kinds)
-	c.minHosts = max(hostsFor(agents, need.CPUs, func(r Resources) float64 { return r.CPUs }),
-		hostsFor(agents, need.MemMB, func(r Resources) float64 { return r.MemMB }))
+	c.first = c.bucketed()
+	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
+		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
 	return c
 }
 
 // hostsFor is how many agents, taking the largest first, it takes to offer need of one
-// resource: no packing of that much on these agents uses fewer.
-func hostsFor(agents []Agent, need float64, of func(Resources) float64) int {
+// resource (of picks it from an offer): no packing of that much on these agents uses fewer.
+// The agents come as buckets: equal offers, counted.
+func hostsFor(buckets []bucket, need float64, of func(Resources) float64) int {
 	if need <= epsilon {
 		return 0
 	}
-	count := map[float64]int{}
-	for _, a := range agents {
-		count[of(a.Free)]++
+	type size struct {
+		offer float64
+		count int
 	}
-	sizes := make([]float64, 0, len(count))
-	for s := range count {
-		sizes = append(sizes, s)
+	sizes := make([]size, 0, len(buckets))
+	for _, b := range buckets {
+		sizes = append(sizes, size{of(b.key.offer), len(b.members)})
 	}
-	sort.Sort(sort.Reverse(sort.Float64Slice(sizes)))
+	slices.SortFunc(sizes, func(a, b size) int { return cmpFloat(b.offer, a.offer) })
 	n, sum := 0, 0.0
 	for _, s := range sizes {
-		if s <= 0 {
+		if s.offer <= 0 {
 			break
 		}
-		k := min(count[s], int((need-sum-epsilon)/s)+1)
-		n, sum = n+k, sum+float64(k)*s
+		k := min(s.count, int((need-sum-epsilon)/s.offer)+1)
+		n, sum = n+k, sum+float64(k)*s.offer
 		if sum+epsilon >= need {
 			return n
 		}
@@ -475,23 +477,34 @@ type shardKind struct {
 	app            string
 }
 
+// bucketed is the agents in their buckets, before any try.
+func (c *common) bucketed() *packer {
+	n := len(c.agents)
+	p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
+		heapPos: make([]int32, n), byKey: map[bucketKey]int32{}}
+	for i, a := range c.agents {
+		p.free[i] = a.Free
+		if i > 0 && a.Free == c.agents[i-1].Free && p.set[i] == p.set[i-1] {
+			// Like the agent before (offers come in runs of equal agents): its bucket, and
+			// no map look-up. Indices grow, so the heap needs no sifting.
+			b := p.bucket[i-1]
+			p.bucket[i] = b
+			p.heapPos[i] = int32(len(p.buckets[b].members))
+			p.buckets[b].members = append(p.buckets[b].members, int32(i))
+			continue
+		}
+		p.join(int32(i))
+	}
+	return p
+}
+
 // newPacker returns the packer of a try, at the start: a copy of the first one, so that the
 // agents are bucketed once per Pack.
 func (c *common) newPacker() *packer {
-	if c.first == nil {
-		n := len(c.agents)
-		p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
-			heapPos: make([]int32, n), byKey: map[bucketKey]int32{}, used: make([]bool, n)}
-		for i, a := range c.agents {
-			p.free[i] = a.Free
-			p.join(int32(i))
-		}
-		c.first = p
-	}
 	f := c.first
 	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
 		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
-		active: slices.Clone(f.active), used: make([]bool, len(f.used)), isLoose: make([]bool, len(f.used)), failed: make([]*kindReasons, c.nKinds),
+		active: slices.Clone(f.active), used: make([]bool, len(c.agents)), isLoose: make([]bool, len(c.agents)), failed: make([]*kindReasons, c.nKinds),
 		changes: make([]change, 0, c.shards),
 		kinds:   make([]kindChoice, c.nKinds)}
 	for b := range p.buckets {
@@ -622,7 +635,7 @@ func use(offer, free, n float64) float64 {
 
 // maxLoose bounds the agents out of the buckets: enough for the agents that shards of a few
 // kinds in turn go to, few enough for scans to look at one by one.
-const maxLoose = 16
+const maxLoose = 8
 
 // take books a shard of g on agent i; it returns the undo record.
 func (p *packer) take(i int32, g *Group) undo {
