@@ -4,8 +4,9 @@
 //
 //	BINPACK: each shard goes to the fitting agent that is fullest after taking it, fullness
 //	         being the mean of its cpu and memory use, each relative to what the agent offered
-//	         (the score of Fenzo's cpuMemBinPacker), so that busy agents fill up in both
-//	         dimensions and idle ones stay free.
+//	         in this cycle (the score of Fenzo's cpuMemBinPacker), so that busy agents fill up
+//	         in both dimensions and idle ones stay free; one of the tries below opens the
+//	         largest idle agent when no busy one fits.
 //	SPREAD:  the job's sharding strategy (scheduler/sharding) over the agents sorted by hostname
 //	         names a preferred agent per shard; if the shard does not fit there it goes to the
 //	         least-loaded agent that fits.
@@ -14,14 +15,15 @@
 // leaves the many small tasks out when not, and Fenzo's "good enough" rule (the first agent
 // scoring above 0.5) beats its own full scan on mixed agent sizes. So Pack runs a few orders
 // and rules (see tries) and keeps the result that places the most failover shards, then the
-// most shards, then uses the fewest agents. Two of them are Fenzo's own rules on the given
-// order, so Pack never places fewer tasks, nor uses more agents when all fit, than
-// cpuMemBinPacker would on the same input.
+// most shards, then uses the fewest agents (the first try among equals). Two of them are
+// Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
+// when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
+// that those two tries choose exactly as a plain implementation of Fenzo's rules).
 //
 // Agents with the same offer, the same free resources and the same executors are one bucket:
-// a placement scans buckets, not agents, so its cost does not grow with the number of
-// identical agents. A shard like the previous one goes straight to the previous agent while
-// it still fits: under both rules that agent can only have become a better choice.
+// a scan looks at buckets, not agents, so its cost does not grow with the number of identical
+// agents. Most placements need no scan at all: a kind of shard's next choice is redone from
+// its last one and the few agents changed since (see choose).
 //
 // An agent is never over-committed. An app's executor resources are counted once per agent
 // where that app has no executor yet. A job marked Integrity (a READY run) places all its
@@ -92,6 +94,7 @@ type Group struct {
 }
 
 // Unplaced is a shard that found no room, with the count of agents rejected per reason.
+// Reasons is read-only: entries with equal reasons share one map.
 type Unplaced struct {
 	Group   int
 	Item    int
@@ -898,23 +901,35 @@ type failure struct {
 // group's shards in order. Only the kept outcome pays for the maps.
 func (o *outcome) unplaced(groups []Group) []Unplaced {
 	slices.SortFunc(o.fails, func(a, b failure) int { return a.group - b.group })
-	var out []Unplaced
+	n := 0
 	for _, f := range o.fails {
-		reasons := map[string]int{}
-		switch {
-		case f.noAgents:
-			reasons[ReasonNoAgents] = 1
-		default:
-			if f.cpu > 0 {
-				reasons[ReasonCPU] = f.cpu
+		n += len(groups[f.group].Items) // at most
+	}
+	out := make([]Unplaced, 0, n)
+	// Equal reasons share a map: a cycle that leaves thousands of shards out makes a few.
+	type counts struct {
+		cpu, mem int
+		noAgents bool
+	}
+	shared := map[counts]map[string]int{}
+	integrity := map[string]int{ReasonIntegrity: 1}
+	for _, f := range o.fails {
+		c := counts{f.cpu, f.mem, f.noAgents}
+		reasons, ok := shared[c]
+		if !ok {
+			reasons = map[string]int{}
+			switch {
+			case f.noAgents:
+				reasons[ReasonNoAgents] = 1
+			default:
+				if f.cpu > 0 {
+					reasons[ReasonCPU] = f.cpu
+				}
+				if f.mem > 0 {
+					reasons[ReasonMem] = f.mem
+				}
 			}
-			if f.mem > 0 {
-				reasons[ReasonMem] = f.mem
-			}
-		}
-		var integrity map[string]int
-		if f.rolledBack && f.first > 0 {
-			integrity = map[string]int{ReasonIntegrity: 1}
+			shared[c] = reasons
 		}
 		for k, item := range groups[f.group].Items {
 			r := reasons
