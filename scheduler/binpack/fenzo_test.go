@@ -189,3 +189,17 @@ func BenchmarkReferenceKinds(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReferenceGoodEnoughKinds is Fenzo's good enough mode on the same inputs.
+func BenchmarkReferenceGoodEnoughKinds(b *testing.B) {
+	for _, w := range gen.Kinds() {
+		b.Run(w.Name, func(b *testing.B) {
+			_, placed, used := reference(w, true)
+			for b.Loop() {
+				reference(w, true)
+			}
+			b.ReportMetric(float64(used), "agents-used")
+			b.ReportMetric(float64(placed), "tasks-placed")
+		})
+	}
+}
