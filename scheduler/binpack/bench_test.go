@@ -3,6 +3,8 @@ package binpack
 import (
 	"fmt"
 	"testing"
+
+	"github.com/ejcloud/ejcloud/scheduler/binpack/internal/gen"
 )
 
 // workload makes jobs × shards tasks of one size and n identical agents.
@@ -14,6 +16,20 @@ func workload(jobs, shards int, need Resources, n int, free Resources) ([]Group,
 	as := make([]Agent, n)
 	for i := range as {
 		as[i] = Agent{ID: fmt.Sprintf("S%d", i), Hostname: fmt.Sprintf("host%05d", i), Free: free}
+	}
+	return gs, as
+}
+
+// generated turns a generated workload into one single-shard BINPACK job per task, in the
+// workload's order, as binpack-bench does.
+func generated(w gen.Workload) ([]Group, []Agent) {
+	gs := make([]Group, len(w.Tasks))
+	for k, t := range w.Tasks {
+		gs[k] = Group{Job: fmt.Sprintf("t%d", k), App: "app", Items: items(1), Total: 1, Need: Resources{t.CPUs, t.MemMB}, Placement: Binpack, Integrity: true}
+	}
+	as := make([]Agent, len(w.Hosts))
+	for i, h := range w.Hosts {
+		as[i] = Agent{ID: fmt.Sprintf("S%d", i), Hostname: fmt.Sprintf("host%05d", i), Free: Resources{h.CPUs, h.MemMB}}
 	}
 	return gs, as
 }
@@ -61,4 +77,20 @@ func BenchmarkPackSpread(b *testing.B) {
 		gs[i].Placement = Spread
 	}
 	benchPack(b, gs, as, 10000, 1000)
+}
+
+// BenchmarkPackKinds packs issue 16's kinds of workload, one single-shard job per task;
+// BenchmarkReferenceKinds (fenzo_test.go) runs Fenzo's full scan on the same inputs.
+func BenchmarkPackKinds(b *testing.B) {
+	for _, w := range gen.Kinds() {
+		b.Run(w.Name, func(b *testing.B) {
+			gs, as := generated(w)
+			used, placed := agentsUsed(Pack(gs, as))
+			for b.Loop() {
+				Pack(gs, as)
+			}
+			b.ReportMetric(float64(used), "agents-used")
+			b.ReportMetric(float64(placed), "tasks-placed")
+		})
+	}
 }

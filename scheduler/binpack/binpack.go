@@ -2,19 +2,40 @@
 // cycle's work and offers, Pack decides, and the scheduler does the I/O. Every task it cannot
 // place comes back with the reasons, and how many agents turned it down for each.
 //
-//	BINPACK: tasks largest first, each onto the fitting agent with the least cpu left after it
-//	         (best fit), so that busy agents fill up and idle ones stay free.
+//	BINPACK: each shard goes to the fitting agent that is fullest after taking it, fullness
+//	         being the mean of its cpu and memory use, each relative to what the agent offered
+//	         in this cycle (the score of Fenzo's cpuMemBinPacker), so that busy agents fill up
+//	         in both dimensions and idle ones stay free; one of the tries below opens the
+//	         largest idle agent when no busy one fits.
 //	SPREAD:  the job's sharding strategy (scheduler/sharding) over the agents sorted by hostname
 //	         names a preferred agent per shard; if the shard does not fit there it goes to the
 //	         least-loaded agent that fits.
 //
+// No single greedy order is best everywhere: largest first packs tightest when all fits but
+// leaves the many small tasks out when not, and Fenzo's "good enough" rule (the first agent
+// scoring above 0.5) beats its own full scan on mixed agent sizes. So Pack runs a few orders
+// and rules (see tries) and keeps the result that places the most failover shards, then the
+// most shards, then uses the fewest agents (the first try among equals). Two of them are
+// Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
+// when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
+// that those two tries choose exactly as a plain implementation of Fenzo's rules).
+//
+// Agents with the same offer, the same free resources and the same executors are one bucket:
+// a scan looks at buckets, not agents, so its cost does not grow with the number of identical
+// agents. Most placements need no scan at all: a kind of shard's next choice is redone from
+// its last one and the few agents changed since (see choose).
+//
 // An agent is never over-committed. An app's executor resources are counted once per agent
 // where that app has no executor yet. A job marked Integrity (a READY run) places all its
-// shards or none.
+// shards or none. Failover work (not Integrity) is placed before READY runs, and within each,
+// SPREAD jobs (in the order given) before BINPACK jobs.
 package binpack
 
 import (
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/ejcloud/ejcloud/scheduler/sharding"
 )
@@ -35,6 +56,9 @@ const (
 
 // epsilon absorbs float error in sums of fractional cpus such as 0.1.
 const epsilon = 1e-9
+
+// goodEnough is the score at which Fenzo's "good enough" rule stops looking.
+const goodEnough = 0.5
 
 // Resources is an amount of cpu and memory.
 type Resources struct {
@@ -70,6 +94,7 @@ type Group struct {
 }
 
 // Unplaced is a shard that found no room, with the count of agents rejected per reason.
+// Reasons is read-only: entries with equal reasons share one map.
 type Unplaced struct {
 	Group   int
 	Item    int
@@ -83,246 +108,944 @@ type Result struct {
 	Unplaced []Unplaced
 }
 
-// Pack places the groups, in the order given (the scheduler puts failover work first), on
-// the agents. It never mutates its arguments.
+// Pack places the groups on the agents: failover work (groups without Integrity) first, as
+// the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
-	p := newPacker(agents)
-	res := Result{Placed: make([][]int, len(groups))}
-	order := make([]int, len(groups))
-	for i := range order {
-		order[i] = i
-	}
-	// BINPACK takes tasks largest first; relative order among equals (and of SPREAD jobs,
-	// which do not compete for best fit) stays as given.
-	sort.SliceStable(order, func(a, b int) bool {
-		ga, gb := groups[order[a]], groups[order[b]]
-		if ga.Integrity != gb.Integrity {
-			return !ga.Integrity // failover work first
+	c := newCommon(groups, agents)
+	var best outcome
+	for k, t := range c.tries() {
+		if t.ifShort && best.placed == c.shards {
+			continue
 		}
-		if ga.Placement == Binpack && gb.Placement == Binpack {
-			return ga.Need.CPUs > gb.Need.CPUs || ga.Need.CPUs == gb.Need.CPUs && ga.Need.MemMB > gb.Need.MemMB
+		o := c.run(t)
+		if k == 0 || o.better(best) {
+			best = o
 		}
-		return false
-	})
-	for _, g := range order {
-		res.Placed[g], res.Unplaced = p.place(g, groups[g], res.Unplaced)
+		if best.placed == c.shards && best.hosts <= c.minHosts {
+			break // nothing can do better
+		}
 	}
-	return res
+	best.res.Unplaced = best.unplaced(groups)
+	return best.res
 }
 
-// agentState is an agent during packing.
-type agentState struct {
-	free  Resources
-	execs map[string]bool // apps whose executor is alive or placed in this Pack
+// rule picks an agent for a BINPACK shard among those that fit.
+type rule int
+
+const (
+	bestScore       rule = iota // the highest score; the lowest index among equals
+	firstGoodEnough             // the lowest index scoring above goodEnough, else as bestScore
+	// fewestAgents: as bestScore among the agents already holding a shard of this Pack, else
+	// the empty agent offering the most (relative to the cluster), so that a few large agents
+	// take what would otherwise spread over many small ones.
+	fewestAgents
+)
+
+// try is one way of packing: the order of the BINPACK groups and the rule.
+type try struct {
+	order []int // BINPACK groups, within their phase (failover, then READY)
+	rule  rule
+	// ifShort: run only when no try so far placed every shard.
+	ifShort bool
 }
 
-type packer struct {
+// tries are the orders and rules Pack runs, the first being preferred on equal results:
+//   - largest first (size: the larger of the shard's shares of the cluster's cpu and memory),
+//     best score: packs tight when all fits, with neither dimension stranded since the score
+//     weighs both;
+//   - largest first, fewest agents: far fewer agents when their sizes differ, since the best
+//     score alone fills the small agents first (they fill fastest);
+//   - the given order, best score, and the given order, good enough: Fenzo's two modes;
+//   - smallest first, best score: places the most shards when not all fit (run only then).
+func (c *common) tries() []try {
+	var bin []int
+	for g := range c.groups {
+		if c.groups[g].Placement == Binpack {
+			bin = append(bin, g)
+		}
+	}
+	// Failover groups first, then READY ones, each in the order given.
+	given := make([]int, 0, len(bin))
+	for _, ready := range []bool{false, true} {
+		for _, g := range bin {
+			if c.groups[g].Integrity == ready {
+				given = append(given, g)
+			}
+		}
+	}
+	if len(bin) == 0 {
+		return []try{{order: given}}
+	}
+	// By size within each phase, as given among equals: a counting sort on the rank of the
+	// size, as jobs come in few sizes.
+	size := make([]float64, len(bin))
+	for k, g := range given {
+		n := c.groups[g].Need
+		size[k] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
+	}
+	sizes := slices.Clone(size)
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	rankOf := make(map[float64]int, len(sizes))
+	for r, z := range sizes {
+		rankOf[z] = r
+	}
+	ranks := make([]int, len(given))
+	for k := range given {
+		ranks[k] = rankOf[size[k]]
+	}
+	failover := 0
+	for failover < len(given) && !c.groups[given[failover]].Integrity {
+		failover++
+	}
+	bySize := func(largestFirst bool) []int {
+		out := make([]int, 0, len(given))
+		for _, phase := range [][2]int{{0, failover}, {failover, len(given)}} {
+			start := make([]int, len(sizes)+1)
+			rank := func(k int) int {
+				if largestFirst {
+					return len(sizes) - 1 - ranks[k]
+				}
+				return ranks[k]
+			}
+			for k := phase[0]; k < phase[1]; k++ {
+				start[rank(k)+1]++
+			}
+			for r := 1; r < len(start); r++ {
+				start[r] += start[r-1]
+			}
+			part := make([]int, phase[1]-phase[0])
+			for k := phase[0]; k < phase[1]; k++ {
+				part[start[rank(k)]] = given[k]
+				start[rank(k)]++
+			}
+			out = append(out, part...)
+		}
+		return out
+	}
+	largest, smallest := bySize(true), bySize(false)
+	var out []try
+	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
+		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
+			out = append(out, t) // tasks all alike, or given largest first: one run will do
+		}
+	}
+	return out
+}
+
+func share(x, total float64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return x / total
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// outcome is the result of one try.
+type outcome struct {
+	res              Result
+	failover, placed int // shards placed: of failover groups, of all
+	hosts            int // agents given at least one shard
+	fails            []failure
+}
+
+func (o outcome) better(than outcome) bool {
+	if o.failover != than.failover {
+		return o.failover > than.failover
+	}
+	if o.placed != than.placed {
+		return o.placed > than.placed
+	}
+	return o.hosts < than.hosts
+}
+
+// common is what the tries share: the input, the executor sets, the agents' first buckets.
+type common struct {
+	groups []Group
 	agents []Agent
-	state  []agentState
-	// byCPU holds agent indices sorted by free cpu (then memory, then index); pos is the
-	// inverse. Best fit is a binary search plus a short scan.
-	byCPU []int
-	pos   []int
-	// byHost is the agents sorted by hostname, for SPREAD.
-	byHost []int
+	sets   execSets
+	set0   []int32 // each agent's executor set at the start
+	shards int     // shards in all groups
+	total  Resources
+	// minHosts is a lower bound on the agents any packing placing every shard uses.
+	minHosts int
+	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
+	// free can take nothing.
+	minNeed Resources
+	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
+	kindOf []int32
+	nKinds int
+	byHost []int   // agents sorted by hostname, for SPREAD; built on first use
+	first  *packer // the agents bucketed, before any try
 }
 
-func newPacker(agents []Agent) *packer {
-	p := &packer{agents: agents, state: make([]agentState, len(agents)), byCPU: make([]int, len(agents)), pos: make([]int, len(agents))}
+func newCommon(groups []Group, agents []Agent) *common {
+	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents))}
+	c.sets.init()
 	for i, a := range agents {
-		p.state[i] = agentState{free: a.Free, execs: a.Executors}
-		p.byCPU[i] = i
+		c.set0[i] = c.sets.of(a.Executors)
+		c.total = c.total.plus(a.Free)
 	}
-	sort.Slice(p.byCPU, func(x, y int) bool { return p.less(p.byCPU[x], p.byCPU[y]) })
-	for k, i := range p.byCPU {
-		p.pos[i] = k
+	var need Resources
+	kinds := map[shardKind]int32{}
+	c.kindOf = make([]int32, len(groups))
+	for k, g := range groups {
+		kind := shardKind{g.Need, g.Executor, g.App}
+		id, ok := kinds[kind]
+		if !ok {
+			id = int32(len(kinds))
+			kinds[kind] = id
+		}
+		c.kindOf[k] = id
+		c.shards += len(g.Items)
+		need = need.plus(Resources{g.Need.CPUs * float64(len(g.Items)), g.Need.MemMB * float64(len(g.Items))})
+		if k == 0 || g.Need.CPUs < c.minNeed.CPUs {
+			c.minNeed.CPUs = g.Need.CPUs
+		}
+		if k == 0 || g.Need.MemMB < c.minNeed.MemMB {
+			c.minNeed.MemMB = g.Need.MemMB
+		}
+	}
+	c.nKinds = len(kinds)
+	c.first = c.bucketed()
+	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
+		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
+	return c
+}
+
+// hostsFor is how many agents, taking the largest first, it takes to offer need of one
+// resource (of picks it from an offer): no packing of that much on these agents uses fewer.
+// The agents come as buckets: equal offers, counted.
+func hostsFor(buckets []bucket, need float64, of func(Resources) float64) int {
+	if need <= epsilon {
+		return 0
+	}
+	type size struct {
+		offer float64
+		count int
+	}
+	sizes := make([]size, 0, len(buckets))
+	for _, b := range buckets {
+		sizes = append(sizes, size{of(b.key.offer), len(b.members)})
+	}
+	slices.SortFunc(sizes, func(a, b size) int { return cmpFloat(b.offer, a.offer) })
+	n, sum := 0, 0.0
+	for _, s := range sizes {
+		if s.offer <= 0 {
+			break
+		}
+		k := min(s.count, int((need-sum-epsilon)/s.offer)+1)
+		n, sum = n+k, sum+float64(k)*s.offer
+		if sum+epsilon >= need {
+			return n
+		}
+	}
+	return n
+}
+
+// execSets interns the sets of apps with an executor on an agent, so that a bucket key holds
+// a number, not a map.
+type execSets struct {
+	sets []map[string]bool
+	ids  map[string]int32
+	with map[withKey]int32
+}
+
+type withKey struct {
+	set int32
+	app string
+}
+
+func (s *execSets) init() {
+	s.sets = []map[string]bool{{}}
+	s.ids = map[string]int32{"": 0}
+	s.with = map[withKey]int32{}
+}
+
+func (s *execSets) of(m map[string]bool) int32 {
+	var apps []string
+	for app, on := range m {
+		if on {
+			apps = append(apps, app)
+		}
+	}
+	if len(apps) == 0 {
+		return 0
+	}
+	sort.Strings(apps)
+	key := strings.Join(apps, "\x00")
+	if id, ok := s.ids[key]; ok {
+		return id
+	}
+	set := make(map[string]bool, len(apps))
+	for _, app := range apps {
+		set[app] = true
+	}
+	id := int32(len(s.sets))
+	s.sets = append(s.sets, set)
+	s.ids[key] = id
+	return id
+}
+
+// plus is set with app added.
+func (s *execSets) plus(set int32, app string) int32 {
+	if s.sets[set][app] {
+		return set
+	}
+	if id, ok := s.with[withKey{set, app}]; ok {
+		return id
+	}
+	m := make(map[string]bool, len(s.sets[set])+1)
+	for a := range s.sets[set] {
+		m[a] = true
+	}
+	m[app] = true
+	id := s.of(m)
+	s.with[withKey{set, app}] = id
+	return id
+}
+
+// bucketKey is what makes agents interchangeable for the packer. The offer is the capacity
+// that the score normalises by.
+type bucketKey struct {
+	offer Resources
+	free  Resources
+	set   int32
+}
+
+// bucket holds interchangeable agents in a min-heap of their indices: the lowest index goes
+// first, as it would in a scan of the agents in order.
+type bucket struct {
+	key      bucketKey
+	members  []int32
+	inActive bool
+}
+
+// packer is the state of one try.
+type packer struct {
+	c       *common
+	free    []Resources
+	set     []int32
+	bucket  []int32 // per agent
+	heapPos []int32 // per agent: its position in its bucket's members
+	buckets []bucket
+	byKey   map[bucketKey]int32
+	// active lists the buckets that may take a shard; empty ones leave it when a scan meets
+	// them, and buckets with less than minNeed never join.
+	active []int32
+	used   []bool
+	hosts  int
+	// last is the agent the previous BINPACK shard went to, and the shard's kind: a shard of
+	// the same kind goes there while it fits (see Pack's doc). -1: none.
+	kinds []kindChoice // per kind of shard (common.kindOf)
+	// loose are the agents last given shards, out of the buckets while they take more (a
+	// bucket move costs a map look-up); scans look at them one by one. isLoose per agent.
+	loose   []int32
+	isLoose []bool
+	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
+	// shard that failed before are brought up to date from what changed since.
+	changes []change
+	// failed holds the kinds of shard that found no room, and why. While no rollback freed
+	// anything (gen unchanged), a shard of such a kind fails without a scan: agents only fill.
+	failed []*kindReasons // per kind of shard (common.kindOf)
+	gen    int
+	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
+	hasApp   []int8
+	hasAppOf string
+}
+
+type change struct {
+	agent            int32
+	oldFree, newFree Resources
+	oldSet, newSet   int32
+}
+
+type kindReasons struct {
+	cpu, mem int // agents turning the kind away for cpu, for memory
+	changes  int // len(changes) when cpu and mem were counted
+	gen      int
+}
+
+type shardKind struct {
+	need, executor Resources
+	app            string
+}
+
+// bucketed is the agents in their buckets, before any try.
+func (c *common) bucketed() *packer {
+	n := len(c.agents)
+	p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
+		heapPos: make([]int32, n), byKey: map[bucketKey]int32{}}
+	for i, a := range c.agents {
+		p.free[i] = a.Free
+		if i > 0 && a.Free == c.agents[i-1].Free && p.set[i] == p.set[i-1] {
+			// Like the agent before (offers come in runs of equal agents): its bucket, and
+			// no map look-up. Indices grow, so the heap needs no sifting.
+			b := p.bucket[i-1]
+			p.bucket[i] = b
+			p.heapPos[i] = int32(len(p.buckets[b].members))
+			p.buckets[b].members = append(p.buckets[b].members, int32(i))
+			continue
+		}
+		p.join(int32(i))
 	}
 	return p
 }
 
-func (p *packer) less(i, j int) bool {
-	a, b := p.state[i].free, p.state[j].free
-	if a.CPUs != b.CPUs {
-		return a.CPUs < b.CPUs
+// newPacker returns the packer of a try, at the start: a copy of the first one, so that the
+// agents are bucketed once per Pack.
+func (c *common) newPacker() *packer {
+	f := c.first
+	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
+		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
+		active: slices.Clone(f.active), used: make([]bool, len(c.agents)), isLoose: make([]bool, len(c.agents)), failed: make([]*kindReasons, c.nKinds),
+		changes: make([]change, 0, c.shards),
+		kinds:   make([]kindChoice, c.nKinds)}
+	for b := range p.buckets {
+		p.buckets[b].members = slices.Clone(p.buckets[b].members)
 	}
-	if a.MemMB != b.MemMB {
-		return a.MemMB < b.MemMB
+	for k := range p.kinds {
+		p.kinds[k].agent = -1
 	}
-	return i < j
+	return p
 }
 
-// need returns what a shard of g takes on agent i: the shard, plus the executor if the app
-// has none there yet.
-func (p *packer) need(i int, g *Group) Resources {
-	if p.state[i].execs[g.App] {
+func (p *packer) key(i int32) bucketKey {
+	return bucketKey{offer: p.c.agents[i].Free, free: p.free[i], set: p.set[i]}
+}
+
+// join puts agent i in the bucket of its current state.
+func (p *packer) join(i int32) {
+	k := p.key(i)
+	b, ok := p.byKey[k]
+	if !ok {
+		b = int32(len(p.buckets))
+		p.buckets = append(p.buckets, bucket{key: k})
+		p.byKey[k] = b
+	}
+	bk := &p.buckets[b]
+	p.bucket[i] = b
+	bk.members = append(bk.members, i)
+	p.heapPos[i] = int32(len(bk.members) - 1)
+	p.up(bk, len(bk.members)-1)
+	if !bk.inActive && k.free.CPUs+epsilon >= p.c.minNeed.CPUs && k.free.MemMB+epsilon >= p.c.minNeed.MemMB {
+		bk.inActive = true
+		p.active = append(p.active, b)
+	}
+}
+
+// leave takes agent i out of its bucket.
+func (p *packer) leave(i int32) {
+	bk := &p.buckets[p.bucket[i]]
+	h, last := int(p.heapPos[i]), len(bk.members)-1
+	if h != last {
+		bk.members[h] = bk.members[last]
+		p.heapPos[bk.members[h]] = int32(h)
+	}
+	bk.members = bk.members[:last]
+	if h < last {
+		p.down(bk, h)
+		p.up(bk, h)
+	}
+}
+
+func (p *packer) up(bk *bucket, h int) {
+	m := bk.members
+	for h > 0 {
+		parent := (h - 1) / 2
+		if m[parent] <= m[h] {
+			return
+		}
+		m[parent], m[h] = m[h], m[parent]
+		p.heapPos[m[parent]], p.heapPos[m[h]] = int32(parent), int32(h)
+		h = parent
+	}
+}
+
+func (p *packer) down(bk *bucket, h int) {
+	m := bk.members
+	for {
+		c := 2*h + 1
+		if c >= len(m) {
+			return
+		}
+		if c+1 < len(m) && m[c+1] < m[c] {
+			c++
+		}
+		if m[h] <= m[c] {
+			return
+		}
+		m[h], m[c] = m[c], m[h]
+		p.heapPos[m[h]], p.heapPos[m[c]] = int32(h), int32(c)
+		h = c
+	}
+}
+
+// need returns what a shard of g takes on an agent with executor set set: the shard, plus the
+// executor if the app has none there yet.
+func (p *packer) need(set int32, g *Group) Resources {
+	if g.Executor == (Resources{}) || p.has(set, g.App) {
 		return g.Need
 	}
 	return g.Need.plus(g.Executor)
 }
 
-func (p *packer) fits(i int, g *Group) bool {
-	n, f := p.need(i, g), p.state[i].free
-	return n.CPUs <= f.CPUs+epsilon && n.MemMB <= f.MemMB+epsilon
+// has says whether executor set set holds app.
+func (p *packer) has(set int32, app string) bool {
+	if app != p.hasAppOf || p.hasApp == nil {
+		p.hasAppOf = app
+		p.hasApp = make([]int8, len(p.c.sets.sets))
+	}
+	for int(set) >= len(p.hasApp) {
+		p.hasApp = append(p.hasApp, 0)
+	}
+	if p.hasApp[set] == 0 {
+		p.hasApp[set] = 1
+		if p.c.sets.sets[set][app] {
+			p.hasApp[set] = 2
+		}
+	}
+	return p.hasApp[set] == 2
 }
 
-// take books a shard of g on agent i and keeps byCPU sorted; it returns the undo record.
-func (p *packer) take(i int, g *Group) undo {
-	u := undo{agent: i, free: p.state[i].free, execs: p.state[i].execs}
-	n := p.need(i, g)
-	st := &p.state[i]
-	st.free = Resources{st.free.CPUs - n.CPUs, st.free.MemMB - n.MemMB}
-	if !st.execs[g.App] {
-		execs := make(map[string]bool, len(st.execs)+1) // copy: Agent.Executors is the caller's
-		for k, v := range st.execs {
-			execs[k] = v
-		}
-		execs[g.App] = true
-		st.execs = execs
+func fitsIn(n, free Resources) bool {
+	return n.CPUs <= free.CPUs+epsilon && n.MemMB <= free.MemMB+epsilon
+}
+
+func (p *packer) fits(i int32, g *Group) bool { return fitsIn(p.need(p.set[i], g), p.free[i]) }
+
+// score is how full an agent offering offer, with free left, is after taking n: the mean of
+// its cpu and memory use relative to the offer (Fenzo's cpuMemBinPacker).
+func score(offer, free, n Resources) float64 {
+	return (use(offer.CPUs, free.CPUs, n.CPUs) + use(offer.MemMB, free.MemMB, n.MemMB)) / 2
+}
+
+func use(offer, free, n float64) float64 {
+	if offer <= 0 {
+		return 1 // nothing offered is nothing left
 	}
-	p.fix(i)
+	return (offer - free + n) / offer
+}
+
+// maxLoose bounds the agents out of the buckets: enough for the agents that shards of a few
+// kinds in turn go to, few enough for scans to look at one by one.
+const maxLoose = 8
+
+// take books a shard of g on agent i; it returns the undo record.
+func (p *packer) take(i int32, g *Group) undo {
+	u := undo{agent: i, free: p.free[i], set: p.set[i]}
+	n := p.need(p.set[i], g)
+	if !p.isLoose[i] {
+		if len(p.loose) == maxLoose {
+			p.join(p.loose[0])
+			p.isLoose[p.loose[0]] = false
+			p.loose = append(p.loose[:0], p.loose[1:]...)
+		}
+		p.leave(i)
+		p.loose = append(p.loose, i)
+		p.isLoose[i] = true
+	}
+	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
+	if !p.has(p.set[i], g.App) {
+		p.set[i] = p.c.sets.plus(p.set[i], g.App)
+	}
+	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
+	if !p.used[i] {
+		p.used[i] = true
+		p.hosts++
+		u.firstUse = true
+	}
 	return u
 }
 
+// settle puts the loose agents back in the buckets of their state.
+func (p *packer) settle() {
+	for _, i := range p.loose {
+		p.join(i)
+		p.isLoose[i] = false
+	}
+	p.loose = p.loose[:0]
+}
+
 type undo struct {
-	agent int
-	free  Resources
-	execs map[string]bool
+	agent    int32
+	free     Resources
+	set      int32
+	firstUse bool
 }
 
 func (p *packer) rollback(us []undo) {
+	p.settle()
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
-		p.state[u.agent].free, p.state[u.agent].execs = u.free, u.execs
-		p.fix(u.agent)
-	}
-}
-
-// fix moves agent i to its place in byCPU after its free resources changed.
-func (p *packer) fix(i int) {
-	k := p.pos[i]
-	for k > 0 && p.less(i, p.byCPU[k-1]) {
-		p.byCPU[k] = p.byCPU[k-1]
-		p.pos[p.byCPU[k]] = k
-		k--
-	}
-	for k < len(p.byCPU)-1 && p.less(p.byCPU[k+1], i) {
-		p.byCPU[k] = p.byCPU[k+1]
-		p.pos[p.byCPU[k]] = k
-		k++
-	}
-	p.byCPU[k], p.pos[i] = i, k
-}
-
-// bestFit returns the fitting agent with the least cpu left after placing a shard of g, or -1.
-func (p *packer) bestFit(g *Group) int {
-	start := sort.Search(len(p.byCPU), func(k int) bool { return p.state[p.byCPU[k]].free.CPUs+epsilon >= g.Need.CPUs })
-	best, bestLeft := -1, 0.0
-	for k := start; k < len(p.byCPU); k++ {
-		i := p.byCPU[k]
-		if best >= 0 && p.state[i].free.CPUs-g.Need.CPUs-g.Executor.CPUs > bestLeft+epsilon {
-			break // every later agent leaves more cpu than the best so far, even with an executor to start
+		p.leave(u.agent)
+		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		p.free[u.agent], p.set[u.agent] = u.free, u.set
+		p.join(u.agent)
+		if u.firstUse {
+			p.used[u.agent] = false
+			p.hosts--
 		}
-		if p.fits(i, g) {
-			if left := p.state[i].free.CPUs - p.need(i, g).CPUs; best < 0 || left < bestLeft-epsilon {
-				best, bestLeft = i, left
+	}
+	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
+}
+
+// choose returns the agent for a BINPACK shard of group gi under rule r, or -1.
+//
+// Between rollbacks agents only fill up, and filling raises an agent's score for every kind of
+// shard (what it took counts as used, and is at least what an executor it gained saves) until
+// the shard no longer fits. So the agents that did not change since a kind's last choice rank
+// as they did then, below the agent chosen: while that agent still fits, the choice is among
+// it and the agents changed since (the log), not among all. Only when it no longer fits does
+// the rule scan the buckets again.
+func (p *packer) choose(gi int, g *Group, r rule) int32 {
+	kc := &p.kinds[p.c.kindOf[gi]]
+	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, g) {
+		if i, flag, ok := p.refresh(kc, g, r); ok {
+			kc.agent, kc.flag, kc.changes = i, flag, len(p.changes)
+			return i
+		}
+	}
+	i, flag := p.scan(g, r)
+	*kc = kindChoice{agent: i, flag: flag, changes: len(p.changes), gen: p.gen}
+	return i
+}
+
+// kindChoice is the last choice for a kind of shard: the agent, whether it was the first
+// scoring above goodEnough (firstGoodEnough) or an empty agent (fewestAgents), and when.
+type kindChoice struct {
+	agent   int32
+	flag    bool
+	changes int // len(changes) then
+	gen     int
+}
+
+// agentScore is agent i's score for a shard of g.
+func (p *packer) agentScore(i int32, g *Group) float64 {
+	return score(p.c.agents[i].Free, p.free[i], p.need(p.set[i], g))
+}
+
+// refresh redoes kc's choice, whose agent still fits, from the agents changed since; ok is
+// false when that cannot tell (fewestAgents: the empty agent chosen is now used).
+func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, ok bool) {
+	h := kc.agent
+	best, bestS := h, p.agentScore(h, g)
+	changed := p.changes[kc.changes:]
+	switch {
+	case r == firstGoodEnough && kc.flag:
+		// Every unchanged agent before h scored at most goodEnough, or did not fit.
+		for _, ch := range changed {
+			if i := ch.agent; i < best && p.fits(i, g) && p.agentScore(i, g) > goodEnough {
+				best = i
 			}
+		}
+		return best, true, true
+	case r == fewestAgents && kc.flag:
+		// No used agent fit then; the agents used since are in the log, and h is the largest
+		// agent still empty if it is still empty.
+		found := false
+		for _, ch := range changed {
+			if i := ch.agent; p.fits(i, g) {
+				if s := p.agentScore(i, g); !found || s > bestS || s == bestS && i < best {
+					best, bestS, found = i, s, true
+				}
+			}
+		}
+		if found {
+			return best, false, true
+		}
+		return h, true, !p.used[h]
+	}
+	good := int32(-1)
+	if r == firstGoodEnough && bestS > goodEnough {
+		good = h
+	}
+	for _, ch := range changed {
+		i := ch.agent
+		if i == h || !p.fits(i, g) {
+			continue
+		}
+		s := p.agentScore(i, g)
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if s > bestS || s == bestS && i < best {
+			best, bestS = i, s
+		}
+	}
+	if good >= 0 {
+		return good, true, true
+	}
+	return best, false, true
+}
+
+// scan chooses among all the buckets; flag as in kindChoice.
+func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
+	best, good, empty := int32(-1), int32(-1), int32(-1)
+	bestScore, emptySize := 0.0, 0.0
+	consider := func(i int32, offer, free Resources, set int32) {
+		n := p.need(set, g)
+		if !fitsIn(n, free) {
+			return
+		}
+		s := score(offer, free, n)
+		if r == fewestAgents && free == offer {
+			if size := share(offer.CPUs, p.c.total.CPUs) + share(offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
+				empty, emptySize = i, size
+			}
+			return
+		}
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if best < 0 || s > bestScore || s == bestScore && i < best {
+			best, bestScore = i, s
+		}
+	}
+	for k := 0; k < len(p.active); {
+		b := p.active[k]
+		bk := &p.buckets[b]
+		if len(bk.members) == 0 {
+			bk.inActive = false
+			p.active[k] = p.active[len(p.active)-1]
+			p.active = p.active[:len(p.active)-1]
+			continue
+		}
+		k++
+		consider(bk.members[0], bk.key.offer, bk.key.free, bk.key.set)
+	}
+	for _, i := range p.loose {
+		consider(i, p.c.agents[i].Free, p.free[i], p.set[i])
+	}
+	switch {
+	case good >= 0:
+		return good, true
+	case best < 0 && empty >= 0:
+		return empty, true
+	}
+	return best, false
+}
+
+// leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
+func (p *packer) leastLoaded(g *Group) int32 {
+	p.settle()
+	best := int32(-1)
+	var bestFree Resources
+	for _, b := range p.active {
+		bk := &p.buckets[b]
+		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, g), bk.key.free) {
+			continue
+		}
+		f, i := bk.key.free, bk.members[0]
+		if best < 0 || f.CPUs > bestFree.CPUs || f.CPUs == bestFree.CPUs && (f.MemMB > bestFree.MemMB || f.MemMB == bestFree.MemMB && i < best) {
+			best, bestFree = i, f
 		}
 	}
 	return best
 }
 
-// leastLoaded returns the fitting agent with the most free cpu, or -1.
-func (p *packer) leastLoaded(g *Group) int {
-	for k := len(p.byCPU) - 1; k >= 0; k-- {
-		i := p.byCPU[k]
-		if p.state[i].free.CPUs+epsilon < g.Need.CPUs {
-			return -1
+// run packs every group under try t.
+func (c *common) run(t try) outcome {
+	p := c.newPacker()
+	o := outcome{res: Result{Placed: make([][]int, len(c.groups))}}
+	all := make([]int, c.shards) // one allocation for every group's Placed
+	place := func(g int) {
+		n := len(c.groups[g].Items)
+		o.res.Placed[g], all = all[:n:n], all[n:]
+		if f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g]); failed {
+			o.fails = append(o.fails, f)
 		}
-		if p.fits(i, g) {
-			return i
+		for _, i := range o.res.Placed[g] {
+			if i >= 0 {
+				o.placed++
+				if !c.groups[g].Integrity {
+					o.failover++
+				}
+			}
 		}
 	}
-	return -1
+	next := 0 // in t.order
+	for _, integrity := range []bool{false, true} {
+		for g := range c.groups {
+			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack {
+				place(g)
+			}
+		}
+		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
+			place(t.order[next])
+		}
+	}
+	o.hosts = p.hosts
+	return o
 }
 
-// place places one group; with Integrity it undoes a partial placement.
-func (p *packer) place(gi int, g Group, unplaced []Unplaced) ([]int, []Unplaced) {
-	placed := make([]int, len(g.Items))
+// failure is a group not wholly placed: its shards from first on found no room, for the
+// reasons counted then (its shards before first were placed, or rolled back).
+type failure struct {
+	group, first int
+	cpu, mem     int
+	noAgents     bool
+	rolledBack   bool
+}
+
+// unplaced lists the shards that o did not place, in the order of the groups given, each
+// group's shards in order. Only the kept outcome pays for the maps.
+func (o *outcome) unplaced(groups []Group) []Unplaced {
+	slices.SortFunc(o.fails, func(a, b failure) int { return a.group - b.group })
+	n := 0
+	for _, f := range o.fails {
+		n += len(groups[f.group].Items) // at most
+	}
+	out := make([]Unplaced, 0, n)
+	// Equal reasons share a map: a cycle that leaves thousands of shards out makes a few.
+	type counts struct {
+		cpu, mem int
+		noAgents bool
+	}
+	shared := map[counts]map[string]int{}
+	integrity := map[string]int{ReasonIntegrity: 1}
+	for _, f := range o.fails {
+		c := counts{f.cpu, f.mem, f.noAgents}
+		reasons, ok := shared[c]
+		if !ok {
+			reasons = map[string]int{}
+			switch {
+			case f.noAgents:
+				reasons[ReasonNoAgents] = 1
+			default:
+				if f.cpu > 0 {
+					reasons[ReasonCPU] = f.cpu
+				}
+				if f.mem > 0 {
+					reasons[ReasonMem] = f.mem
+				}
+			}
+			shared[c] = reasons
+		}
+		for k, item := range groups[f.group].Items {
+			r := reasons
+			if k < f.first {
+				if !f.rolledBack {
+					continue // placed
+				}
+				r = integrity
+			}
+			out = append(out, Unplaced{Group: f.group, Item: item, Reasons: r})
+		}
+	}
+	return out
+}
+
+// place places one group into placed (room for its items); with Integrity it undoes a
+// partial placement. It says whether some shard found no room, and why.
+func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
 	if g.Placement != Binpack {
-		preferred = p.spreadPreference(&g)
+		preferred = p.c.spreadPreference(g)
 	}
-	missing := 0
+	// A kind of shard that found no room still finds none while agents only fill up.
+	hopeless := false
+	if kr := p.failed[p.c.kindOf[gi]]; kr != nil {
+		hopeless = kr.gen == p.gen
+	}
+	f := failure{group: gi, first: -1}
 	for k := range g.Items {
-		i := -1
+		i := int32(-1)
 		switch {
-		case preferred != nil && preferred[k] >= 0 && p.fits(preferred[k], &g):
-			i = preferred[k]
+		case f.first >= 0 || hopeless:
+		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), g):
+			i = int32(preferred[k])
 		case preferred != nil:
-			i = p.leastLoaded(&g)
+			i = p.leastLoaded(g)
 		default:
-			i = p.bestFit(&g)
+			i = p.choose(gi, g, r)
 		}
-		placed[k] = i
+		placed[k] = int(i)
 		if i < 0 {
-			missing++
+			if f.first < 0 {
+				// Every later shard fails too: nothing changes until then.
+				f.first = k
+				f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+			}
 			continue
 		}
-		undos = append(undos, p.take(i, &g))
-	}
-	if missing == 0 || !g.Integrity {
-		for k, i := range placed {
-			if i < 0 {
-				unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: p.reasons(&g)})
-			}
+		u := p.take(i, g)
+		if g.Integrity {
+			undos = append(undos, u)
 		}
-		return placed, unplaced
 	}
-	// The reasons of the shards that did not fit are those of the moment they failed, before
-	// the rollback frees what the others took.
-	failed := p.reasons(&g)
-	p.rollback(undos)
-	for k, i := range placed {
-		reasons := map[string]int{ReasonIntegrity: 1}
-		if i < 0 {
-			reasons = failed
+	if f.first < 0 {
+		return f, false
+	}
+	if g.Integrity {
+		// The reasons are those of the moment the shard failed, before the rollback frees
+		// what the others took.
+		p.rollback(undos)
+		for k := range placed {
+			placed[k] = -1
 		}
-		placed[k] = -1
-		unplaced = append(unplaced, Unplaced{Group: gi, Item: g.Items[k], Reasons: reasons})
+		f.rolledBack = true
 	}
-	return placed, unplaced
+	return f, true
 }
 
-// reasons counts, over all agents, which resource turned a shard of g away.
-func (p *packer) reasons(g *Group) map[string]int {
-	r := map[string]int{}
-	if len(p.agents) == 0 {
-		r[ReasonNoAgents] = 1
-		return r
+// reasons counts, over all agents, which resource turns a shard of g away. The counts of a
+// kind of shard are kept, and brought up to date from the changes since, when it fails again.
+func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
+	if len(p.c.agents) == 0 {
+		return 0, 0, true
 	}
-	for i := range p.agents {
-		n, f := p.need(i, g), p.state[i].free
-		if n.CPUs > f.CPUs+epsilon {
-			r[ReasonCPU]++
+	p.settle()
+	kind := p.c.kindOf[gi]
+	kr := p.failed[kind]
+	if kr == nil {
+		kr = &kindReasons{}
+		for b := range p.buckets {
+			bk := &p.buckets[b]
+			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
 		}
-		if n.MemMB > f.MemMB+epsilon {
-			r[ReasonMem]++
+		p.failed[kind] = kr
+	} else {
+		for _, ch := range p.changes[kr.changes:] {
+			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
+			kr.count(p, g, ch.newFree, ch.newSet, 1)
 		}
 	}
-	return r
+	kr.changes, kr.gen = len(p.changes), p.gen
+	return kr.cpu, kr.mem, false
+}
+
+// count adds n agents with free left and executor set set.
+func (kr *kindReasons) count(p *packer, g *Group, free Resources, set int32, n int) {
+	need := p.need(set, g)
+	if need.CPUs > free.CPUs+epsilon {
+		kr.cpu += n
+	}
+	if need.MemMB > free.MemMB+epsilon {
+		kr.mem += n
+	}
 }
 
 // spreadPreference maps each item of g to its preferred agent under the job's strategy over the
 // agents sorted by hostname.
-func (p *packer) spreadPreference(g *Group) []int {
-	if p.byHost == nil {
-		p.byHost = make([]int, len(p.agents))
-		for i := range p.byHost {
-			p.byHost[i] = i
+func (c *common) spreadPreference(g *Group) []int {
+	if c.byHost == nil {
+		c.byHost = make([]int, len(c.agents))
+		for i := range c.byHost {
+			c.byHost[i] = i
 		}
-		sort.SliceStable(p.byHost, func(x, y int) bool {
-			a, b := p.agents[p.byHost[x]], p.agents[p.byHost[y]]
+		sort.SliceStable(c.byHost, func(x, y int) bool {
+			a, b := c.agents[c.byHost[x]], c.agents[c.byHost[y]]
 			if a.Hostname != b.Hostname {
 				return a.Hostname < b.Hostname
 			}
@@ -338,10 +1061,10 @@ func (p *packer) spreadPreference(g *Group) []int {
 		total = max(total, it+1)
 	}
 	byItem := map[int]int{}
-	if shards, err := sharding.Shard(strategy, len(p.byHost), g.Job, total); err == nil {
+	if shards, err := sharding.Shard(strategy, len(c.byHost), g.Job, total); err == nil {
 		for inst, items := range shards {
 			for _, it := range items {
-				byItem[it] = p.byHost[inst]
+				byItem[it] = c.byHost[inst]
 			}
 		}
 	}
