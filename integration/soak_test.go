@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +51,10 @@ const (
 	faultPartitionMid   = "agent partition between the two unreachable timeouts"
 	faultPartitionLong  = "agent partition longer than both"
 	faultZooKeeper      = "ZooKeeper SIGKILL and restart"
+	// With EJCLOUD_SOAK_ENSEMBLE: the ZooKeeper faults are these instead.
+	faultMemberKill       = "ZooKeeper member SIGKILL and restart"
+	faultMemberHangLeader = "ZooKeeper quorum leader SIGSTOP 20 s"
+	faultMemberHang       = "ZooKeeper member the leader is connected to SIGSTOP 20 s"
 )
 
 var faultKinds = []string{faultExecutorKill, faultLeaderKill, faultLeaderTerm, faultLeaderKillOld, faultAgentRestart,
@@ -83,11 +88,23 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: seed %d (EJCLOUD_SOAK_SEED=%d replays the fault sequence); %d jobs × %d shards every 10 s, %v, a fault every %v, %d cores",
 		seed, seed, jobs, shards, duration, faultEvery, runtime.NumCPU())
 
-	zk := statetest.StartDedicated(t)
-	w := &world{zk: statetest.Env{Servers: []string{zk.Addr}, Namespace: "ejcloud"}, dir: t.TempDir()}
+	s := &soak{t: t, rng: rng, faults: map[string]*faultStat{}, kinds: faultKinds, session: 2 * time.Second}
+	w := &world{zk: statetest.Env{Namespace: "ejcloud"}, dir: t.TempDir()}
+	if os.Getenv("EJCLOUD_SOAK_ENSEMBLE") != "" {
+		// Production's ZooKeeper: 3 members with Debian's timing, the session the README
+		// recommends for it, and hung members in the menu.
+		s.ensemble = statetest.StartEnsembleWith(t, 3, statetest.ProductionTiming)
+		w.zk.Servers, s.session = s.ensemble.Servers(), 15*time.Second
+		s.kinds = append(slices.DeleteFunc(slices.Clone(faultKinds), func(k string) bool { return k == faultZooKeeper }),
+			faultMemberKill, faultMemberHangLeader, faultMemberHang)
+	} else {
+		s.zk = statetest.StartDedicated(t)
+		w.zk.Servers = []string{s.zk.Addr}
+	}
 	w.mesos = startMesosWith(t, 4, "cpus:64;mem:65536;disk:1000;ports:[31000-32000]",
 		"--agent-ping-timeout", agentPing.String(), "--max-agent-ping-timeouts", fmt.Sprint(maxPings))
-	s := &soak{t: t, w: w, zk: zk, rng: rng, faults: map[string]*faultStat{}, tail: &updateTail{path: w.mesos.updates}}
+	s.w, s.tail = w, &updateTail{path: w.mesos.updates}
+	t.Logf("soak: ZooKeeper %v, session timeout %v", w.zk.Servers, s.session)
 	s.topUp()
 	l := leaderOf(t, s.live()...)
 	for a := 0; a < apps; a++ {
@@ -113,7 +130,7 @@ func TestSoak(t *testing.T) {
 		s.checkExits()
 		s.topUp()
 		if len(deck) == 0 {
-			deck = append(deck, faultKinds...)
+			deck = append(deck, s.kinds...)
 			rng.Shuffle(len(deck), func(i, k int) { deck[i], deck[k] = deck[k], deck[i] })
 		}
 		kind := deck[0]
@@ -177,7 +194,7 @@ func TestSoak(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak report (seed %d): %v of load, %d jobs × %d shards every 10 s, %d cores\n", seed, ran.Round(time.Second), jobs, shards, runtime.NumCPU())
 	fmt.Fprintf(&b, "  faults (count; recovery from the fault's end: median, max; not back within %v):\n", backWithin)
-	for _, k := range faultKinds {
+	for _, k := range s.kinds {
 		fmt.Fprintf(&b, "    %-95s %s\n", k, s.faults[k])
 	}
 	fmt.Fprintf(&b, "  %s\n", strings.SplitN(rep.String(), "\n", 2)[0])
@@ -198,7 +215,7 @@ func TestSoak(t *testing.T) {
 	for _, p := range unexpected {
 		t.Errorf("audit: %s", p)
 	}
-	for _, k := range faultKinds {
+	for _, k := range s.kinds {
 		if f := s.faults[k]; f != nil && f.notBack > 0 {
 			t.Errorf("%s: %d times not back within %v", k, f.notBack, backWithin)
 		}
@@ -211,7 +228,10 @@ func TestSoak(t *testing.T) {
 type soak struct {
 	t              *testing.T
 	w              *world
-	zk             *statetest.Server
+	zk             *statetest.Server   // the one server, or nil with an ensemble
+	ensemble       *statetest.Ensemble // with EJCLOUD_SOAK_ENSEMBLE
+	session        time.Duration       // the schedulers' --zk-session-timeout
+	kinds          []string            // the fault menu
 	rng            *rand.Rand
 	ss             []*instance
 	exits          []string
@@ -260,7 +280,7 @@ func (f *faultStat) String() string {
 
 func (s *soak) faultLine() string {
 	var parts []string
-	for _, k := range faultKinds {
+	for _, k := range s.kinds {
 		if f := s.faults[k]; f != nil {
 			parts = append(parts, fmt.Sprintf("%s %d", k, f.count))
 		}
@@ -289,7 +309,7 @@ func (s *soak) leader() *scheduler {
 func (s *soak) topUp() {
 	for len(s.ss) < instances {
 		s.ss = append(s.ss, &instance{scheduler: startScheduler(s.t, s.w.zk, s.w.mesos, "--unreachable-timeout", unreachableTimeout.String(),
-			"--mesos-startup-timeout", startupLimit.String()), born: time.Now()})
+			"--mesos-startup-timeout", startupLimit.String(), "--zk-session-timeout", s.session.String()), born: time.Now()})
 	}
 }
 
@@ -405,6 +425,31 @@ func (s *soak) inject(kind string) {
 		}
 		end, back = time.Now(), leaderBack
 		detail = fmt.Sprintf("down %v", d)
+	case faultMemberKill:
+		i := s.rng.Intn(3)
+		s.ensemble.Member(i).Stop()
+		d := time.Duration(2+s.rng.Intn(4)) * time.Second
+		time.Sleep(d) // the length of the outage is the fault
+		if err := s.ensemble.Member(i).Start(); err != nil {
+			s.t.Fatalf("restart ZooKeeper member %d: %v", i, err)
+		}
+		end, back = time.Now(), leaderBack
+		detail = fmt.Sprintf("member %d down %v", i, d)
+	case faultMemberHangLeader, faultMemberHang:
+		i := s.ensemble.Leader()
+		if kind == faultMemberHang {
+			if sid, err := statetest.LeaderSession(s.ensemble.Servers(), s.w.zk.Namespace); err == nil {
+				i = s.ensemble.Serving(sid)
+			}
+		}
+		if i < 0 { // between elections or connections: freeze the first member
+			i = 0
+		}
+		s.ensemble.Member(i).Pause()
+		time.Sleep(20 * time.Second) // the length of the hang is the fault
+		s.ensemble.Member(i).Resume()
+		end, back = time.Now(), leaderBack
+		detail = fmt.Sprintf("member %d", i)
 	}
 	f.count++
 	if s.await(backWithin, func() bool { s.checkExits(); s.topUpIfNoLeaderCandidate(); return back() }) {
