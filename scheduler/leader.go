@@ -46,7 +46,7 @@ type leader struct {
 
 	relaunch *relaunches // failures in a row per shard: failover backoff and stops
 
-	// confirm checks the leadership through a linearisable read before the leader acts on
+	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a
 	// leader without an election.
 	confirm func(context.Context) error
@@ -174,7 +174,11 @@ func (ld *leader) confirmed(ctx context.Context) error {
 	if ld.confirm == nil {
 		return nil
 	}
-	return ld.confirm(ctx)
+	err := ld.confirm(ctx)
+	if f := ld.inst.hooks.confirmed; f != nil {
+		f(err)
+	}
+	return err
 }
 
 func (ld *leader) poke() {

@@ -39,6 +39,9 @@ type hooks struct {
 	// updateSeen, if set, is given every status update as the leader receives it, before it
 	// is recorded (the latency benchmarks use it).
 	updateSeen func(mesos.TaskStatus)
+	// confirmed, if set, is told the outcome of every confirmation of the leadership (before
+	// a subscription or a kill).
+	confirmed func(error)
 }
 
 func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error {

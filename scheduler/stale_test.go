@@ -2,95 +2,122 @@ package scheduler
 
 import (
 	"context"
-	"slices"
+	"io"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/encoding"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
-	"github.com/ejcloud/ejcloud/taskid"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
-func TestStaleTasks(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	const threshold = time.Minute
-	type step struct {
-		at         time.Duration // after t0
-		heard      string        // a task's agent speaks
-		fromMaster bool
-		ended      string
-		sync       []string // the running queue as read at reconciliation
-		warn       string   // the tasks due are marked warned
-	}
-	for _, tc := range []struct {
-		name      string
-		steps     []step
-		checkAt   time.Duration
-		wantDue   []string
-		wantCount int
-	}{
-		{name: "silent past the threshold is due", steps: []step{{heard: "a"}, {at: 30 * time.Second, heard: "b"}},
-			checkAt: 61 * time.Second, wantDue: []string{"a"}},
-		{name: "an update from the agent resets the clock", steps: []step{{heard: "a"}, {at: 50 * time.Second, heard: "a"}},
-			checkAt: 61 * time.Second},
-		{name: "the master's reconciliation answer is not news of the task", steps: []step{{heard: "a"}, {at: 50 * time.Second, heard: "a", fromMaster: true}},
-			checkAt: 61 * time.Second, wantDue: []string{"a"}},
-		{name: "an ended task is forgotten", steps: []step{{heard: "a"}, {at: time.Second, ended: "a"}},
-			checkAt: time.Hour},
-		{name: "sync starts the clock of tasks found in the queue and drops the rest",
-			steps:   []step{{heard: "gone"}, {at: 30 * time.Second, sync: []string{"found"}}},
-			checkAt: 61 * time.Second},
-		{name: "sync keeps the clock of a known task", steps: []step{{heard: "a"}, {at: 30 * time.Second, sync: []string{"a"}}},
-			checkAt: 61 * time.Second, wantDue: []string{"a"}},
-		{name: "a warned task is counted once and not due again", steps: []step{{heard: "a"}, {at: 61 * time.Second, warn: "a"}},
-			checkAt: 2 * time.Minute, wantCount: 1},
-		{name: "a warned task that speaks again is no longer counted", steps: []step{{heard: "a"}, {at: 61 * time.Second, warn: "a"}, {at: 62 * time.Second, heard: "a"}},
-			checkAt: 63 * time.Second},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var s staleTasks
-			for _, st := range tc.steps {
-				now := t0.Add(st.at)
-				switch {
-				case st.heard != "":
-					s.heardOf(st.heard, st.fromMaster, now)
-				case st.ended != "":
-					s.ended(st.ended)
-				case st.sync != nil:
-					s.sync(st.sync, now)
-				case st.warn != "":
-					for _, tid := range s.due(threshold, now) {
-						s.warned[tid] = true
-					}
-				}
-			}
-			due := s.due(threshold, t0.Add(tc.checkAt))
-			slices.Sort(due)
-			if !slices.Equal(due, tc.wantDue) {
-				t.Errorf("due = %v; want %v", due, tc.wantDue)
-			}
-			if n := s.count(); n != tc.wantCount {
-				t.Errorf("count = %d; want %d", n, tc.wantCount)
-			}
-		})
-	}
+// droppableMesos subscribes at once and sends no event; drop ends the current event stream,
+// as a master that fails over or closes the connection does, and the leader must subscribe
+// again.
+type droppableMesos struct {
+	mu      sync.Mutex
+	subs    []time.Time // when each SUBSCRIBE came
+	dropped chan struct{}
 }
 
-// A task reported unreachable that comes back through STAGING, STARTING or KILLING is
-// reachable again: its unreachable clock must stop, or it would later be declared lost.
-func TestAnUpdateOfAnyStateStopsTheUnreachableClock(t *testing.T) {
-	tid := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "agent-S0").String()
-	for _, s := range []mesos.TaskState{mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING} {
-		t.Run(s.String(), func(t *testing.T) {
-			ld := &leader{log: quietLog(), unreachable: map[string]time.Time{tid: time.Now().Add(-time.Hour)}}
-			after, err := ld.record(context.Background(), nil, mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			after()
-			if _, still := ld.unreachable[tid]; still {
-				t.Errorf("%s left the task's unreachable clock running", s)
-			}
-		})
+func newDroppableMesos() *droppableMesos { return &droppableMesos{dropped: make(chan struct{})} }
+
+func (m *droppableMesos) subscribe(context.Context, string, string) (*subscription, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.subs = append(m.subs, time.Now())
+	return &subscription{caller: m, resp: stream{m.dropped}, frameworkID: "fw-stale", heartbeat: time.Hour}, nil
+}
+
+func (m *droppableMesos) subscriptions() []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]time.Time(nil), m.subs...)
+}
+
+// drop ends the streams open now; later subscriptions get a stream of their own.
+func (m *droppableMesos) drop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	close(m.dropped)
+	m.dropped = make(chan struct{})
+}
+
+func (m *droppableMesos) Call(context.Context, *scheduler.Call) (mesos.Response, error) {
+	return nil, nil
+}
+
+type stream struct{ dropped <-chan struct{} }
+
+func (s stream) Decode(encoding.Unmarshaler) error {
+	<-s.dropped
+	return io.EOF
+}
+
+func (stream) Close() error { return nil }
+
+// A leader whose only ZooKeeper member is cut off from the quorum must not subscribe to Mesos
+// again when its event stream ends: that member still shows its election node, but the quorum
+// has expired its session and elected another instance. Its confirmation, which only a quorum
+// can answer, is refused; the other instance subscribes.
+func TestALeaderCutOffFromTheQuorumDoesNotSubscribe(t *testing.T) {
+	tm := statetest.Timing{Tick: 500 * time.Millisecond, InitLimit: 20, SyncLimit: 20} // the isolated member serves 10 s
+	e := statetest.StartPartitionableEnsemble(t, 3, tm)
+	x := (e.Leader() + 1) % 3 // a follower
+	var others []string
+	for i, addr := range e.Servers() {
+		if i != x {
+			others = append(others, addr)
+		}
+	}
+	env := statetest.Env{Servers: e.Servers(), Namespace: "ejcloud"}
+
+	mb := newDroppableMesos()
+	var mu sync.Mutex
+	var refused []error
+	cfgB := testConfig(t, env)
+	cfgB.ZKServers, cfgB.ZKSessionTimeout = []string{e.Servers()[x]}, 1500*time.Millisecond
+	startWith(t, cfgB, hooks{mesos: mb, confirmed: func(err error) {
+		if err != nil {
+			mu.Lock()
+			refused = append(refused, err)
+			mu.Unlock()
+		}
+	}})
+	await.True(t, 30*time.Second, "the first instance leads and is subscribed", func() bool {
+		resp, _ := get(t, cfgB.HTTPAddr, "/readyz")
+		return resp != nil && resp.StatusCode == http.StatusOK
+	})
+	ma := newDroppableMesos()
+	cfgA := testConfig(t, env)
+	cfgA.ZKServers, cfgA.ZKSessionTimeout = others, 5*time.Second
+	startWith(t, cfgA, hooks{mesos: ma})
+
+	e.Isolate(x)
+	isolated := time.Now()
+	mb.drop()
+	await.True(t, 30*time.Second, "the other instance subscribes", func() bool { return len(ma.subscriptions()) > 0 })
+	await.True(t, 30*time.Second, "the first instance tried to confirm its leadership and was refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(refused) > 0
+	})
+	mu.Lock()
+	t.Logf("the first instance's confirmation, refused %d times; the first: %v", len(refused), refused[0])
+	mu.Unlock()
+	// Until the isolated member gives up (10 s) and after.
+	await.True(t, 30*time.Second, "the first instance stops leading", func() bool {
+		resp, _ := get(t, cfgB.HTTPAddr, "/readyz")
+		return resp != nil && resp.StatusCode == http.StatusServiceUnavailable && time.Since(isolated) > 11*time.Second
+	})
+	for _, at := range mb.subscriptions() {
+		if at.After(isolated) {
+			t.Fatalf("the first instance subscribed to Mesos %v after its member was cut off from the quorum", at.Sub(isolated))
+		}
 	}
 }

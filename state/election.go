@@ -61,11 +61,13 @@ func (l *Leadership) end(err error) {
 	}
 }
 
-// Confirm checks, through a linearisable read (sync, then read, ZooKeeper's recipe), that the
-// election node still exists at the leadership's version: a server cut off from the quorum
-// may still show an expired node, and a leader must not act on Mesos (subscribe, kill) on its
-// word. It returns ErrNotLeader when the node is gone or another's, and the read's error when
-// ZooKeeper cannot answer.
+// Confirm checks with the quorum that the election node still exists at the leadership's
+// version: a server cut off from the quorum may still show an expired node, and a leader must
+// not act on Mesos (subscribe, kill) on its word. The check is a multi of one version check,
+// which ZooKeeper orders and commits like any write, so only a server that can reach a quorum
+// answers it. A sync and a read would not do: a deposed quorum leader that has not yet noticed
+// answers a sync itself, from its stale state. It returns ErrNotLeader when the node is gone or
+// changed, and ZooKeeper's error when it cannot answer.
 func (l *Leadership) Confirm(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -74,18 +76,18 @@ func (l *Leadership) Confirm(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	s := l.store
-	s.roundTrips.Add(2)
-	if _, err := s.conn.Sync(l.path); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return fmt.Errorf("sync %s: %w", l.path, translate(err))
+	if s.fence == nil {
+		return fmt.Errorf("%w: no election node", ErrNotLeader)
 	}
-	ok, st, err := s.conn.Exists(l.path)
-	if err != nil {
-		return fmt.Errorf("confirm the election node %s: %w", l.path, translate(err))
+	s.roundTrips.Add(1)
+	res, err := s.conn.Multi(&zk.CheckVersionRequest{Path: l.path, Version: s.fence.Version})
+	if err == nil {
+		return nil
 	}
-	if !ok || s.fence == nil || st.Version != s.fence.Version || st.EphemeralOwner != s.conn.SessionID() {
-		return fmt.Errorf("%w: election node %s is gone or not ours", ErrNotLeader, l.path)
+	if len(res) == 1 && res[0].Error != nil {
+		return fmt.Errorf("%w: election node %s is gone or changed: %w", ErrNotLeader, l.path, res[0].Error)
 	}
-	return nil
+	return fmt.Errorf("confirm the election node %s: %w", l.path, translate(err))
 }
 
 // Resign ends the leadership and deletes the election node, so that the next candidate leads

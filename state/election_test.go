@@ -207,10 +207,10 @@ type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
 
-// Confirm is a linearisable check of the leadership: it holds while the election node is
+// Confirm is a check of the leadership by the quorum: it holds while the election node is
 // ours, and says ErrNotLeader the moment the node is gone — even before the Leadership's own
 // watch has noticed, which is what keeps a leader from acting on Mesos on a stale word.
-func TestConfirmChecksTheElectionNodeThroughASyncedRead(t *testing.T) {
+func TestConfirmChecksTheElectionNodeWithTheQuorum(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	a := open(t, env, withTimeout)
 	ctx := ctxT(t)

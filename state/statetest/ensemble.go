@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,19 @@ import (
 // included.
 type Ensemble struct {
 	members []*Server
+	links   []link // the peer links of a partitionable ensemble
+}
+
+// link is member from's connections to member to's quorum and election ports.
+type link struct {
+	from, to int
+	proxies  []*Proxy
+}
+
+func portOf(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // Timing is an ensemble's tickTime, initLimit and syncLimit. Followers give up a leader that
@@ -52,7 +66,7 @@ func StartEnsembleWith(t testing.TB, n int, tm Timing) *Ensemble {
 	var err error
 	for range 3 { // a free port can be taken between our probe and the JVM's bind
 		var e *Ensemble
-		if e, err = startEnsemble(t.TempDir(), n, tm); err == nil {
+		if e, err = startEnsemble(t, t.TempDir(), n, tm, false); err == nil {
 			t.Cleanup(e.Stop)
 			return e
 		}
@@ -61,9 +75,9 @@ func StartEnsembleWith(t testing.TB, n int, tm Timing) *Ensemble {
 	return nil
 }
 
-func startEnsemble(dir string, n int, tm Timing) (*Ensemble, error) {
+func startEnsemble(t testing.TB, dir string, n int, tm Timing, partitionable bool) (*Ensemble, error) {
 	e := &Ensemble{}
-	var peers strings.Builder
+	peerPorts := make([][2]int, n) // each member's quorum and election port
 	for i := range n {
 		ports := make([]int, 3)
 		for k := range ports {
@@ -73,14 +87,29 @@ func startEnsemble(dir string, n int, tm Timing) (*Ensemble, error) {
 			}
 			ports[k] = p
 		}
-		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[1], ports[2])
+		peerPorts[i] = [2]int{ports[1], ports[2]}
 		e.members = append(e.members, &Server{dir: filepath.Join(dir, fmt.Sprint(i+1)), port: ports[0],
 			Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), id: i + 1, timing: tm.conf()})
+	}
+	// Each member's server.N lines: its own ports, and the others' — through a proxy per link
+	// when the ensemble is partitionable, so that a test can cut a member off from its peers.
+	for i, m := range e.members {
+		var peers strings.Builder
+		for j := range n {
+			q, el := peerPorts[j][0], peerPorts[j][1]
+			if partitionable && j != i {
+				pq := NewProxy(t, fmt.Sprintf("127.0.0.1:%d", q))
+				pe := NewProxy(t, fmt.Sprintf("127.0.0.1:%d", el))
+				e.links = append(e.links, link{from: i, to: j, proxies: []*Proxy{pq, pe}})
+				q, el = portOf(pq.Addr), portOf(pe.Addr)
+			}
+			fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", j+1, q, el)
+		}
+		m.peers = peers.String()
 	}
 	// Members are started together: each waits for a quorum, which needs the others up.
 	errs := make(chan error, n)
 	for _, m := range e.members {
-		m.peers = peers.String()
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -144,6 +173,49 @@ func (e *Ensemble) Leader() int {
 		}
 	}
 	return -1
+}
+
+// StartPartitionableEnsemble starts an ensemble whose members reach each other through proxies,
+// so that Isolate can cut one off from its peers while its clients still reach it.
+func StartPartitionableEnsemble(t testing.TB, n int, tm Timing) *Ensemble {
+	t.Helper()
+	var err error
+	for range 3 {
+		var e *Ensemble
+		if e, err = startEnsemble(t, t.TempDir(), n, tm, true); err == nil {
+			t.Cleanup(e.Stop)
+			return e
+		}
+	}
+	t.Fatalf("start a partitionable ZooKeeper ensemble of %d: %v", n, err)
+	return nil
+}
+
+// Isolate cuts member i off from its peers silently, as a network partition does: the
+// connections stay open and carry nothing, so the member notices only by its timeouts, and
+// meanwhile goes on serving its clients from what it has.
+func (e *Ensemble) Isolate(i int) {
+	for _, l := range e.links {
+		if l.from == i || l.to == i {
+			for _, p := range l.proxies {
+				p.DropRequests()
+				p.DropReplies()
+			}
+		}
+	}
+}
+
+// Heal ends Isolate: the links' connections are closed (what they carried was cut) and new
+// ones go through.
+func (e *Ensemble) Heal(i int) {
+	for _, l := range e.links {
+		if l.from == i || l.to == i {
+			for _, p := range l.proxies {
+				p.Cut()
+				p.Restore()
+			}
+		}
+	}
 }
 
 // Serving returns the index of the member the session sid is connected to, or -1.
