@@ -257,3 +257,34 @@ func cancelled() context.Context {
 	cancel()
 	return ctx
 }
+
+// A kill is decided on what the leader reads, so it waits for the leadership to be confirmed
+// with the quorum: refused (a stale server), no KILL goes to Mesos and the update stays
+// unacknowledged, to come again; confirmed, the stray task is killed and the update
+// acknowledged.
+func TestAKillWaitsForTheLeadershipToBeConfirmed(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	stray := taskid.New(taskid.Meta{JobName: "fo", Item: 0}, taskid.Ready, "S9") // not shard 0's running task
+	refuse := true
+	w.ld.confirm = func(context.Context) error {
+		if refuse {
+			return state.ErrNotLeader
+		}
+		return nil
+	}
+	w.ld.updates(ctx, []mesos.TaskStatus{upd(stray, mesos.TASK_RUNNING, "s1")})
+	w.mesos.mu.Lock()
+	kills, acks := len(w.mesos.kills), len(w.mesos.acked)
+	w.mesos.mu.Unlock()
+	if kills != 0 || acks != 0 {
+		t.Fatalf("unconfirmed: %d kills, %d acknowledgements; want none", kills, acks)
+	}
+	refuse = false
+	w.ld.updates(ctx, []mesos.TaskStatus{upd(stray, mesos.TASK_RUNNING, "s1")})
+	w.mesos.mu.Lock()
+	defer w.mesos.mu.Unlock()
+	if fmt.Sprint(w.mesos.kills) != "["+stray.String()+"]" || len(w.mesos.acked) != 1 {
+		t.Fatalf("confirmed: kills %v, %d acknowledgements; want the stray task killed and its update acknowledged", w.mesos.kills, len(w.mesos.acked))
+	}
+}
