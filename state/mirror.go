@@ -406,8 +406,9 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, ErrNotLeader):
 		return err
-	case m.receipt != nil:
-		// No answer: the receipt tells whether ZooKeeper applied the multi.
+	case m.receipt != nil && errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+		// No answer, the connection broke: the receipt tells whether ZooKeeper applied the
+		// multi.
 		ok, rerr := s.applied(ctx, m.receipt, seq)
 		switch {
 		case rerr != nil:
@@ -422,8 +423,9 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 			}
 			return nil
 		}
-		// Not applied, and nothing was sent after it: send it again, checked against the
-		// model as it is now (a watch may have changed it meanwhile).
+		// Not applied, and nothing was sent after it (we hold writeMu, which watches take
+		// too): send it again. Each round needs the connection to break again, and ends when
+		// the session does.
 		return s.sendMirrored(ctx, ops)
 	default: // no answer: the multi may or may not have been applied
 		m.markSuspect(opPaths(ops)...)
