@@ -26,6 +26,7 @@ type life struct {
 	state         string
 	jobFailedMark bool
 	dropped       bool // the master dropped the launch: one TASK_DROPPED at first, nothing ran
+	gone          bool // the launch never reached an agent: one TASK_GONE (reconciliation), nothing ran
 }
 
 func ups(lives ...life) []Update {
@@ -33,8 +34,12 @@ func ups(lives ...life) []Update {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	for _, l := range lives {
 		id := "job@-@" + l.item + "@-@" + l.kind + "@-@agent-1@-@" + l.name
-		if l.dropped {
-			out = append(out, Update{TaskID: id, State: "TASK_DROPPED", At: at(l.first)})
+		if l.dropped || l.gone {
+			state := "TASK_DROPPED"
+			if l.gone {
+				state = "TASK_GONE"
+			}
+			out = append(out, Update{TaskID: id, State: state, At: at(l.first)})
 			continue
 		}
 		out = append(out, Update{TaskID: id, State: "TASK_RUNNING", At: at(l.first)})
@@ -126,6 +131,12 @@ func TestCheck(t *testing.T) {
 				{item: "2", kind: "READY", name: "b2", first: 2.05, dropped: true}},
 			[]life{{item: "0", kind: "FAILOVER", name: "g0", first: 3.1, end: 3.2}, {item: "1", kind: "FAILOVER", name: "g1", first: 3.1, end: 3.2},
 				{item: "2", kind: "FAILOVER", name: "g2", first: 3.1, end: 3.2}}),
+			rounds: 2, relaunch: 3},
+		{name: "the relaunches of a fire whose READY launch never reached an agent (reconciled as gone) are that fire's round", lives: join(healthy(0.05, "a"),
+			[]life{{item: "0", kind: "READY", name: "b0", first: 10.05, gone: true}, {item: "1", kind: "READY", name: "b1", first: 10.05, gone: true},
+				{item: "2", kind: "READY", name: "b2", first: 10.05, gone: true}},
+			[]life{{item: "0", kind: "FAILOVER", name: "g0", first: 12.1, end: 12.2}, {item: "1", kind: "FAILOVER", name: "g1", first: 12.1, end: 12.2},
+				{item: "2", kind: "FAILOVER", name: "g2", first: 12.1, end: 12.2}}),
 			rounds: 2, relaunch: 3},
 		{name: "a task that never ended", lives: join(healthy(0.05, "a")[:2], []life{{item: "2", kind: "READY", name: "a2", first: 0.06, end: -1}}),
 			rounds: 1, lost: 1, problem: "never ended"},

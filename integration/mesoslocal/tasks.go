@@ -58,7 +58,10 @@ func (c *Cluster) masterUpdate(f *framework, taskID, agentID, executorID string,
 	if extra != nil {
 		extra(&st)
 	}
-	if h := c.opts.OnStatusUpdate; h != nil && reason != mesos.REASON_RECONCILIATION {
+	// A reconciliation answer about a task the master knows repeats what was reported; about
+	// one it does not know, it is the task's first and only word (a launch recorded by a
+	// scheduler that stopped before its ACCEPT, say), so the observer sees it.
+	if h := c.opts.OnStatusUpdate; h != nil && (reason != mesos.REASON_RECONCILIATION || f.tasks[taskID] == nil) {
 		h(f.id, st)
 	}
 	f.send(&scheduler.Event{Type: scheduler.Event_UPDATE, Update: &scheduler.Event_Update{Status: st}})

@@ -217,10 +217,23 @@ func TestImplicitReconciliation(t *testing.T) {
 	}
 }
 
-// Item 33: explicit reconciliation answers by the table of MESOS.md §4.2.
+// Item 33: explicit reconciliation answers by the table of MESOS.md §4.2. The observer of
+// status updates sees the answers about tasks the master does not know (their first word: a
+// launch that never reached an agent), not those that repeat a known task's state.
 func TestExplicitReconciliation(t *testing.T) {
 	for _, pa := range []bool{true, false} {
-		c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 3 })
+		var mu sync.Mutex
+		observed := map[string]bool{}
+		c := newCluster(t, func(o *mesoslocal.Options) {
+			o.Agents = 3
+			o.OnStatusUpdate = func(_ string, st mesos.TaskStatus) {
+				if st.GetReason() == mesos.REASON_RECONCILIATION {
+					mu.Lock()
+					observed[st.TaskID.Value] = true
+					mu.Unlock()
+				}
+			}
+		})
 		ids := c.AgentIDs()
 		info := frameworkInfo()
 		if pa {
@@ -268,6 +281,13 @@ func TestExplicitReconciliation(t *testing.T) {
 				t.Fatalf("TASK_UNREACHABLE without unreachable_time: %v", st.String())
 			}
 		}
+		mu.Lock()
+		for _, tc := range cases {
+			if unknown := tc.task != "known"; observed[tc.task] != unknown {
+				t.Errorf("PA=%v %s: observed %v; want %v (answers about unknown tasks only)", pa, tc.task, observed[tc.task], unknown)
+			}
+		}
+		mu.Unlock()
 	}
 }
 
