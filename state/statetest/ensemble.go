@@ -63,15 +63,20 @@ func StartEnsemble(t testing.TB, n int) *Ensemble {
 // StartEnsembleWith starts an ensemble of n servers with the given timing.
 func StartEnsembleWith(t testing.TB, n int, tm Timing) *Ensemble {
 	t.Helper()
+	return startEnsembleTries(t, n, tm, false)
+}
+
+func startEnsembleTries(t testing.TB, n int, tm Timing, partitionable bool) *Ensemble {
+	t.Helper()
 	var err error
 	for range 3 { // a free port can be taken between our probe and the JVM's bind
 		var e *Ensemble
-		if e, err = startEnsemble(t, t.TempDir(), n, tm, false); err == nil {
+		if e, err = startEnsemble(t, t.TempDir(), n, tm, partitionable); err == nil {
 			t.Cleanup(e.Stop)
 			return e
 		}
 	}
-	t.Fatalf("start a ZooKeeper ensemble of %d: %v", n, err)
+	t.Fatalf("start a ZooKeeper ensemble of %d (partitionable: %v): %v", n, partitionable, err)
 	return nil
 }
 
@@ -179,16 +184,7 @@ func (e *Ensemble) Leader() int {
 // so that Isolate can cut one off from its peers while its clients still reach it.
 func StartPartitionableEnsemble(t testing.TB, n int, tm Timing) *Ensemble {
 	t.Helper()
-	var err error
-	for range 3 {
-		var e *Ensemble
-		if e, err = startEnsemble(t, t.TempDir(), n, tm, true); err == nil {
-			t.Cleanup(e.Stop)
-			return e
-		}
-	}
-	t.Fatalf("start a partitionable ZooKeeper ensemble of %d: %v", n, err)
-	return nil
+	return startEnsembleTries(t, n, tm, true)
 }
 
 // Isolate cuts member i off from its peers silently, as a network partition does: the
