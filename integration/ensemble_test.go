@@ -17,7 +17,8 @@ import (
 // A leader and a standby over a 3-server ensemble with Debian's timing (tickTime=2000,
 // syncLimit=5: followers give up a silent quorum leader after 10 s) and the session timeout the
 // README recommends for it (15 s); one TRANSIENT job with misfire fires every 2 s. The quorum
-// leader is frozen (SIGSTOP) for 20 s, then resumed. No shard may run twice, overlap or be lost
+// leader, the member the leading scheduler is connected to, is frozen (SIGSTOP) for 20 s, then
+// resumed. No shard may run twice, overlap or be lost
 // (the side-effect audit), and no fire may be lost: with misfire every fire slot is one run,
 // on time or caught up once ZooKeeper is back. The job must be on time again within the
 // session timeout + 5 s of the fault. The test reports when ZooKeeper had a new leader, whether
@@ -58,8 +59,22 @@ func memberHangs(t *testing.T, which int, hang, session, backBy time.Duration) {
 	)
 	e := statetest.StartEnsembleWith(t, 3, statetest.ProductionTiming)
 	servers := e.Servers()
-	if which == itsFollower {
+	var later []*statetest.Proxy // the followers, opened to the schedulers once they are connected
+	switch which {
+	case itsFollower:
 		servers = slices.Delete(servers, e.Leader(), e.Leader()+1)
+	case quorumLeader:
+		// The schedulers list every member, but reach the followers through proxies that
+		// refuse them until the leading scheduler is connected: so it is the quorum leader
+		// it is connected to when that hangs, and the followers it moves to.
+		for i, addr := range servers {
+			if i != e.Leader() {
+				p := statetest.NewProxy(t, addr)
+				p.Cut()
+				later = append(later, p)
+				servers[i] = p.Addr
+			}
+		}
 	}
 	w := &world{zk: statetest.Env{Servers: servers, Namespace: "ejcloud"}, mesos: startMesos(t, 2), dir: t.TempDir()}
 	a := startScheduler(t, w.zk, w.mesos, "--zk-session-timeout", session.String())
@@ -89,9 +104,15 @@ func memberHangs(t *testing.T, which int, hang, session, backBy time.Duration) {
 	if which == itsFollower {
 		hung, role = serving, "follower"
 	}
+	if serving != hung {
+		t.Fatalf("the leading scheduler is connected to member %d; the test needs it on member %d", serving, hung)
+	}
+	for _, p := range later {
+		p.Restore()
+	}
 	e.Member(hung).Pause()
 	fault := time.Now()
-	t.Logf("fault: SIGSTOP of ZooKeeper member %d (%s) for %v; the leading scheduler was connected to member %d", hung, role, hang, serving)
+	t.Logf("fault: SIGSTOP of ZooKeeper member %d (%s), the one the leading scheduler is connected to, for %v", hung, role, hang)
 	var reelected time.Duration
 	leads := map[*scheduler]bool{a: true}
 	names := map[*scheduler]string{a: "first", b: "standby"}
