@@ -684,6 +684,9 @@ type undo struct {
 }
 
 func (p *packer) rollback(us []undo) {
+	if len(us) == 0 {
+		return // nothing taken, nothing freed: the choices and failures stay valid
+	}
 	p.settle()
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
