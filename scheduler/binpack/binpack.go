@@ -15,7 +15,9 @@
 // leaves the many small tasks out when not, and Fenzo's "good enough" rule (the first agent
 // scoring above 0.5) beats its own full scan on mixed agent sizes. So Pack runs a few orders
 // and rules (see tries) and keeps the result that places the most failover shards, then the
-// most shards, then uses the fewest agents (the first try among equals). Two of them are
+// most shards, then uses the fewest agents (the first try among equals). The try likeliest to
+// win runs first, and the others stop as soon as they cannot beat it: their agents used only
+// grow, and what they can still place is bounded by the agents' free cpu and memory. Two are
 // Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
 // when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
 // that those two tries choose exactly as a plain implementation of Fenzo's rules).
@@ -112,21 +114,77 @@ type Result struct {
 // the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
 	c := newCommon(groups, agents)
+	ts := c.tries()
 	var best outcome
-	for k, t := range c.tries() {
-		if t.ifShort && best.placed == c.shards {
+	bestRank := -1 // in ts: the preferred try among equal results is the first
+	for _, k := range c.runOrder(ts) {
+		t := ts[k]
+		if t.ifShort && bestRank >= 0 && best.placed == c.shards {
 			continue
 		}
-		o := c.run(t)
-		if k == 0 || o.better(best) {
-			best = o
+		if bestRank >= 0 && k > bestRank && best.placed == c.shards && best.hosts <= c.minHosts {
+			continue // it could at best tie, and ties go to the earlier try
 		}
-		if best.placed == c.shards && best.hosts <= c.minHosts {
-			break // nothing can do better
+		var o outcome
+		if bestRank < 0 {
+			o = c.run(t)
+		} else if o = c.runUnless(t, &bound{best: &best, winsTies: k < bestRank}); o.abandoned {
+			continue
+		}
+		if bestRank < 0 || o.better(best) || !best.better(o) && k < bestRank {
+			best, bestRank = o, k
 		}
 	}
 	best.res.Unplaced = best.unplaced(groups)
 	return best.res
+}
+
+// runOrder is the order to run the tries in: the one likeliest to win first, so that the
+// others are abandoned as soon as they cannot beat it (see bound). When the shards need more
+// than the agents offer, nothing places them all and smallest first (the last try) places
+// the most; otherwise, when the agents differ, fewest agents uses the fewest.
+func (c *common) runOrder(ts []try) []int {
+	order := make([]int, 0, len(ts))
+	short := c.need.CPUs > c.total.CPUs+epsilon || c.need.MemMB > c.total.MemMB+epsilon
+	for k := len(ts) - 1; short && k >= 0; k-- {
+		if ts[k].ifShort {
+			order = append(order, k)
+		}
+	}
+	for k := range ts {
+		if len(c.first.buckets) > 1 && ts[k].rule == fewestAgents && !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	for k := range ts {
+		if !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	return order
+}
+
+// bound is the best outcome so far, which a try must beat (or equal, if it wins ties).
+type bound struct {
+	best     *outcome
+	winsTies bool
+}
+
+// lost says whether a try that, after a whole group, has left out failedFailover shards of
+// failover groups, can place at most maxPlaced shards in all and uses hosts agents can no
+// longer beat the bound: its shards left out stay out, and its agents used stay used (a
+// rollback frees only what its own group took).
+func (b *bound) lost(c *common, failedFailover, maxPlaced, hosts int) bool {
+	maxFailover := c.failoverShards - failedFailover
+	switch {
+	case maxFailover != b.best.failover:
+		return maxFailover < b.best.failover
+	case maxPlaced != b.best.placed:
+		return maxPlaced < b.best.placed
+	case hosts != b.best.hosts:
+		return hosts > b.best.hosts
+	}
+	return !b.winsTies
 }
 
 // rule picks an agent for a BINPACK shard among those that fit.
@@ -256,6 +314,7 @@ type outcome struct {
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
 	fails            []failure
+	abandoned        bool // it could not beat the best so far
 }
 
 func (o outcome) better(than outcome) bool {
@@ -275,7 +334,10 @@ type common struct {
 	sets   execSets
 	set0   []int32 // each agent's executor set at the start
 	shards int     // shards in all groups
-	total  Resources
+	// failoverShards are the shards of the groups without Integrity.
+	failoverShards int
+	total          Resources
+	need           Resources // of all shards, without executors
 	// minHosts is a lower bound on the agents any packing placing every shard uses.
 	minHosts int
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
@@ -284,8 +346,13 @@ type common struct {
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
-	byHost []int   // agents sorted by hostname, for SPREAD; built on first use
-	first  *packer // the agents bucketed, before any try
+	// kindShards and kindNeed are each kind's shards and the need of one; byCPU and byMem
+	// the kinds by need of cpu, of memory, least first.
+	kindShards   []int
+	kindNeed     []Resources
+	byCPU, byMem []int32
+	byHost       []int   // agents sorted by hostname, for SPREAD; built on first use
+	first        *packer // the agents bucketed, before any try
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
@@ -296,17 +363,43 @@ func newCommon(groups []Group, agents []Agent) *common {
 		c.total = c.total.plus(a.Free)
 	}
 	var need Resources
-	kinds := map[shardKind]int32{}
+	// Jobs come in few kinds: a look through them costs less than hashing the app's name,
+	// until there are many.
+	var kinds []shardKind
+	var byKind map[shardKind]int32
 	c.kindOf = make([]int32, len(groups))
 	for k, g := range groups {
 		kind := shardKind{g.Need, g.Executor, g.App}
-		id, ok := kinds[kind]
-		if !ok {
+		id := int32(-1)
+		if byKind == nil {
+			for j := range kinds {
+				if kinds[j] == kind {
+					id = int32(j)
+					break
+				}
+			}
+		} else if j, ok := byKind[kind]; ok {
+			id = j
+		}
+		if id < 0 {
 			id = int32(len(kinds))
-			kinds[kind] = id
+			kinds = append(kinds, kind)
+			c.kindShards = append(c.kindShards, 0)
+			if byKind != nil {
+				byKind[kind] = id
+			} else if len(kinds) > 16 {
+				byKind = make(map[shardKind]int32, 2*len(kinds))
+				for j, kd := range kinds {
+					byKind[kd] = int32(j)
+				}
+			}
 		}
 		c.kindOf[k] = id
+		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
+		if !g.Integrity {
+			c.failoverShards += len(g.Items)
+		}
 		need = need.plus(Resources{g.Need.CPUs * float64(len(g.Items)), g.Need.MemMB * float64(len(g.Items))})
 		if k == 0 || g.Need.CPUs < c.minNeed.CPUs {
 			c.minNeed.CPUs = g.Need.CPUs
@@ -316,6 +409,17 @@ func newCommon(groups []Group, agents []Agent) *common {
 		}
 	}
 	c.nKinds = len(kinds)
+	c.need = need
+	c.kindNeed = make([]Resources, len(kinds))
+	for k, kd := range kinds {
+		c.kindNeed[k] = kd.need
+	}
+	c.byCPU, c.byMem = make([]int32, len(kinds)), make([]int32, len(kinds))
+	for k := range kinds {
+		c.byCPU[k], c.byMem[k] = int32(k), int32(k)
+	}
+	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
+	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
 	c.first = c.bucketed()
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
@@ -461,6 +565,8 @@ type packer struct {
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
 	hasAppOf string
+	// freeTotal is what all agents have left.
+	freeTotal Resources
 }
 
 type change struct {
@@ -509,7 +615,7 @@ func (c *common) newPacker() *packer {
 		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
 		active: slices.Clone(f.active), used: make([]bool, len(c.agents)), isLoose: make([]bool, len(c.agents)), failed: make([]*kindReasons, c.nKinds),
 		changes: make([]change, 0, c.shards),
-		kinds:   make([]kindChoice, c.nKinds)}
+		kinds:   make([]kindChoice, c.nKinds), freeTotal: c.total}
 	for b := range p.buckets {
 		p.buckets[b].members = slices.Clone(p.buckets[b].members)
 	}
@@ -655,6 +761,7 @@ func (p *packer) take(i int32, g *Group) undo {
 		p.isLoose[i] = true
 	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
+	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
 	if !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
@@ -692,6 +799,7 @@ func (p *packer) rollback(us []undo) {
 		u := us[k]
 		p.leave(u.agent)
 		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		p.freeTotal = p.freeTotal.plus(Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB})
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
@@ -857,14 +965,26 @@ func (p *packer) leastLoaded(g *Group) int32 {
 }
 
 // run packs every group under try t.
-func (c *common) run(t try) outcome {
+func (c *common) run(t try) outcome { return c.runUnless(t, nil) }
+
+// runUnless packs every group under try t, unless it can no longer beat b (nil: no bound);
+// then it stops with abandoned set.
+func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
 	o := outcome{res: Result{Placed: make([][]int, len(c.groups))}}
 	all := make([]int, c.shards) // one allocation for every group's Placed
-	place := func(g int) {
+	failedFailover := 0
+	var left []int // per kind: shards not yet tried
+	if b != nil {
+		left = slices.Clone(c.kindShards)
+	}
+	// The bound costs O(kinds): with many kinds it is looked at every so many groups.
+	every, since := max(1, c.nKinds/16), 0
+	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		o.res.Placed[g], all = all[:n:n], all[n:]
-		if f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g]); failed {
+		f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g])
+		if failed {
 			o.fails = append(o.fails, f)
 		}
 		for _, i := range o.res.Placed[g] {
@@ -873,22 +993,80 @@ func (c *common) run(t try) outcome {
 				if !c.groups[g].Integrity {
 					o.failover++
 				}
+			} else if !c.groups[g].Integrity {
+				failedFailover++
 			}
 		}
+		if b == nil {
+			return false
+		}
+		left[c.kindOf[g]] -= n
+		if since++; since < every {
+			return false
+		}
+		since = 0
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
 	}
 	next := 0 // in t.order
 	for _, integrity := range []bool{false, true} {
 		for g := range c.groups {
-			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack {
-				place(g)
+			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack && place(g) {
+				o.abandoned = true
+				return o
 			}
 		}
 		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
-			place(t.order[next])
+			if place(t.order[next]) {
+				o.abandoned = true
+				return o
+			}
 		}
 	}
 	o.hosts = p.hosts
 	return o
+}
+
+// mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
+// more than the agents' free cpu takes, least first, nor their free memory; none of a kind
+// that found no room while agents only filled (looked at when some shard just failed).
+func (p *packer) mostMore(left []int, justFailed bool) int {
+	c := p.c
+	if justFailed {
+		open := false
+		for k, n := range left {
+			if n > 0 {
+				if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
+					open = true
+					break
+				}
+			}
+		}
+		if !open {
+			return 0
+		}
+	}
+	most := func(by []int32, of func(Resources) float64, free float64) int {
+		count := 0
+		for _, k := range by {
+			if left[k] == 0 {
+				continue
+			}
+			need := of(c.kindNeed[k])
+			if need <= 0 {
+				count += left[k]
+				continue
+			}
+			m := min(left[k], int((free+epsilon)/need))
+			count += m
+			free -= float64(m) * need
+			if m < left[k] {
+				break
+			}
+		}
+		return count
+	}
+	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.freeTotal.CPUs),
+		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.freeTotal.MemMB))
 }
 
 // failure is a group not wholly placed: its shards from first on found no room, for the
