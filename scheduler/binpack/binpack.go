@@ -129,10 +129,16 @@ func Pack(groups []Group, agents []Agent) Result {
 		if bestRank < 0 {
 			o = c.run(t)
 		} else if o = c.runUnless(t, &bound{best: &best, winsTies: k < bestRank}); o.abandoned {
+			c.spareRes = append(c.spareRes, o)
 			continue
 		}
 		if bestRank < 0 || o.better(best) || !best.better(o) && k < bestRank {
+			if bestRank >= 0 {
+				c.spareRes = append(c.spareRes, best)
+			}
 			best, bestRank = o, k
+		} else {
+			c.spareRes = append(c.spareRes, o)
 		}
 	}
 	best.res.Unplaced = best.unplaced(groups)
@@ -314,7 +320,8 @@ type outcome struct {
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
 	fails            []failure
-	abandoned        bool // it could not beat the best so far
+	abandoned        bool  // it could not beat the best so far
+	all              []int // the memory of res.Placed's slices
 }
 
 func (o outcome) better(than outcome) bool {
@@ -353,6 +360,9 @@ type common struct {
 	byCPU, byMem []int32
 	byHost       []int   // agents sorted by hostname, for SPREAD; built on first use
 	first        *packer // the agents bucketed, before any try
+	spare        *packer // the memory of the tries' packers
+	// spareRes holds the memory of tries' results no longer needed.
+	spareRes []outcome
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
@@ -567,6 +577,7 @@ type packer struct {
 	hasAppOf string
 	// freeTotal is what all agents have left.
 	freeTotal Resources
+	reasonsOf []kindReasons // the memory of failed
 }
 
 type change struct {
@@ -608,21 +619,52 @@ func (c *common) bucketed() *packer {
 }
 
 // newPacker returns the packer of a try, at the start: a copy of the first one, so that the
-// agents are bucketed once per Pack.
+// agents are bucketed once per Pack. Tries run one after the other and share its memory.
 func (c *common) newPacker() *packer {
-	f := c.first
-	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
-		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
-		active: slices.Clone(f.active), used: make([]bool, len(c.agents)), isLoose: make([]bool, len(c.agents)), failed: make([]*kindReasons, c.nKinds),
-		changes: make([]change, 0, c.shards),
-		kinds:   make([]kindChoice, c.nKinds), freeTotal: c.total}
-	for b := range p.buckets {
-		p.buckets[b].members = slices.Clone(p.buckets[b].members)
+	f, p := c.first, c.spare
+	if p == nil {
+		p = &packer{c: c, byKey: make(map[bucketKey]int32, len(f.byKey))}
+		c.spare = p
 	}
+	p.free = append(p.free[:0], f.free...)
+	p.set = append(p.set[:0], f.set...)
+	p.bucket = append(p.bucket[:0], f.bucket...)
+	p.heapPos = append(p.heapPos[:0], f.heapPos...)
+	old := p.buckets
+	p.buckets = p.buckets[:0]
+	for b, fb := range f.buckets {
+		var members []int32
+		if b < len(old) {
+			members = old[b].members[:0] // read before the append below overwrites old[b]
+		}
+		p.buckets = append(p.buckets, bucket{key: fb.key, members: append(members, fb.members...), inActive: fb.inActive})
+	}
+	clear(p.byKey)
+	maps.Copy(p.byKey, f.byKey)
+	p.active = append(p.active[:0], f.active...)
+	p.used = resetBools(p.used, len(c.agents))
+	p.isLoose = resetBools(p.isLoose, len(c.agents))
+	p.loose = p.loose[:0]
+	p.changes = p.changes[:0]
+	if p.failed == nil {
+		p.failed, p.reasonsOf = make([]*kindReasons, c.nKinds), make([]kindReasons, c.nKinds)
+		p.kinds = make([]kindChoice, c.nKinds)
+	}
+	clear(p.failed)
 	for k := range p.kinds {
-		p.kinds[k].agent = -1
+		p.kinds[k] = kindChoice{agent: -1}
 	}
+	p.hosts, p.gen, p.freeTotal = 0, 0, c.total
 	return p
+}
+
+func resetBools(b []bool, n int) []bool {
+	if cap(b) < n {
+		return make([]bool, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
 }
 
 func (p *packer) key(i int32) bucketKey {
@@ -971,15 +1013,24 @@ func (c *common) run(t try) outcome { return c.runUnless(t, nil) }
 // then it stops with abandoned set.
 func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
-	o := outcome{res: Result{Placed: make([][]int, len(c.groups))}}
-	all := make([]int, c.shards) // one allocation for every group's Placed
+	var o outcome
+	var all []int // every group's Placed, in one allocation
+	if n := len(c.spareRes); n > 0 {
+		spare := c.spareRes[n-1]
+		c.spareRes = c.spareRes[:n-1]
+		o.res.Placed, o.fails, o.all = spare.res.Placed, spare.fails[:0], spare.all
+	} else {
+		o.res.Placed, o.all = make([][]int, len(c.groups)), make([]int, c.shards)
+	}
+	all = o.all
 	failedFailover := 0
 	var left []int // per kind: shards not yet tried
 	if b != nil {
 		left = slices.Clone(c.kindShards)
 	}
-	// The bound costs O(kinds): with many kinds it is looked at every so many groups.
-	every, since := max(1, c.nKinds/16), 0
+	// The bound on what is left costs O(kinds): it is looked at when a shard failed, else
+	// every so many groups.
+	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		o.res.Placed[g], all = all[:n:n], all[n:]
@@ -1001,7 +1052,11 @@ func (c *common) runUnless(t try, b *bound) outcome {
 			return false
 		}
 		left[c.kindOf[g]] -= n
-		if since++; since < every {
+		leftAll -= n
+		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts) {
+			return true
+		}
+		if since++; since < every && !failed {
 			return false
 		}
 		since = 0
@@ -1186,14 +1241,18 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
 		return 0, 0, true
 	}
-	p.settle()
 	kind := p.c.kindOf[gi]
 	kr := p.failed[kind]
 	if kr == nil {
-		kr = &kindReasons{}
+		// The loose agents are out of the buckets: counted one by one.
+		kr = &p.reasonsOf[kind]
+		*kr = kindReasons{}
 		for b := range p.buckets {
 			bk := &p.buckets[b]
 			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
+		}
+		for _, i := range p.loose {
+			kr.count(p, g, p.free[i], p.set[i], 1)
 		}
 		p.failed[kind] = kr
 	} else {
