@@ -35,6 +35,7 @@ package binpack
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -241,22 +242,22 @@ func (c *common) tries() []try {
 		return []try{{order: given}}
 	}
 	// By size within each phase, as given among equals: a counting sort on the rank of the
-	// size, as jobs come in few sizes.
-	size := make([]float64, len(bin))
-	for k, g := range given {
-		n := c.groups[g].Need
+	// size, as jobs come in few sizes. A size is a kind of shard's (its need's), so the kinds
+	// are ranked, not the groups.
+	size := make([]float64, c.nKinds)
+	for k, n := range c.kindNeed {
 		size[k] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
 	}
 	sizes := slices.Clone(size)
 	slices.Sort(sizes)
 	sizes = slices.Compact(sizes)
-	rankOf := make(map[float64]int, len(sizes))
-	for r, z := range sizes {
-		rankOf[z] = r
+	kindRank := make([]int, c.nKinds)
+	for k, z := range size {
+		kindRank[k], _ = slices.BinarySearch(sizes, z)
 	}
 	ranks := make([]int, len(given))
-	for k := range given {
-		ranks[k] = rankOf[size[k]]
+	for k, g := range given {
+		ranks[k] = kindRank[c.kindOf[g]]
 	}
 	failover := 0
 	for failover < len(given) && !c.groups[given[failover]].Integrity {
@@ -344,6 +345,7 @@ type common struct {
 	// failoverShards are the shards of the groups without Integrity.
 	failoverShards int
 	total          Resources
+	maxOffer       Resources // the most cpu, the most memory an agent offers
 	need           Resources // of all shards, without executors
 	// minHosts is a lower bound on the agents any packing placing every shard uses.
 	minHosts int
@@ -371,6 +373,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 	for i, a := range agents {
 		c.set0[i] = c.sets.of(a.Executors)
 		c.total = c.total.plus(a.Free)
+		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
 	var need Resources
 	// Jobs come in few kinds: a look through them costs less than hashing the app's name,
@@ -575,9 +578,9 @@ type packer struct {
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
 	hasAppOf string
-	// freeTotal is what all agents have left.
-	freeTotal Resources
-	reasonsOf []kindReasons // the memory of failed
+	// freeTotal is what all agents have left, usedFree what the agents used have left.
+	freeTotal, usedFree Resources
+	reasonsOf           []kindReasons // the memory of failed
 }
 
 type change struct {
@@ -646,6 +649,9 @@ func (c *common) newPacker() *packer {
 	p.isLoose = resetBools(p.isLoose, len(c.agents))
 	p.loose = p.loose[:0]
 	p.changes = p.changes[:0]
+	if cap(p.changes) < c.shards {
+		p.changes = make([]change, 0, c.shards) // a take each, rollbacks aside
+	}
 	if p.failed == nil {
 		p.failed, p.reasonsOf = make([]*kindReasons, c.nKinds), make([]kindReasons, c.nKinds)
 		p.kinds = make([]kindChoice, c.nKinds)
@@ -654,7 +660,7 @@ func (c *common) newPacker() *packer {
 	for k := range p.kinds {
 		p.kinds[k] = kindChoice{agent: -1}
 	}
-	p.hosts, p.gen, p.freeTotal = 0, 0, c.total
+	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
 	return p
 }
 
@@ -802,8 +808,12 @@ func (p *packer) take(i int32, g *Group) undo {
 		p.loose = append(p.loose, i)
 		p.isLoose[i] = true
 	}
+	if !p.used[i] {
+		p.usedFree = p.usedFree.plus(p.free[i])
+	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
 	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
+	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
 	if !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
@@ -841,12 +851,14 @@ func (p *packer) rollback(us []undo) {
 		u := us[k]
 		p.leave(u.agent)
 		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
-		p.freeTotal = p.freeTotal.plus(Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB})
+		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
+		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
 			p.used[u.agent] = false
 			p.hosts--
+			p.usedFree = Resources{p.usedFree.CPUs - u.free.CPUs, p.usedFree.MemMB - u.free.MemMB}
 		}
 	}
 	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
@@ -1031,6 +1043,7 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	// The bound on what is left costs O(kinds): it is looked at when a shard failed, else
 	// every so many groups.
 	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
+	leftNeed := c.need // of the shards not yet tried, without executors
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		o.res.Placed[g], all = all[:n:n], all[n:]
@@ -1053,14 +1066,17 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		}
 		left[c.kindOf[g]] -= n
 		leftAll -= n
-		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts) {
+		need := c.groups[g].Need
+		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
+		hosts := p.hosts + p.moreHosts(leftNeed)
+		if b.lost(c, failedFailover, o.placed+leftAll, hosts) {
 			return true
 		}
 		if since++; since < every && !failed {
 			return false
 		}
 		since = 0
-		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), hosts)
 	}
 	next := 0 // in t.order
 	for _, integrity := range []bool{false, true} {
@@ -1079,6 +1095,19 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	}
 	o.hosts = p.hosts
 	return o
+}
+
+// moreHosts is a lower bound on the agents, beyond those used, that placing shards needing
+// need (and perhaps executors) takes: what the agents used have left does not hold it, and
+// no agent offers more than maxOffer.
+func (p *packer) moreHosts(need Resources) int {
+	more := func(need, free, offer float64) int {
+		if need-free <= epsilon || offer <= 0 {
+			return 0
+		}
+		return int(math.Ceil((need - free - epsilon) / offer))
+	}
+	return max(more(need.CPUs, p.usedFree.CPUs, p.c.maxOffer.CPUs), more(need.MemMB, p.usedFree.MemMB, p.c.maxOffer.MemMB))
 }
 
 // mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
