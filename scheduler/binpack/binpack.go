@@ -291,11 +291,31 @@ func (c *common) tries() []try {
 	largest, smallest := bySize(true), bySize(false)
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
+		if t.rule == fewestAgents && c.alike() {
+			continue // it would choose as best score does
+		}
 		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
 			out = append(out, t) // tasks all alike, or given largest first: one run will do
 		}
 	}
 	return out
+}
+
+// alike says whether the agents are all alike (one offer, the same executors) and no shard
+// needs an executor. Then fewest agents chooses as best score does: an agent that took
+// something scores higher, for any shard, than an empty one (it is fuller, relative to the
+// same offer), so both take a fitting used agent of the highest score if any, else the empty
+// agent of the lowest index (all empty ones score, and offer, the same).
+func (c *common) alike() bool {
+	if len(c.first.buckets) != 1 {
+		return false
+	}
+	for g := range c.groups {
+		if c.groups[g].Executor != (Resources{}) {
+			return false
+		}
+	}
+	return true
 }
 
 func share(x, total float64) float64 {
