@@ -223,22 +223,8 @@ type try struct {
 //   - the given order, best score, and the given order, good enough: Fenzo's two modes;
 //   - smallest first, best score: places the most shards when not all fit (run only then).
 func (c *common) tries() []try {
-	var bin []int
-	for g := range c.groups {
-		if c.groups[g].Placement == Binpack {
-			bin = append(bin, g)
-		}
-	}
-	// Failover groups first, then READY ones, each in the order given.
-	given := make([]int, 0, len(bin))
-	for _, ready := range []bool{false, true} {
-		for _, g := range bin {
-			if c.groups[g].Integrity == ready {
-				given = append(given, g)
-			}
-		}
-	}
-	if len(bin) == 0 {
+	given := c.binpack
+	if len(given) == 0 {
 		return []try{{order: given}}
 	}
 	// By size within each phase, as given among equals: a counting sort on the rank of the
@@ -375,6 +361,12 @@ type common struct {
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
+	// binpack are the BINPACK groups, failover ones first, each phase in the order given;
+	// spread the others, failover ones ([0]), then READY ones ([1]).
+	binpack []int
+	spread  [2][]int
+	// execNeeded: some group needs an executor; else the agents' executors matter to none.
+	execNeeded bool
 	// kindShards and kindNeed are each kind's shards and the need of one; byCPU and byMem
 	// the kinds by need of cpu, of memory, least first.
 	kindShards   []int
@@ -400,8 +392,22 @@ func newCommon(groups []Group, agents []Agent) *common {
 	// until there are many.
 	var kinds []shardKind
 	var byKind map[shardKind]int32
+	var readyBinpack []int
 	c.kindOf = make([]int32, len(groups))
-	for k, g := range groups {
+	for k := range groups {
+		g := &groups[k]
+		// Failover groups first, then READY ones, each in the order given.
+		switch {
+		case g.Placement == Binpack && !g.Integrity:
+			c.binpack = append(c.binpack, k)
+		case g.Placement == Binpack:
+			readyBinpack = append(readyBinpack, k)
+		case !g.Integrity:
+			c.spread[0] = append(c.spread[0], k)
+		default:
+			c.spread[1] = append(c.spread[1], k)
+		}
+		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
 		kind := shardKind{g.Need, g.Executor, g.App}
 		id := int32(-1)
 		if byKind == nil {
@@ -441,6 +447,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 			c.minNeed.MemMB = g.Need.MemMB
 		}
 	}
+	c.binpack = append(c.binpack, readyBinpack...)
 	c.nKinds = len(kinds)
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
@@ -834,7 +841,7 @@ func (p *packer) take(i int32, g *Group) undo {
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
 	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
 	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
-	if !p.has(p.set[i], g.App) {
+	if p.c.execNeeded && !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
 	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
@@ -1099,9 +1106,9 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), hosts)
 	}
 	next := 0 // in t.order
-	for _, integrity := range []bool{false, true} {
-		for g := range c.groups {
-			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack && place(g) {
+	for phase, integrity := range []bool{false, true} {
+		for _, g := range c.spread[phase] {
+			if place(g) {
 				o.abandoned = true
 				return o
 			}
