@@ -1095,15 +1095,16 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		leftAll -= n
 		need := c.groups[g].Need
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
-		hosts := p.hosts + p.moreHosts(leftNeed)
-		if b.lost(c, failedFailover, o.placed+leftAll, hosts) {
+		// A tie on shards placed with this bound means every shard left is placed: then the
+		// agents they need can be counted.
+		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts+p.moreHosts(leftNeed)) {
 			return true
 		}
 		if since++; since < every && !failed {
 			return false
 		}
 		since = 0
-		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), hosts)
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
 	}
 	next := 0 // in t.order
 	for phase, integrity := range []bool{false, true} {

@@ -210,3 +210,34 @@ func TestFewestAgentsIsBestScoreOnAlikeAgents(t *testing.T) {
 		}
 	}
 }
+
+// Pack runs the likeliest try first and stops the others once they cannot win; it must keep
+// what running every try in full keeps: the first of the best.
+func TestPackKeepsWhatRunningEveryTryWould(t *testing.T) {
+	for seed := int64(1); seed <= 1000; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%3 == 0 // READY jobs: all shards or none
+			if seed%5 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+			}
+			if seed%7 == 0 && i%4 == 0 {
+				gs[i].Placement = Spread
+			}
+		}
+		c := newCommon(gs, as)
+		var want outcome
+		for k, tr := range c.tries() {
+			if tr.ifShort && k > 0 && want.placed == c.shards {
+				continue
+			}
+			if o := newCommon(gs, as).run(tr); k == 0 || o.better(want) {
+				want = o
+			}
+		}
+		if got := Pack(gs, as); !reflect.DeepEqual(got.Placed, want.res.Placed) {
+			t.Fatalf("seed %d: Pack places %v; the first best try %v", seed, got.Placed, want.res.Placed)
+		}
+	}
+}
