@@ -15,7 +15,9 @@
 // leaves the many small tasks out when not, and Fenzo's "good enough" rule (the first agent
 // scoring above 0.5) beats its own full scan on mixed agent sizes. So Pack runs a few orders
 // and rules (see tries) and keeps the result that places the most failover shards, then the
-// most shards, then uses the fewest agents (the first try among equals). Two of them are
+// most shards, then uses the fewest agents (the first try among equals). The try likeliest to
+// win runs first, and the others stop as soon as they cannot beat it: their agents used only
+// grow, and what they can still place is bounded by the agents' free cpu and memory. Two are
 // Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
 // when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
 // that those two tries choose exactly as a plain implementation of Fenzo's rules).
@@ -33,6 +35,7 @@ package binpack
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -112,21 +115,83 @@ type Result struct {
 // the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
 	c := newCommon(groups, agents)
+	ts := c.tries()
 	var best outcome
-	for k, t := range c.tries() {
-		if t.ifShort && best.placed == c.shards {
+	bestRank := -1 // in ts: the preferred try among equal results is the first
+	for _, k := range c.runOrder(ts) {
+		t := ts[k]
+		if t.ifShort && bestRank >= 0 && best.placed == c.shards {
 			continue
 		}
-		o := c.run(t)
-		if k == 0 || o.better(best) {
-			best = o
+		if bestRank >= 0 && k > bestRank && best.placed == c.shards && best.hosts <= c.minHosts {
+			continue // it could at best tie, and ties go to the earlier try
 		}
-		if best.placed == c.shards && best.hosts <= c.minHosts {
-			break // nothing can do better
+		var o outcome
+		if bestRank < 0 {
+			o = c.run(t)
+		} else if o = c.runUnless(t, &bound{best: &best, winsTies: k < bestRank}); o.abandoned {
+			c.spareRes = append(c.spareRes, o)
+			continue
+		}
+		if bestRank < 0 || o.better(best) || !best.better(o) && k < bestRank {
+			if bestRank >= 0 {
+				c.spareRes = append(c.spareRes, best)
+			}
+			best, bestRank = o, k
+		} else {
+			c.spareRes = append(c.spareRes, o)
 		}
 	}
 	best.res.Unplaced = best.unplaced(groups)
 	return best.res
+}
+
+// runOrder is the order to run the tries in: the one likeliest to win first, so that the
+// others are abandoned as soon as they cannot beat it (see bound). When the shards need more
+// than the agents offer, nothing places them all and smallest first (the last try) places
+// the most; otherwise, when the agents differ, fewest agents uses the fewest.
+func (c *common) runOrder(ts []try) []int {
+	order := make([]int, 0, len(ts))
+	short := c.need.CPUs > c.total.CPUs+epsilon || c.need.MemMB > c.total.MemMB+epsilon
+	for k := len(ts) - 1; short && k >= 0; k-- {
+		if ts[k].ifShort {
+			order = append(order, k)
+		}
+	}
+	for k := range ts {
+		if len(c.first.buckets) > 1 && ts[k].rule == fewestAgents && !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	for k := range ts {
+		if !slices.Contains(order, k) {
+			order = append(order, k)
+		}
+	}
+	return order
+}
+
+// bound is the best outcome so far, which a try must beat (or equal, if it wins ties).
+type bound struct {
+	best     *outcome
+	winsTies bool
+}
+
+// lost says whether a try that, after a whole group, has left out failedFailover shards of
+// failover groups, can place at most maxPlaced shards in all and uses hosts agents can no
+// longer beat the bound: its shards left out stay out, and its agents used stay used (a
+// rollback frees only what its own group took).
+func (b *bound) lost(c *common, failedFailover, maxPlaced, hosts int) bool {
+	maxFailover := c.failoverShards - failedFailover
+	switch {
+	case maxFailover != b.best.failover:
+		return maxFailover < b.best.failover
+	case maxPlaced != b.best.placed:
+		return maxPlaced < b.best.placed
+	case hosts != b.best.hosts:
+		return hosts > b.best.hosts
+	}
+	return !b.winsTies
 }
 
 // rule picks an agent for a BINPACK shard among those that fit.
@@ -158,41 +223,27 @@ type try struct {
 //   - the given order, best score, and the given order, good enough: Fenzo's two modes;
 //   - smallest first, best score: places the most shards when not all fit (run only then).
 func (c *common) tries() []try {
-	var bin []int
-	for g := range c.groups {
-		if c.groups[g].Placement == Binpack {
-			bin = append(bin, g)
-		}
-	}
-	// Failover groups first, then READY ones, each in the order given.
-	given := make([]int, 0, len(bin))
-	for _, ready := range []bool{false, true} {
-		for _, g := range bin {
-			if c.groups[g].Integrity == ready {
-				given = append(given, g)
-			}
-		}
-	}
-	if len(bin) == 0 {
+	given := c.binpack
+	if len(given) == 0 {
 		return []try{{order: given}}
 	}
 	// By size within each phase, as given among equals: a counting sort on the rank of the
-	// size, as jobs come in few sizes.
-	size := make([]float64, len(bin))
-	for k, g := range given {
-		n := c.groups[g].Need
+	// size, as jobs come in few sizes. A size is a kind of shard's (its need's), so the kinds
+	// are ranked, not the groups.
+	size := make([]float64, c.nKinds)
+	for k, n := range c.kindNeed {
 		size[k] = max(share(n.CPUs, c.total.CPUs), share(n.MemMB, c.total.MemMB))
 	}
 	sizes := slices.Clone(size)
 	slices.Sort(sizes)
 	sizes = slices.Compact(sizes)
-	rankOf := make(map[float64]int, len(sizes))
-	for r, z := range sizes {
-		rankOf[z] = r
+	kindRank := make([]int, c.nKinds)
+	for k, z := range size {
+		kindRank[k], _ = slices.BinarySearch(sizes, z)
 	}
 	ranks := make([]int, len(given))
-	for k := range given {
-		ranks[k] = rankOf[size[k]]
+	for k, g := range given {
+		ranks[k] = kindRank[c.kindOf[g]]
 	}
 	failover := 0
 	for failover < len(given) && !c.groups[given[failover]].Integrity {
@@ -226,11 +277,31 @@ func (c *common) tries() []try {
 	largest, smallest := bySize(true), bySize(false)
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
+		if t.rule == fewestAgents && c.alike() {
+			continue // it would choose as best score does
+		}
 		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
 			out = append(out, t) // tasks all alike, or given largest first: one run will do
 		}
 	}
 	return out
+}
+
+// alike says whether the agents are all alike (one offer, the same executors) and no shard
+// needs an executor. Then fewest agents chooses as best score does: an agent that took
+// something scores higher, for any shard, than an empty one (it is fuller, relative to the
+// same offer), so both take a fitting used agent of the highest score if any, else the empty
+// agent of the lowest index (all empty ones score, and offer, the same).
+func (c *common) alike() bool {
+	if len(c.first.buckets) != 1 {
+		return false
+	}
+	for g := range c.groups {
+		if c.groups[g].Executor != (Resources{}) {
+			return false
+		}
+	}
+	return true
 }
 
 func share(x, total float64) float64 {
@@ -256,6 +327,8 @@ type outcome struct {
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
 	fails            []failure
+	abandoned        bool  // it could not beat the best so far
+	all              []int // the memory of res.Placed's slices
 }
 
 func (o outcome) better(than outcome) bool {
@@ -275,7 +348,11 @@ type common struct {
 	sets   execSets
 	set0   []int32 // each agent's executor set at the start
 	shards int     // shards in all groups
-	total  Resources
+	// failoverShards are the shards of the groups without Integrity.
+	failoverShards int
+	total          Resources
+	maxOffer       Resources // the most cpu, the most memory an agent offers
+	need           Resources // of all shards, without executors
 	// minHosts is a lower bound on the agents any packing placing every shard uses.
 	minHosts int
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
@@ -284,8 +361,22 @@ type common struct {
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
-	byHost []int   // agents sorted by hostname, for SPREAD; built on first use
-	first  *packer // the agents bucketed, before any try
+	// binpack are the BINPACK groups, failover ones first, each phase in the order given;
+	// spread the others, failover ones ([0]), then READY ones ([1]).
+	binpack []int
+	spread  [2][]int
+	// execNeeded: some group needs an executor; else the agents' executors matter to none.
+	execNeeded bool
+	// kindShards and kindNeed are each kind's shards and the need of one; byCPU and byMem
+	// the kinds by need of cpu, of memory, least first.
+	kindShards   []int
+	kindNeed     []Resources
+	byCPU, byMem []int32
+	byHost       []int   // agents sorted by hostname, for SPREAD; built on first use
+	first        *packer // the agents bucketed, before any try
+	spare        *packer // the memory of the tries' packers
+	// spareRes holds the memory of tries' results no longer needed.
+	spareRes []outcome
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
@@ -294,19 +385,60 @@ func newCommon(groups []Group, agents []Agent) *common {
 	for i, a := range agents {
 		c.set0[i] = c.sets.of(a.Executors)
 		c.total = c.total.plus(a.Free)
+		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
 	var need Resources
-	kinds := map[shardKind]int32{}
+	// Jobs come in few kinds: a look through them costs less than hashing the app's name,
+	// until there are many.
+	var kinds []shardKind
+	var byKind map[shardKind]int32
+	var readyBinpack []int
 	c.kindOf = make([]int32, len(groups))
-	for k, g := range groups {
+	for k := range groups {
+		g := &groups[k]
+		// Failover groups first, then READY ones, each in the order given.
+		switch {
+		case g.Placement == Binpack && !g.Integrity:
+			c.binpack = append(c.binpack, k)
+		case g.Placement == Binpack:
+			readyBinpack = append(readyBinpack, k)
+		case !g.Integrity:
+			c.spread[0] = append(c.spread[0], k)
+		default:
+			c.spread[1] = append(c.spread[1], k)
+		}
+		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
 		kind := shardKind{g.Need, g.Executor, g.App}
-		id, ok := kinds[kind]
-		if !ok {
+		id := int32(-1)
+		if byKind == nil {
+			for j := range kinds {
+				if kinds[j] == kind {
+					id = int32(j)
+					break
+				}
+			}
+		} else if j, ok := byKind[kind]; ok {
+			id = j
+		}
+		if id < 0 {
 			id = int32(len(kinds))
-			kinds[kind] = id
+			kinds = append(kinds, kind)
+			c.kindShards = append(c.kindShards, 0)
+			if byKind != nil {
+				byKind[kind] = id
+			} else if len(kinds) > 16 {
+				byKind = make(map[shardKind]int32, 2*len(kinds))
+				for j, kd := range kinds {
+					byKind[kd] = int32(j)
+				}
+			}
 		}
 		c.kindOf[k] = id
+		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
+		if !g.Integrity {
+			c.failoverShards += len(g.Items)
+		}
 		need = need.plus(Resources{g.Need.CPUs * float64(len(g.Items)), g.Need.MemMB * float64(len(g.Items))})
 		if k == 0 || g.Need.CPUs < c.minNeed.CPUs {
 			c.minNeed.CPUs = g.Need.CPUs
@@ -315,7 +447,19 @@ func newCommon(groups []Group, agents []Agent) *common {
 			c.minNeed.MemMB = g.Need.MemMB
 		}
 	}
+	c.binpack = append(c.binpack, readyBinpack...)
 	c.nKinds = len(kinds)
+	c.need = need
+	c.kindNeed = make([]Resources, len(kinds))
+	for k, kd := range kinds {
+		c.kindNeed[k] = kd.need
+	}
+	c.byCPU, c.byMem = make([]int32, len(kinds)), make([]int32, len(kinds))
+	for k := range kinds {
+		c.byCPU[k], c.byMem[k] = int32(k), int32(k)
+	}
+	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
+	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
 	c.first = c.bucketed()
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
@@ -461,6 +605,9 @@ type packer struct {
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
 	hasAppOf string
+	// freeTotal is what all agents have left, usedFree what the agents used have left.
+	freeTotal, usedFree Resources
+	reasonsOf           []kindReasons // the memory of failed
 }
 
 type change struct {
@@ -502,21 +649,55 @@ func (c *common) bucketed() *packer {
 }
 
 // newPacker returns the packer of a try, at the start: a copy of the first one, so that the
-// agents are bucketed once per Pack.
+// agents are bucketed once per Pack. Tries run one after the other and share its memory.
 func (c *common) newPacker() *packer {
-	f := c.first
-	p := &packer{c: c, free: slices.Clone(f.free), set: slices.Clone(f.set), bucket: slices.Clone(f.bucket),
-		heapPos: slices.Clone(f.heapPos), buckets: slices.Clone(f.buckets), byKey: maps.Clone(f.byKey),
-		active: slices.Clone(f.active), used: make([]bool, len(c.agents)), isLoose: make([]bool, len(c.agents)), failed: make([]*kindReasons, c.nKinds),
-		changes: make([]change, 0, c.shards),
-		kinds:   make([]kindChoice, c.nKinds)}
-	for b := range p.buckets {
-		p.buckets[b].members = slices.Clone(p.buckets[b].members)
+	f, p := c.first, c.spare
+	if p == nil {
+		p = &packer{c: c, byKey: make(map[bucketKey]int32, len(f.byKey))}
+		c.spare = p
 	}
+	p.free = append(p.free[:0], f.free...)
+	p.set = append(p.set[:0], f.set...)
+	p.bucket = append(p.bucket[:0], f.bucket...)
+	p.heapPos = append(p.heapPos[:0], f.heapPos...)
+	old := p.buckets
+	p.buckets = p.buckets[:0]
+	for b, fb := range f.buckets {
+		var members []int32
+		if b < len(old) {
+			members = old[b].members[:0] // read before the append below overwrites old[b]
+		}
+		p.buckets = append(p.buckets, bucket{key: fb.key, members: append(members, fb.members...), inActive: fb.inActive})
+	}
+	clear(p.byKey)
+	maps.Copy(p.byKey, f.byKey)
+	p.active = append(p.active[:0], f.active...)
+	p.used = resetBools(p.used, len(c.agents))
+	p.isLoose = resetBools(p.isLoose, len(c.agents))
+	p.loose = p.loose[:0]
+	p.changes = p.changes[:0]
+	if cap(p.changes) < c.shards {
+		p.changes = make([]change, 0, c.shards) // a take each, rollbacks aside
+	}
+	if p.failed == nil {
+		p.failed, p.reasonsOf = make([]*kindReasons, c.nKinds), make([]kindReasons, c.nKinds)
+		p.kinds = make([]kindChoice, c.nKinds)
+	}
+	clear(p.failed)
 	for k := range p.kinds {
-		p.kinds[k].agent = -1
+		p.kinds[k] = kindChoice{agent: -1}
 	}
+	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
 	return p
+}
+
+func resetBools(b []bool, n int) []bool {
+	if cap(b) < n {
+		return make([]bool, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
 }
 
 func (p *packer) key(i int32) bucketKey {
@@ -654,8 +835,13 @@ func (p *packer) take(i int32, g *Group) undo {
 		p.loose = append(p.loose, i)
 		p.isLoose[i] = true
 	}
+	if !p.used[i] {
+		p.usedFree = p.usedFree.plus(p.free[i])
+	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
-	if !p.has(p.set[i], g.App) {
+	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
+	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
+	if p.c.execNeeded && !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
 	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
@@ -684,16 +870,22 @@ type undo struct {
 }
 
 func (p *packer) rollback(us []undo) {
+	if len(us) == 0 {
+		return // nothing taken, nothing freed: the choices and failures stay valid
+	}
 	p.settle()
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
 		p.leave(u.agent)
 		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
+		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
 			p.used[u.agent] = false
 			p.hosts--
+			p.usedFree = Resources{p.usedFree.CPUs - u.free.CPUs, p.usedFree.MemMB - u.free.MemMB}
 		}
 	}
 	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
@@ -854,14 +1046,36 @@ func (p *packer) leastLoaded(g *Group) int32 {
 }
 
 // run packs every group under try t.
-func (c *common) run(t try) outcome {
+func (c *common) run(t try) outcome { return c.runUnless(t, nil) }
+
+// runUnless packs every group under try t, unless it can no longer beat b (nil: no bound);
+// then it stops with abandoned set.
+func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
-	o := outcome{res: Result{Placed: make([][]int, len(c.groups))}}
-	all := make([]int, c.shards) // one allocation for every group's Placed
-	place := func(g int) {
+	var o outcome
+	var all []int // every group's Placed, in one allocation
+	if n := len(c.spareRes); n > 0 {
+		spare := c.spareRes[n-1]
+		c.spareRes = c.spareRes[:n-1]
+		o.res.Placed, o.fails, o.all = spare.res.Placed, spare.fails[:0], spare.all
+	} else {
+		o.res.Placed, o.all = make([][]int, len(c.groups)), make([]int, c.shards)
+	}
+	all = o.all
+	failedFailover := 0
+	var left []int // per kind: shards not yet tried
+	if b != nil {
+		left = slices.Clone(c.kindShards)
+	}
+	// The bound on what is left costs O(kinds): it is looked at when a shard failed, else
+	// every so many groups.
+	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
+	leftNeed := c.need // of the shards not yet tried, without executors
+	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		o.res.Placed[g], all = all[:n:n], all[n:]
-		if f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g]); failed {
+		f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g])
+		if failed {
 			o.fails = append(o.fails, f)
 		}
 		for _, i := range o.res.Placed[g] {
@@ -870,22 +1084,101 @@ func (c *common) run(t try) outcome {
 				if !c.groups[g].Integrity {
 					o.failover++
 				}
+			} else if !c.groups[g].Integrity {
+				failedFailover++
 			}
 		}
+		if b == nil {
+			return false
+		}
+		left[c.kindOf[g]] -= n
+		leftAll -= n
+		need := c.groups[g].Need
+		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
+		// A tie on shards placed with this bound means every shard left is placed: then the
+		// agents they need can be counted.
+		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts+p.moreHosts(leftNeed)) {
+			return true
+		}
+		if since++; since < every && !failed {
+			return false
+		}
+		since = 0
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
 	}
 	next := 0 // in t.order
-	for _, integrity := range []bool{false, true} {
-		for g := range c.groups {
-			if c.groups[g].Integrity == integrity && c.groups[g].Placement != Binpack {
-				place(g)
+	for phase, integrity := range []bool{false, true} {
+		for _, g := range c.spread[phase] {
+			if place(g) {
+				o.abandoned = true
+				return o
 			}
 		}
 		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
-			place(t.order[next])
+			if place(t.order[next]) {
+				o.abandoned = true
+				return o
+			}
 		}
 	}
 	o.hosts = p.hosts
 	return o
+}
+
+// moreHosts is a lower bound on the agents, beyond those used, that placing shards needing
+// need (and perhaps executors) takes: what the agents used have left does not hold it, and
+// no agent offers more than maxOffer.
+func (p *packer) moreHosts(need Resources) int {
+	more := func(need, free, offer float64) int {
+		if need-free <= epsilon || offer <= 0 {
+			return 0
+		}
+		return int(math.Ceil((need - free - epsilon) / offer))
+	}
+	return max(more(need.CPUs, p.usedFree.CPUs, p.c.maxOffer.CPUs), more(need.MemMB, p.usedFree.MemMB, p.c.maxOffer.MemMB))
+}
+
+// mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
+// more than the agents' free cpu takes, least first, nor their free memory; none of a kind
+// that found no room while agents only filled (looked at when some shard just failed).
+func (p *packer) mostMore(left []int, justFailed bool) int {
+	c := p.c
+	if justFailed {
+		open := false
+		for k, n := range left {
+			if n > 0 {
+				if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
+					open = true
+					break
+				}
+			}
+		}
+		if !open {
+			return 0
+		}
+	}
+	most := func(by []int32, of func(Resources) float64, free float64) int {
+		count := 0
+		for _, k := range by {
+			if left[k] == 0 {
+				continue
+			}
+			need := of(c.kindNeed[k])
+			if need <= 0 {
+				count += left[k]
+				continue
+			}
+			m := min(left[k], int((free+epsilon)/need))
+			count += m
+			free -= float64(m) * need
+			if m < left[k] {
+				break
+			}
+		}
+		return count
+	}
+	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.freeTotal.CPUs),
+		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.freeTotal.MemMB))
 }
 
 // failure is a group not wholly placed: its shards from first on found no room, for the
@@ -1005,14 +1298,18 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
 		return 0, 0, true
 	}
-	p.settle()
 	kind := p.c.kindOf[gi]
 	kr := p.failed[kind]
 	if kr == nil {
-		kr = &kindReasons{}
+		// The loose agents are out of the buckets: counted one by one.
+		kr = &p.reasonsOf[kind]
+		*kr = kindReasons{}
 		for b := range p.buckets {
 			bk := &p.buckets[b]
 			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
+		}
+		for _, i := range p.loose {
+			kr.count(p, g, p.free[i], p.set[i], 1)
 		}
 		p.failed[kind] = kr
 	} else {

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"reflect"
 	"testing"
+
+	"github.com/ejcloud/ejcloud/scheduler/binpack/internal/gen"
 )
 
 func agents(spec ...float64) []Agent {
@@ -179,6 +181,63 @@ func TestPackNeverOvercommits(t *testing.T) {
 			if u.CPUs > as[i].Free.CPUs+1e-6 || u.MemMB > as[i].Free.MemMB+1e-6 {
 				t.Fatalf("round %d: agent %d over-committed: used %v of %v", round, i, u, as[i].Free)
 			}
+		}
+	}
+}
+
+// On alike agents (one offer, no executors), fewest agents chooses as best score does, which
+// is why Pack does not run it there (common.alike).
+func TestFewestAgentsIsBestScoreOnAlikeAgents(t *testing.T) {
+	for seed := int64(1); seed <= 400; seed++ {
+		w := gen.Random(seed)
+		for i := range w.Hosts {
+			w.Hosts[i] = w.Hosts[0]
+		}
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%2 == 0 // READY jobs roll back; failover ones place partly
+		}
+		c := newCommon(gs, as)
+		if !c.alike() {
+			t.Fatalf("seed %d: agents of one offer not alike", seed)
+		}
+		for _, tr := range c.tries() {
+			want := newCommon(gs, as).run(try{order: tr.order, rule: bestScore})
+			got := newCommon(gs, as).run(try{order: tr.order, rule: fewestAgents})
+			if !reflect.DeepEqual(got.res.Placed, want.res.Placed) {
+				t.Fatalf("seed %d: fewest agents places %v; best score %v", seed, got.res.Placed, want.res.Placed)
+			}
+		}
+	}
+}
+
+// Pack runs the likeliest try first and stops the others once they cannot win; it must keep
+// what running every try in full keeps: the first of the best.
+func TestPackKeepsWhatRunningEveryTryWould(t *testing.T) {
+	for seed := int64(1); seed <= 1000; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%3 == 0 // READY jobs: all shards or none
+			if seed%5 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+			}
+			if seed%7 == 0 && i%4 == 0 {
+				gs[i].Placement = Spread
+			}
+		}
+		c := newCommon(gs, as)
+		var want outcome
+		for k, tr := range c.tries() {
+			if tr.ifShort && k > 0 && want.placed == c.shards {
+				continue
+			}
+			if o := newCommon(gs, as).run(tr); k == 0 || o.better(want) {
+				want = o
+			}
+		}
+		if got := Pack(gs, as); !reflect.DeepEqual(got.Placed, want.res.Placed) {
+			t.Fatalf("seed %d: Pack places %v; the first best try %v", seed, got.Placed, want.res.Placed)
 		}
 	}
 }
