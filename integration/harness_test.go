@@ -4,6 +4,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -501,4 +502,17 @@ func stopFires(t *testing.T, s *scheduler, jobJSON string) {
 	j["cron"] = "0 0 0 1 1 ? 2099"
 	b, _ := json.Marshal(j)
 	s.must(t, 204, "PUT", "/api/job/update", string(b))
+}
+
+// exited says the process is gone or a zombie nobody reaped yet.
+func exited(p *proc) bool {
+	if p.cmd.ProcessState != nil {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 < len(b) && b[i+2] == 'Z'
 }

@@ -330,19 +330,6 @@ func (s *soak) checkExits() {
 	s.ss = kept
 }
 
-// exited says the process is gone or a zombie nobody reaped yet.
-func exited(p *proc) bool {
-	if p.cmd.ProcessState != nil {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 < len(b) && b[i+2] == 'Z'
-}
-
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {

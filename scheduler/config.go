@@ -18,6 +18,8 @@ type Config struct {
 	ZKDigest           string
 	ZKSessionTimeout   time.Duration
 	MesosURL           string
+	MesosPrincipal     string
+	MesosSecretFile    string
 	MesosRole          string
 	MesosUser          string
 	FrameworkName      string
@@ -43,6 +45,9 @@ type Config struct {
 	// was elected leader, the scheduler exits (default 60s): a wrong --mesos-url fails fast.
 	// Each leadership term has its own budget; losses after a subscription are retried for ever.
 	MesosStartupTimeout time.Duration
+
+	// mesosSecret is the contents of MesosSecretFile, read by Validate.
+	mesosSecret string
 }
 
 // Flags registers every flag on fs and returns the Config they fill.
@@ -60,6 +65,8 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
 	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL (leader redirects are followed)")
+	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call")
+	fs.StringVar(&c.MesosSecretFile, "mesos-secret-file", "", "file holding the principal's secret, for a master with framework authentication (the secret is never on the command line)")
 	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
 	fs.StringVar(&c.MesosUser, "mesos-user", currentUser(), "user tasks run as")
 	fs.StringVar(&c.FrameworkName, "framework-name", "Elastic-Job-Cloud", "Mesos framework name")
@@ -97,12 +104,34 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be user:password", name)
 		}
 	}
+	if err := c.readMesosSecret(); err != nil {
+		return err
+	}
 	host, _, err := net.SplitHostPort(c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err)
 	}
 	if c.AuthRoot == "" && !isLoopback(host) {
 		return fmt.Errorf("refusing to serve the API on non-loopback address %s without credentials: set --auth-root user:password", c.HTTPAddr)
+	}
+	return nil
+}
+
+// readMesosSecret reads --mesos-secret-file; a trailing newline is not part of the secret.
+func (c *Config) readMesosSecret() error {
+	if c.MesosSecretFile == "" {
+		return nil
+	}
+	if c.MesosPrincipal == "" {
+		return fmt.Errorf("--mesos-secret-file needs --mesos-principal: the secret is that principal's")
+	}
+	b, err := os.ReadFile(c.MesosSecretFile)
+	if err != nil {
+		return fmt.Errorf("--mesos-secret-file: %w", err)
+	}
+	c.mesosSecret = strings.TrimRight(string(b), "\r\n")
+	if c.mesosSecret == "" {
+		return fmt.Errorf("--mesos-secret-file %s is empty", c.MesosSecretFile)
 	}
 	return nil
 }

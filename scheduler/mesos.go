@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/encoding/codecs"
 	"github.com/mesos/mesos-go/api/v1/lib/httpcli"
+	"github.com/mesos/mesos-go/api/v1/lib/httpcli/apierrors"
 	"github.com/mesos/mesos-go/api/v1/lib/httpcli/httpsched"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
@@ -39,6 +42,9 @@ func (c *Config) frameworkInfo(id, webui string) *mesos.FrameworkInfo {
 	if id != "" {
 		info.ID = &mesos.FrameworkID{Value: id}
 	}
+	if c.MesosPrincipal != "" {
+		info.Principal = ptr(c.MesosPrincipal)
+	}
 	return info
 }
 
@@ -67,17 +73,43 @@ func (m httpMesos) subscribe(ctx context.Context, frameworkID, webui string) (*s
 
 // subscribe subscribes to the master (following leader redirects) and waits for SUBSCRIBED.
 func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
+	cfg := []httpcli.ConfigOpt{httpcli.Timeout(30 * time.Second)}
+	if c.mesosSecret != "" {
+		cfg = append(cfg, httpcli.BasicAuth(c.MesosPrincipal, c.mesosSecret))
+	}
+	// mesos-go retries every failed call as if the master had moved (up to 9 times, ≈ 40 s),
+	// but credentials Mesos refused do not get better: a 401 returns at once, so that the
+	// operator reads which flags to set.
+	var unauthorized atomic.Bool
+	endpoint := strings.TrimSuffix(c.MesosURL, "/") + "/api/v1/scheduler"
 	cli := httpcli.New(
-		httpcli.Endpoint(strings.TrimSuffix(c.MesosURL, "/")+"/api/v1/scheduler"),
+		httpcli.Endpoint(endpoint),
 		httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeProtobuf]),
-		httpcli.Do(httpcli.With(httpcli.Timeout(30*time.Second))),
+		httpcli.Do(httpcli.With(cfg...)),
+		httpcli.ErrorMapper(func(res *http.Response) error {
+			if res != nil && res.StatusCode == http.StatusUnauthorized {
+				unauthorized.Store(true)
+			}
+			return apierrors.FromResponse(res)
+		}),
 	)
-	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true))
+	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true), httpsched.EndpointCandidates(func() string {
+		if unauthorized.Swap(false) {
+			return "" // no retry
+		}
+		return endpoint
+	}))
 	call := calls.Subscribe(c.frameworkInfo(frameworkID, webui))
 	if frameworkID != "" {
 		call = call.With(calls.SubscribeTo(frameworkID))
 	}
 	resp, err := caller.Call(ctx, call)
+	if apierrors.CodeNotAuthenticated.Matches(err) {
+		if c.mesosSecret == "" {
+			return nil, fmt.Errorf("subscribe to Mesos at %s: it requires framework authentication (401): set --mesos-principal and --mesos-secret-file: %w", c.MesosURL, err)
+		}
+		return nil, fmt.Errorf("subscribe to Mesos at %s: it refused the secret of principal %q from --mesos-secret-file (401): %w", c.MesosURL, c.MesosPrincipal, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", c.MesosURL, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,10 @@ func TestRunFailsWithOneLineWhenZooKeeperIsUnreachable(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
+	dir := t.TempDir()
+	secret, empty := filepath.Join(dir, "secret"), filepath.Join(dir, "empty")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+	os.WriteFile(empty, []byte("\n"), 0o600)
 	for _, tc := range []struct {
 		name    string
 		change  func(*Config)
@@ -162,6 +167,10 @@ func TestConfigValidation(t *testing.T) {
 		{"credentials need a colon", func(c *Config) { c.AuthGuest = "guest" }, "--auth-guest"},
 		{"queue size must be positive", func(c *Config) { c.JobStateQueueSize = 0 }, "--job-state-queue-size"},
 		{"start-up timeout must not be negative", func(c *Config) { c.MesosStartupTimeout = -time.Second }, "--mesos-startup-timeout"},
+		{"a secret is read without its newline", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", secret }, ""},
+		{"a secret needs its principal", func(c *Config) { c.MesosSecretFile = secret }, "--mesos-secret-file needs --mesos-principal"},
+		{"a missing secret file", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", filepath.Join(dir, "nope") }, "--mesos-secret-file"},
+		{"an empty secret file", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", empty }, "is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
@@ -169,6 +178,9 @@ func TestConfigValidation(t *testing.T) {
 			err := c.Validate()
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Validate() = %v; want %q", err, tc.wantErr)
+			}
+			if c.MesosSecretFile == secret && tc.wantErr == "" && c.mesosSecret != "s3cret" {
+				t.Fatalf("secret %q; want s3cret", c.mesosSecret)
 			}
 		})
 	}

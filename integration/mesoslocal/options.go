@@ -38,6 +38,10 @@ type Options struct {
 	// ContainSession or ContainCgroup (see container.go).
 	Containment string
 
+	// Credentials, if set, turns framework authentication on (--authenticate_http_frameworks
+	// with --credentials): principal → secret.
+	Credentials map[string]string
+
 	// StandbyAddr, if set, starts a second listener that answers every scheduler call with a
 	// 307 to the master, as a non-leading master does.
 	StandbyAddr string

@@ -10,6 +10,10 @@ import (
 
 // schedulerAPI serves POST /api/v1/scheduler with the checks of MESOS.md §1.2, in order.
 func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
+	principal, ok := c.authenticate(w, r)
+	if !ok {
+		return
+	}
 	var call scheduler.Call
 	if readCall(w, r, &call) == "" {
 		return
@@ -28,6 +32,10 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 			plain(w, http.StatusBadRequest, "Subscribe calls should not include the 'Mesos-Stream-Id' header")
 			return
 		}
+		if fp := call.Subscribe.FrameworkInfo.GetPrincipal(); c.opts.Credentials != nil && fp != principal {
+			plain(w, http.StatusBadRequest, principalMismatch(principal, fp))
+			return
+		}
 		c.subscribe(w, r, &call, media)
 		return
 	}
@@ -38,6 +46,10 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 	case f == nil:
 		c.mu.Unlock()
 		plain(w, http.StatusBadRequest, "Framework cannot be found")
+		return
+	case c.opts.Credentials != nil && f.info.GetPrincipal() != principal:
+		c.mu.Unlock()
+		plain(w, http.StatusBadRequest, principalMismatch(principal, f.info.GetPrincipal()))
 		return
 	case f.stream == nil:
 		c.mu.Unlock()

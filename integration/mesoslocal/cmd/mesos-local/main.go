@@ -38,6 +38,8 @@ func main() {
 	fs.DurationVar(&o.RecoveryTimeout, "recovery-timeout", 0, "how long executors wait for a restarted agent (Mesos: 15m)")
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
 	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
+	authFrameworks := fs.Bool("authenticate-http-frameworks", false, "require HTTP Basic credentials from --credentials on the scheduler API")
+	credentials := fs.String("credentials", "", "Mesos credentials file: JSON {\"credentials\":[{\"principal\",\"secret\"}]} or lines \"principal secret\"")
 	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
@@ -61,6 +63,19 @@ func main() {
 		if o.WorkDir, err = os.MkdirTemp("", "mesos-local-"); err != nil {
 			fmt.Fprintln(os.Stderr, "mesos-local:", err)
 			os.Exit(1)
+		}
+	}
+	switch {
+	case !*authFrameworks && *credentials != "":
+		fmt.Fprintln(os.Stderr, "mesos-local: --credentials is read only with --authenticate-http-frameworks")
+		os.Exit(2)
+	case *authFrameworks && *credentials == "":
+		fmt.Fprintln(os.Stderr, "mesos-local: --authenticate-http-frameworks needs --credentials")
+		os.Exit(2)
+	case *authFrameworks:
+		if o.Credentials, err = mesoslocal.ReadCredentials(*credentials); err != nil {
+			fmt.Fprintln(os.Stderr, "mesos-local: --credentials:", err)
+			os.Exit(2)
 		}
 	}
 	if *record != "" {

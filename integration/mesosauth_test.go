@@ -1,0 +1,41 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+// A master with framework authentication (mesos-local --authenticate-http-frameworks): a
+// scheduler without the secret is told which flags to set, and stops; with --mesos-principal
+// and --mesos-secret-file it subscribes and runs a job. (Issue 15, framework authentication.)
+func TestFrameworkAuthentication(t *testing.T) {
+	dir := t.TempDir()
+	creds, secret := filepath.Join(dir, "credentials"), filepath.Join(dir, "secret")
+	os.WriteFile(creds, []byte(`{"credentials":[{"principal":"ejcloud","secret":"s3cret"}]}`), 0o600)
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600) // as `echo s3cret > file` writes it
+	w := &world{zk: statetest.StartZooKeeper(t), dir: t.TempDir()}
+	w.mesos = startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]",
+		"--authenticate-http-frameworks", "--credentials", creds)
+
+	without := startScheduler(t, w.zk, w.mesos, "--mesos-startup-timeout", "2s")
+	await.True(t, 30*time.Second, "the scheduler without the secret names the flags", func() bool {
+		return strings.Contains(without.proc.log.String(), "set --mesos-principal and --mesos-secret-file")
+	})
+	await.True(t, 30*time.Second, "the scheduler without the secret stops", func() bool { return exited(without.proc) })
+
+	with := startScheduler(t, w.zk, w.mesos, "--mesos-principal", "ejcloud", "--mesos-secret-file", secret)
+	leaderOf(t, with)
+	with.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	with.must(t, 204, "POST", "/api/job/register", w.jobJSON("authed", 2, "", false, ""))
+	with.must(t, 204, "POST", "/api/job/trigger", "authed")
+	await.True(t, 30*time.Second, "the job's two shards ran", func() bool {
+		r := w.runs("authed")
+		return len(r["0"]) == 1 && len(r["1"]) == 1
+	})
+}

@@ -1,0 +1,93 @@
+package mesoslocal_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+)
+
+// With framework authentication on, a scheduler API request without valid HTTP Basic
+// credentials gets 401 and a Basic challenge, one whose principal is not its FrameworkInfo's
+// gets 400 (MESOS.md §1.2 step 12), and a matching one subscribes.
+func TestFrameworkAuthentication(t *testing.T) {
+	c := newCluster(t, func(o *mesoslocal.Options) { o.Credentials = map[string]string{"ejcloud": "s3cret", "other": "x"} })
+	url := c.URL() + "/api/v1/scheduler"
+	subscribeAs := func(principal string) []byte {
+		info := frameworkInfo()
+		if principal != "" {
+			info.Principal = &principal
+		}
+		return jsonCall(t, calls.Subscribe(info))
+	}
+	for _, tc := range []struct {
+		name, user, pass, principal string
+		code                        int
+		body                        string
+	}{
+		{"no credentials", "", "", "ejcloud", http.StatusUnauthorized, ""},
+		{"a wrong secret", "ejcloud", "guess", "ejcloud", http.StatusUnauthorized, ""},
+		{"an unknown principal", "nobody", "s3cret", "nobody", http.StatusUnauthorized, ""},
+		{"no principal in FrameworkInfo", "ejcloud", "s3cret", "", http.StatusBadRequest, "does not match principal ''"},
+		{"another principal in FrameworkInfo", "other", "x", "ejcloud", http.StatusBadRequest, "Authenticated principal 'other' does not match principal 'ejcloud'"},
+		{"the principal and its secret", "ejcloud", "s3cret", "ejcloud", http.StatusOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(subscribeAs(tc.principal)))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.user != "" {
+				req.SetBasicAuth(tc.user, tc.pass)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.code {
+				t.Fatalf("status %d; want %d", resp.StatusCode, tc.code)
+			}
+			if tc.code == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") != `Basic realm="mesos"` {
+				t.Fatalf("WWW-Authenticate %q; want a Basic challenge", resp.Header.Get("WWW-Authenticate"))
+			}
+			if tc.code == http.StatusOK {
+				return // the subscription's stream
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(b), tc.body) {
+				t.Fatalf("body %q; want it to say %q", b, tc.body)
+			}
+		})
+	}
+}
+
+func TestReadCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, text string
+		want       map[string]string
+		err        bool
+	}{
+		{"json", `{"credentials":[{"principal":"a","secret":"1"},{"principal":"b","secret":"2"}]}`, map[string]string{"a": "1", "b": "2"}, false},
+		{"lines", "a 1\n\nb 2\n", map[string]string{"a": "1", "b": "2"}, false},
+		{"a line without a secret", "a\n", nil, true},
+		{"empty", "", nil, true},
+		{"bad json", `{"credentials":`, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			os.WriteFile(p, []byte(tc.text), 0o600)
+			got, err := mesoslocal.ReadCredentials(p)
+			if (err != nil) != tc.err || !tc.err && !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("ReadCredentials = %v, %v; want %v (error: %v)", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
