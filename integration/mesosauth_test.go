@@ -39,3 +39,19 @@ func TestFrameworkAuthentication(t *testing.T) {
 		return len(r["0"]) == 1 && len(r["1"]) == 1
 	})
 }
+
+// --mesos-url lists several masters: the first does not answer (nothing listens there), the
+// scheduler subscribes at the second and runs a job; the operations that read the master's
+// state go to the master it subscribed at. (Issue 15, a list of master URLs.)
+func TestAListOfMastersWhoseFirstIsDead(t *testing.T) {
+	w := &world{zk: statetest.StartZooKeeper(t), mesos: startMesos(t, 1), dir: t.TempDir()}
+	s := startScheduler(t, w.zk, w.mesos, "--mesos-url", "http://"+freeAddr(t)+","+w.mesos.url)
+	leaderOf(t, s)
+	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("listed", 1, "", false, ""))
+	s.must(t, 204, "POST", "/api/job/trigger", "listed")
+	await.True(t, 30*time.Second, "the job ran", func() bool { return len(w.runs("listed")["0"]) == 1 })
+	if code, body := s.api(t, "GET", "/api/operate/sandbox?appName=app", ""); code != 200 {
+		t.Fatalf("sandboxes through the master subscribed at: %d %s", code, body)
+	}
+}

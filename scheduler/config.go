@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -64,7 +65,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
-	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL (leader redirects are followed)")
+	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL, or several separated by commas, tried in order (leader redirects are followed)")
 	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call")
 	fs.StringVar(&c.MesosSecretFile, "mesos-secret-file", "", "file holding the principal's secret, for a master with framework authentication (the secret is never on the command line)")
 	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
@@ -104,6 +105,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be user:password", name)
 		}
 	}
+	for _, u := range c.MesosURLs() {
+		p, err := url.Parse(u)
+		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
+			return fmt.Errorf("--mesos-url: %q is not an http:// or https:// master URL", u)
+		}
+	}
+	if len(c.MesosURLs()) == 0 {
+		return fmt.Errorf("--mesos-url names no master")
+	}
 	if err := c.readMesosSecret(); err != nil {
 		return err
 	}
@@ -116,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// MesosURLs are the masters of --mesos-url, in the order they are tried.
+func (c *Config) MesosURLs() []string { return splitList(c.MesosURL) }
 
 // readMesosSecret reads --mesos-secret-file; a trailing newline is not part of the secret.
 func (c *Config) readMesosSecret() error {

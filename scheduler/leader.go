@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -35,9 +36,11 @@ type leader struct {
 	exec   chan func(context.Context) // operations from other goroutines, run by the event loop
 
 	// Owned by the event loop.
-	elected     time.Time // when this leadership term began: the Mesos start-up budget counts from it
-	everSubbed  bool      // this term has subscribed to Mesos at least once
-	sub         *subscription
+	elected    time.Time // when this leadership term began: the Mesos start-up budget counts from it
+	everSubbed bool      // this term has subscribed to Mesos at least once
+	sub        *subscription
+	// master is the URL of the master subscribed at, read by the API's goroutines too.
+	master      atomic.Pointer[string]
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
@@ -278,6 +281,9 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 		}
 	}
 	ld.sub = sub
+	if sub.master != "" {
+		ld.master.Store(&sub.master)
+	}
 	ld.suppressed = false
 	ld.everSubbed = true
 	ld.inst.setSubscribed(true)

@@ -56,6 +56,7 @@ type subscription struct {
 	resp        mesos.Response
 	frameworkID string
 	heartbeat   time.Duration
+	master      string // the --mesos-url it was made at ("" in tests' fakes)
 }
 
 // mesosAPI is the Mesos master as the leader uses it: SUBSCRIBE, which opens the event stream,
@@ -71,17 +72,41 @@ func (m httpMesos) subscribe(ctx context.Context, frameworkID, webui string) (*s
 	return m.cfg.subscribe(ctx, frameworkID, webui)
 }
 
-// subscribe subscribes to the master (following leader redirects) and waits for SUBSCRIBED.
+// subscribe subscribes to the first of the masters (--mesos-url, in order) that answers,
+// following leader redirects, and waits for SUBSCRIBED. A master that answers and refuses (bad
+// credentials, the framework removed) ends the attempt: another master would say the same.
 func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
+	urls := c.MesosURLs()
+	var errs []error
+	for _, u := range urls {
+		sub, err := c.subscribeAt(ctx, u, len(urls) > 1, frameworkID, webui)
+		var refusal refused
+		switch {
+		case err == nil:
+			return sub, nil
+		case errors.As(err, &refusal), errors.Is(err, errFrameworkRemoved), ctx.Err() != nil:
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// refused is a master's answer that another master would give too.
+type refused struct{ error }
+
+func (r refused) Unwrap() error { return r.error }
+
+// subscribeAt subscribes at one master. With others to try (next), a master that does not
+// answer is not retried here: mesos-go retries every failed call as if the master had moved
+// (up to 9 times, ≈ 40 s). Nor is one that refused the credentials: a 401 does not get better.
+func (c *Config) subscribeAt(ctx context.Context, master string, next bool, frameworkID, webui string) (*subscription, error) {
 	cfg := []httpcli.ConfigOpt{httpcli.Timeout(30 * time.Second)}
 	if c.mesosSecret != "" {
 		cfg = append(cfg, httpcli.BasicAuth(c.MesosPrincipal, c.mesosSecret))
 	}
-	// mesos-go retries every failed call as if the master had moved (up to 9 times, ≈ 40 s),
-	// but credentials Mesos refused do not get better: a 401 returns at once, so that the
-	// operator reads which flags to set.
-	var unauthorized atomic.Bool
-	endpoint := strings.TrimSuffix(c.MesosURL, "/") + "/api/v1/scheduler"
+	var unauthorized, subscribing atomic.Bool
+	endpoint := strings.TrimSuffix(master, "/") + "/api/v1/scheduler"
 	cli := httpcli.New(
 		httpcli.Endpoint(endpoint),
 		httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeProtobuf]),
@@ -94,7 +119,7 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 		}),
 	)
 	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true), httpsched.EndpointCandidates(func() string {
-		if unauthorized.Swap(false) {
+		if unauthorized.Swap(false) || next && subscribing.Load() {
 			return "" // no retry
 		}
 		return endpoint
@@ -103,20 +128,22 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 	if frameworkID != "" {
 		call = call.With(calls.SubscribeTo(frameworkID))
 	}
+	subscribing.Store(true)
 	resp, err := caller.Call(ctx, call)
+	subscribing.Store(false)
 	if apierrors.CodeNotAuthenticated.Matches(err) {
 		if c.mesosSecret == "" {
-			return nil, fmt.Errorf("subscribe to Mesos at %s: it requires framework authentication (401): set --mesos-principal and --mesos-secret-file: %w", c.MesosURL, err)
+			return nil, refused{fmt.Errorf("subscribe to Mesos at %s: it requires framework authentication (401): set --mesos-principal and --mesos-secret-file: %w", master, err)}
 		}
-		return nil, fmt.Errorf("subscribe to Mesos at %s: it refused the secret of principal %q from --mesos-secret-file (401): %w", c.MesosURL, c.MesosPrincipal, err)
+		return nil, refused{fmt.Errorf("subscribe to Mesos at %s: it refused the secret of principal %q from --mesos-secret-file (401): %w", master, c.MesosPrincipal, err)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", c.MesosURL, err)
+		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", master, err)
 	}
 	var ev scheduler.Event
 	if err := resp.Decode(&ev); err != nil {
 		resp.Close()
-		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", c.MesosURL, err)
+		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", master, err)
 	}
 	switch ev.Type {
 	case scheduler.Event_SUBSCRIBED:
@@ -125,7 +152,7 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 		if strings.Contains(ev.Error.Message, "removed") {
 			return nil, errFrameworkRemoved
 		}
-		return nil, fmt.Errorf("Mesos refused the subscription: %s", ev.Error.Message)
+		return nil, refused{fmt.Errorf("Mesos at %s refused the subscription: %s", master, ev.Error.Message)}
 	default:
 		resp.Close()
 		return nil, fmt.Errorf("Mesos sent %v before SUBSCRIBED", ev.Type)
@@ -134,7 +161,7 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 	if s := ev.Subscribed.GetHeartbeatIntervalSeconds(); s > 0 {
 		hb = time.Duration(s * float64(time.Second))
 	}
-	return &subscription{caller: caller, resp: resp, frameworkID: ev.Subscribed.FrameworkID.Value, heartbeat: hb}, nil
+	return &subscription{caller: caller, resp: resp, frameworkID: ev.Subscribed.FrameworkID.Value, heartbeat: hb, master: master}, nil
 }
 
 // call sends a call for the framework; a 202 is a nil error.

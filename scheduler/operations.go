@@ -246,7 +246,11 @@ type masterState struct {
 
 func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	var doc masterState
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(ld.cfg.MesosURL, "/")+"/master/state", nil)
+	master := ld.cfg.MesosURLs()[0]
+	if m := ld.master.Load(); m != nil {
+		master = *m
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(master, "/")+"/master/state", nil)
 	if err != nil {
 		return doc, err
 	}
