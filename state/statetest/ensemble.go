@@ -189,7 +189,8 @@ func StartPartitionableEnsemble(t testing.TB, n int, tm Timing) *Ensemble {
 
 // Isolate cuts member i off from its peers silently, as a network partition does: the
 // connections stay open and carry nothing, so the member notices only by its timeouts, and
-// meanwhile goes on serving its clients from what it has.
+// meanwhile goes on serving its clients from what it has. The isolation lasts until the test
+// ends.
 func (e *Ensemble) Isolate(i int) {
 	for _, l := range e.links {
 		if l.from == i || l.to == i {
@@ -201,18 +202,6 @@ func (e *Ensemble) Isolate(i int) {
 	}
 }
 
-// Heal ends Isolate: the links' connections are closed (what they carried was cut) and new
-// ones go through.
-func (e *Ensemble) Heal(i int) {
-	for _, l := range e.links {
-		if l.from == i || l.to == i {
-			for _, p := range l.proxies {
-				p.Cut()
-				p.Restore()
-			}
-		}
-	}
-}
 
 // Serving returns the index of the member the session sid is connected to, or -1.
 func (e *Ensemble) Serving(sid int64) int {
