@@ -202,7 +202,6 @@ func (e *Ensemble) Isolate(i int) {
 	}
 }
 
-
 // Serving returns the index of the member the session sid is connected to, or -1.
 func (e *Ensemble) Serving(sid int64) int {
 	for i, m := range e.members {
