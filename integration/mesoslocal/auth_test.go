@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/recordio"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
@@ -65,6 +67,52 @@ func TestFrameworkAuthentication(t *testing.T) {
 				t.Fatalf("body %q; want it to say %q", b, tc.body)
 			}
 		})
+	}
+}
+
+// A subscribed framework's calls need its own principal's credentials: another principal's
+// get 400 (MESOS.md §1.2 step 12), none get 401, its own get 202.
+func TestFrameworkAuthenticationOfCalls(t *testing.T) {
+	c := newCluster(t, func(o *mesoslocal.Options) { o.Credentials = map[string]string{"ejcloud": "s3cret", "other": "x"} })
+	url := c.URL() + "/api/v1/scheduler"
+	post := func(user, pass, streamID string, body []byte) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if streamID != "" {
+			req.Header.Set("Mesos-Stream-Id", streamID)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	info := frameworkInfo()
+	info.Principal = ptrTo("ejcloud")
+	sub := post("ejcloud", "s3cret", "", jsonCall(t, calls.Subscribe(info)))
+	defer sub.Body.Close()
+	if sub.StatusCode != http.StatusOK {
+		t.Fatalf("SUBSCRIBE: %d", sub.StatusCode)
+	}
+	ev := readEvent(t, recordio.NewReader(sub.Body), "application/json")
+	decline := jsonCall(t, calls.Decline(mesos.OfferID{Value: "x"}).With(calls.Framework(ev.Subscribed.FrameworkID.Value)))
+	for _, tc := range []struct {
+		name, user, pass string
+		want             int
+	}{
+		{"another principal", "other", "x", http.StatusBadRequest},
+		{"no credentials", "", "", http.StatusUnauthorized},
+		{"its own principal", "ejcloud", "s3cret", http.StatusAccepted},
+	} {
+		resp := post(tc.user, tc.pass, sub.Header.Get("Mesos-Stream-Id"), decline)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("DECLINE with %s: %d; want %d", tc.name, resp.StatusCode, tc.want)
+		}
 	}
 }
 
