@@ -84,7 +84,7 @@ func (s *Store) applied(ctx context.Context, r *receipt, seq uint64) (bool, erro
 	return got == seq, nil
 }
 
-// drop deletes the receipt at the end of the term (best effort: it is ephemeral anyway).
+// dropReceipt deletes the receipt at the end of the term (best effort: it is ephemeral anyway).
 func (s *Store) dropReceipt(r *receipt) {
 	s.roundTrips.Add(1)
 	s.conn.Delete(r.path, -1)
