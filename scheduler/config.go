@@ -105,14 +105,15 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be user:password", name)
 		}
 	}
-	for _, u := range c.MesosURLs() {
+	masters := c.MesosURLs()
+	if len(masters) == 0 {
+		return fmt.Errorf("--mesos-url names no master")
+	}
+	for _, u := range masters {
 		p, err := url.Parse(u)
 		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
 			return fmt.Errorf("--mesos-url: %q is not an http:// or https:// master URL", u)
 		}
-	}
-	if len(c.MesosURLs()) == 0 {
-		return fmt.Errorf("--mesos-url names no master")
 	}
 	if err := c.readMesosSecret(); err != nil {
 		return err

@@ -387,12 +387,7 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 	var opErr *OpError
 	switch {
 	case err == nil:
-		m.mu.Lock()
-		_, aerr := m.apply(m.base, ops)
-		m.mu.Unlock()
-		if aerr != nil { // validated a moment ago under writeMu: cannot happen
-			m.markSuspect(opPaths(ops)...)
-		}
+		m.committed(ops)
 		return nil
 	case errors.As(err, &opErr) && m.receipt != nil && opErr.Path == m.receipt.path:
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
@@ -415,12 +410,7 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 			m.markSuspect(opPaths(ops)...)
 			return fmt.Errorf("%w; its outcome is unknown: %w", err, rerr)
 		case ok:
-			m.mu.Lock()
-			_, aerr := m.apply(m.base, ops)
-			m.mu.Unlock()
-			if aerr != nil {
-				m.markSuspect(opPaths(ops)...)
-			}
+			m.committed(ops)
 			return nil
 		}
 		// Not applied, and nothing was sent after it (we hold writeMu, which watches take
@@ -430,6 +420,17 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 	default: // no answer: the multi may or may not have been applied
 		m.markSuspect(opPaths(ops)...)
 		return err
+	}
+}
+
+// committed applies to the base ops that ZooKeeper took; the caller holds writeMu, and
+// validated them under it, so the apply cannot fail — if it did, the nodes are read again.
+func (m *mirror) committed(ops []any) {
+	m.mu.Lock()
+	_, err := m.apply(m.base, ops)
+	m.mu.Unlock()
+	if err != nil {
+		m.markSuspect(opPaths(ops)...)
 	}
 }
 
