@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ejcloud/ejcloud/state"
 )
 
 // Config is the scheduler's configuration: the flags of SPEC §2.
@@ -49,6 +51,9 @@ type Config struct {
 
 	// mesosSecret is the contents of MesosSecretFile, read by Validate.
 	mesosSecret string
+	// mesosZK is --mesos-url when it is a zk:// URL (Validate parses it): the masters are then
+	// found in ZooKeeper.
+	mesosZK *state.MesosZK
 }
 
 // Flags registers every flag on fs and returns the Config they fill.
@@ -65,7 +70,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
-	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos master base URL, or several separated by commas, tried in order (leader redirects are followed)")
+	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos masters: zk://[user:pass@]host:port[,host:port…]/path (the leading master as Mesos publishes it in ZooKeeper), or http(s):// base URLs separated by commas, tried in order (leader redirects are followed)")
 	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call")
 	fs.StringVar(&c.MesosSecretFile, "mesos-secret-file", "", "file holding the principal's secret, for a master with framework authentication (the secret is never on the command line)")
 	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
@@ -105,15 +110,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be user:password", name)
 		}
 	}
-	masters := c.MesosURLs()
-	if len(masters) == 0 {
-		return fmt.Errorf("--mesos-url names no master")
-	}
-	for _, u := range masters {
-		p, err := url.Parse(u)
-		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
-			return fmt.Errorf("--mesos-url: %q is not an http:// or https:// master URL", u)
-		}
+	if err := c.parseMesosURL(); err != nil {
+		return err
 	}
 	if err := c.readMesosSecret(); err != nil {
 		return err
@@ -128,8 +126,50 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MesosURLs are the masters of --mesos-url, in the order they are tried.
-func (c *Config) MesosURLs() []string { return splitList(c.MesosURL) }
+// parseMesosURL checks --mesos-url: one zk:// URL (whose server list has commas of its own), or
+// a list of http(s):// masters.
+func (c *Config) parseMesosURL() error {
+	c.mesosZK = nil
+	if strings.HasPrefix(strings.TrimSpace(c.MesosURL), "zk://") {
+		u, err := state.ParseMesosZK(strings.TrimSpace(c.MesosURL))
+		if err != nil {
+			return fmt.Errorf("--mesos-url: %w", err)
+		}
+		c.mesosZK = &u
+		return nil
+	}
+	masters := c.MesosURLs()
+	if len(masters) == 0 {
+		return fmt.Errorf("--mesos-url names no master")
+	}
+	for _, u := range masters {
+		p, err := url.Parse(u)
+		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
+			return fmt.Errorf("--mesos-url: %q is not a zk://, http:// or https:// master URL", u)
+		}
+	}
+	return nil
+}
+
+// MesosURLs are the masters of --mesos-url, in the order they are tried (none for zk://).
+func (c *Config) MesosURLs() []string {
+	if c.mesosZK != nil {
+		return nil
+	}
+	return splitList(c.MesosURL)
+}
+
+// detectedScheme is how masters found in ZooKeeper are reached: their MasterInfo says where,
+// not whether over TLS.
+func (c *Config) detectedScheme() string { return "http" }
+
+// mesosTarget names the masters for logs and errors, without a password.
+func (c *Config) mesosTarget() string {
+	if c.mesosZK != nil {
+		return c.mesosZK.String()
+	}
+	return c.MesosURL
+}
 
 // readMesosSecret reads --mesos-secret-file; a trailing newline is not part of the secret.
 func (c *Config) readMesosSecret() error {

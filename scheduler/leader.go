@@ -207,7 +207,7 @@ func (ld *leader) loop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.As(err, &failed) && !ld.everSubbed && time.Since(ld.elected) > ld.cfg.MesosStartupTimeout:
-			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.MesosURL, ld.cfg.MesosStartupTimeout, failed.error)
+			return fmt.Errorf("cannot reach Mesos at %s within %v: %w", ld.cfg.mesosTarget(), ld.cfg.MesosStartupTimeout, failed.error)
 		case errors.As(err, &failed):
 			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
 			sleep(ctx, backoff)
@@ -261,6 +261,16 @@ func (ld *leader) session(ctx context.Context) error {
 		return fmt.Errorf("record the subscription: %w", err)
 	}
 	defer ld.inst.setSubscribed(false)
+	if sub.awaitMove != nil {
+		// Another master leads now: this stream would only end when the old one dies (or
+		// never, if it lives on cut off); re-subscribe at the new one with the FrameworkID.
+		go func() {
+			if sub.awaitMove(streamCtx) {
+				ld.log.WithField("from", sub.master).Warn("the leading Mesos master changed; re-subscribing at the new one")
+				endStream()
+			}
+		}()
+	}
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- sub.events(streamCtx, ld.events) }()
 	return ld.serve(streamCtx, streamErr) // the deferred endStream stops the reader

@@ -16,6 +16,9 @@ import (
 	"github.com/mesos/mesos-go/api/v1/lib/httpcli/httpsched"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/state"
 )
 
 // errFrameworkRemoved is fatal: Mesos forgot the framework (failover timeout expired or torn
@@ -56,7 +59,9 @@ type subscription struct {
 	resp        mesos.Response
 	frameworkID string
 	heartbeat   time.Duration
-	master      string // the --mesos-url it was made at ("" in tests' fakes)
+	master      string // the master URL it was made at ("" in tests' fakes)
+	// awaitMove, if set, blocks until another master leads (true) or ctx ends (false).
+	awaitMove func(ctx context.Context) bool
 }
 
 // mesosAPI is the Mesos master as the leader uses it: SUBSCRIBE, which opens the event stream,
@@ -65,11 +70,67 @@ type mesosAPI interface {
 	subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error)
 }
 
-// httpMesos is the real master, over the v1 HTTP scheduler API at --mesos-url.
-type httpMesos struct{ cfg *Config }
+// httpMesos is the real master, over the v1 HTTP scheduler API at --mesos-url: the listed
+// masters, or the leader that masters (a zk:// --mesos-url) shows.
+type httpMesos struct {
+	cfg     *Config
+	masters *state.MasterDetector // nil unless --mesos-url is zk://
+	log     logrus.FieldLogger
+}
 
 func (m httpMesos) subscribe(ctx context.Context, frameworkID, webui string) (*subscription, error) {
-	return m.cfg.subscribe(ctx, frameworkID, webui)
+	if m.masters == nil {
+		return m.cfg.subscribe(ctx, frameworkID, webui)
+	}
+	return m.subscribeToLeader(ctx, frameworkID, webui)
+}
+
+// subscribeToLeader subscribes at the master ZooKeeper shows as leading. While there is none,
+// or it does not answer (a killed master leads in ZooKeeper until its session expires), it
+// tries again at every change of leader and every few seconds, until ctx ends: a new leader
+// gets the subscription as soon as it is published.
+func (m httpMesos) subscribeToLeader(ctx context.Context, frameworkID, webui string) (*subscription, error) {
+	retry := time.Second
+	last := fmt.Errorf("no Mesos master leads under %s", m.cfg.mesosZK)
+	for {
+		leader, ok, changed := m.masters.Leader()
+		if ok {
+			url := m.cfg.detectedScheme() + "://" + leader.Address
+			sub, err := m.cfg.subscribeAt(ctx, url, true, frameworkID, webui)
+			var refusal refused
+			switch {
+			case err == nil:
+				sub.awaitMove = func(ctx context.Context) bool { return m.awaitMove(ctx, leader) }
+				return sub, nil
+			case errors.As(err, &refusal), errors.Is(err, errFrameworkRemoved), ctx.Err() != nil:
+				return nil, err
+			}
+			last = fmt.Errorf("the leading master (%s in %s): %w", leader.Address, m.cfg.mesosZK, err)
+			m.log.WithError(err).WithField("master", url).Warn("cannot subscribe at the leading Mesos master; waiting for it or for another to lead")
+		}
+		select {
+		case <-changed:
+		case <-time.After(retry):
+			retry = min(2*retry, 5*time.Second)
+		case <-ctx.Done():
+			return nil, last
+		}
+	}
+}
+
+// awaitMove waits until the leader is no longer the master subscribed to.
+func (m httpMesos) awaitMove(ctx context.Context, subscribed state.MesosMaster) bool {
+	for {
+		leader, ok, changed := m.masters.Leader()
+		if !ok || leader != subscribed {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // subscribe subscribes to the first of the masters (--mesos-url, in order) that answers,

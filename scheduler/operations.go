@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -246,9 +247,13 @@ type masterState struct {
 
 func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	var doc masterState
-	master := ld.cfg.MesosURLs()[0]
+	var master string
 	if m := ld.master.Load(); m != nil {
 		master = *m
+	} else if urls := ld.cfg.MesosURLs(); len(urls) > 0 {
+		master = urls[0]
+	} else {
+		return doc, errors.New("read the master's state: not subscribed to a master yet")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(master, "/")+"/master/state", nil)
 	if err != nil {

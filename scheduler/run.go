@@ -75,7 +75,22 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		cfg.MesosStartupTimeout = time.Minute
 	}
 	if h.mesos == nil {
-		h.mesos = httpMesos{cfg: &cfg}
+		m := httpMesos{cfg: &cfg, log: log}
+		if cfg.mesosZK != nil {
+			// Every instance follows the masters, standbys too: a new leader subscribes at once.
+			connectCtx, cancel := context.WithTimeout(ctx, timeout)
+			m.masters, err = state.DetectMesosMaster(connectCtx, *cfg.mesosZK, cfg.ZKSessionTimeout, log)
+			cancel()
+			if err != nil {
+				ln.Close()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("--mesos-url: %w", err)
+			}
+			defer m.masters.Close()
+		}
+		h.mesos = m
 	}
 	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: newMetrics(), hooks: h}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}

@@ -169,7 +169,10 @@ func TestConfigValidation(t *testing.T) {
 		{"start-up timeout must not be negative", func(c *Config) { c.MesosStartupTimeout = -time.Second }, "--mesos-startup-timeout"},
 		{"a list of masters", func(c *Config) { c.MesosURL = "http://m1:5050, https://m2:5050" }, ""},
 		{"a master without a scheme", func(c *Config) { c.MesosURL = "m1:5050" }, "--mesos-url"},
-		{"zk:// is not (yet) a master URL", func(c *Config) { c.MesosURL = "zk://z1:2181/mesos" }, "--mesos-url"},
+		{"masters in ZooKeeper", func(c *Config) { c.MesosURL = "zk://z1:2181,z2:2181/mesos" }, ""},
+		{"masters in ZooKeeper with credentials", func(c *Config) { c.MesosURL = "zk://u:p@z1:2181/mesos" }, ""},
+		{"zk:// without a path", func(c *Config) { c.MesosURL = "zk://z1:2181" }, "--mesos-url"},
+		{"zk:// beside http://", func(c *Config) { c.MesosURL = "http://m1:5050,zk://z1:2181/mesos" }, "--mesos-url"},
 		{"no master", func(c *Config) { c.MesosURL = " , " }, "--mesos-url"},
 		{"a secret is read without its newline", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", secret }, ""},
 		{"a secret needs its principal", func(c *Config) { c.MesosSecretFile = secret }, "--mesos-secret-file needs --mesos-principal"},
@@ -199,5 +202,21 @@ func TestRunFailsWithOneLineWhenMesosIsUnreachable(t *testing.T) {
 	err := Run(ctx, cfg, quietLog())
 	if err == nil || !strings.HasPrefix(err.Error(), "cannot reach Mesos at "+cfg.MesosURL) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Run with no Mesos = %v; want one line naming the master", err)
+	}
+}
+
+// With --mesos-url zk://… and no master published there, the start-up budget runs out with one
+// line that says so, and the ZooKeeper password of the URL is not in it.
+func TestRunFailsWithOneLineWhenNoMasterLeadsInZooKeeper(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	cfg := testConfig(t, env)
+	cfg.MesosURL = "zk://mesos:s3cret@" + strings.Join(env.Servers, ",") + "/" + env.Namespace + "-mesos"
+	cfg.MesosStartupTimeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg, quietLog())
+	if err == nil || !strings.HasPrefix(err.Error(), "cannot reach Mesos at zk://mesos:…@") || !strings.Contains(err.Error(), "no Mesos master leads") ||
+		strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run with no master in ZooKeeper = %v; want one line saying no master leads, without the password", err)
 	}
 }

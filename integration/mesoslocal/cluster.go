@@ -19,6 +19,7 @@ package mesoslocal
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -129,6 +130,18 @@ func (c *Cluster) serve(srv *http.Server, ln net.Listener) {
 		}
 	}()
 }
+
+// leader is Options.Leader, or "this master leads" without one.
+func (c *Cluster) leader() (leading bool, leader string) {
+	if c.opts.Leader == nil {
+		return true, ""
+	}
+	return c.opts.Leader()
+}
+
+// MasterInfo is the MasterInfo this master publishes, as JSON (how Mesos writes it to
+// ZooKeeper: proto field names).
+func (c *Cluster) MasterInfo() ([]byte, error) { return json.Marshal(&c.masterInfo) }
 
 // URL returns the master's base URL, e.g. http://127.0.0.1:5050.
 func (c *Cluster) URL() string { return c.url }

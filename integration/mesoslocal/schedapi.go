@@ -14,6 +14,16 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	switch leading, leader := c.leader(); {
+	case leading:
+	case leader == "":
+		plain(w, http.StatusServiceUnavailable, "No leader elected")
+		return
+	default:
+		w.Header().Set("Location", "//"+leader+r.URL.Path)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+		return
+	}
 	var call scheduler.Call
 	if readCall(w, r, &call) == "" {
 		return

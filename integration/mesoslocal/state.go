@@ -17,6 +17,7 @@ type stateDoc struct {
 	ID                  string           `json:"id"`
 	PID                 string           `json:"pid"`
 	Hostname            string           `json:"hostname"`
+	Leader              string           `json:"leader,omitempty"` // the leading master's pid, as real Mesos shows it
 	ActivatedSlaves     int              `json:"activated_slaves"`
 	Frameworks          []frameworkDoc   `json:"frameworks"`
 	CompletedFrameworks []map[string]any `json:"completed_frameworks"`
@@ -99,6 +100,12 @@ func resourceDoc(rs mesos.Resources) map[string]any {
 func (c *Cluster) state() stateDoc {
 	doc := stateDoc{Version: Version, ID: c.masterID, PID: *c.masterInfo.PID, Hostname: c.host,
 		CompletedFrameworks: []map[string]any{}}
+	switch leading, leader := c.leader(); {
+	case leading:
+		doc.Leader = doc.PID
+	case leader != "":
+		doc.Leader = "master@" + leader
+	}
 	for _, id := range sortedKeys(c.frameworks) {
 		f := c.frameworks[id]
 		fd := frameworkDoc{ID: f.id, Name: f.info.Name, User: f.info.User, Hostname: ptrVal(f.info.Hostname),

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/envflag"
 	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/state"
 )
 
 func main() {
@@ -40,6 +43,8 @@ func main() {
 	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
 	authFrameworks := fs.Bool("authenticate-http-frameworks", false, "require HTTP Basic credentials from --credentials on the scheduler API")
 	credentials := fs.String("credentials", "", "Mesos credentials file: JSON {\"credentials\":[{\"principal\",\"secret\"}]} or lines \"principal secret\"")
+	zkURL := fs.String("zk", "", "zk://host:port[,host:port…]/path: contend for leadership there as Mesos masters do (json.info_ nodes holding MasterInfo as JSON); until it leads, the scheduler API answers 307 to the leader or 503")
+	zkSessionTimeout := fs.Duration("zk-session-timeout", 10*time.Second, "ZooKeeper session timeout with --zk (Mesos: 10secs): a killed master leads until it expires")
 	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
@@ -88,6 +93,22 @@ func main() {
 		// Unbuffered: an audit reads the file while mesos-local runs, and after it is killed.
 		o.OnStatusUpdate = audit.NewRecorder(f).Observe
 	}
+	var masters state.MesosZK
+	var candidacy atomic.Pointer[state.MasterCandidacy]
+	if *zkURL != "" {
+		if masters, err = state.ParseMesosZK(*zkURL); err != nil {
+			fmt.Fprintln(os.Stderr, "mesos-local: --zk:", err)
+			os.Exit(2)
+		}
+		o.Leader = func() (bool, string) {
+			c := candidacy.Load()
+			if c == nil {
+				return false, ""
+			}
+			leading, m, _ := c.Leading()
+			return leading, m.Address
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := mesoslocal.New(o)
@@ -96,7 +117,54 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("mesos-local: master %s with %d agents %v, work dir %s\n", c.URL(), len(c.AgentIDs()), c.AgentIDs(), o.WorkDir)
-	<-ctx.Done()
+	lost := make(<-chan struct{})
+	if *zkURL != "" {
+		cand, err := contend(ctx, c, masters, *zkSessionTimeout, log)
+		if err != nil {
+			c.Close()
+			fmt.Fprintln(os.Stderr, "mesos-local: --zk:", err)
+			os.Exit(1)
+		}
+		defer cand.Close()
+		candidacy.Store(cand)
+		lost = cand.Lost()
+		go announce(ctx, cand, c.URL())
+	}
+	select {
+	case <-ctx.Done():
+	case <-lost:
+		// A real master whose ZooKeeper session expired has lost its leadership and aborts.
+		c.Close()
+		fmt.Fprintln(os.Stderr, "mesos-local: lost the ZooKeeper session of --zk; exiting as a Mesos master does")
+		os.Exit(1)
+	}
 	c.Close()
 	fmt.Println("mesos-local: stopped")
+}
+
+// contend publishes the master under --zk.
+func contend(ctx context.Context, c *mesoslocal.Cluster, masters state.MesosZK, timeout time.Duration, log logrus.FieldLogger) (*state.MasterCandidacy, error) {
+	info, err := c.MasterInfo()
+	if err != nil {
+		return nil, err
+	}
+	connect, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return state.ContendMesosMaster(connect, masters, info, timeout, log)
+}
+
+// announce prints when this master starts leading, for operators and tests.
+func announce(ctx context.Context, cand *state.MasterCandidacy, url string) {
+	for {
+		leading, _, changed := cand.Leading()
+		if leading {
+			fmt.Printf("mesos-local: elected, leading master %s\n", url)
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
