@@ -37,9 +37,9 @@ import (
 // catches processes that left the session with setsid. This is what Mesos's Linux launcher
 // does with its freezer cgroups.
 //
-// If mesos-local itself is SIGKILLed, its executors die with it (PR_SET_PDEATHSIG), but the
-// other processes of their containers live on: in session mode nothing kills them; in cgroup
-// mode the next mesos-local started on the host kills the cgroups left by dead instances.
+// If mesos-local itself is SIGKILLed, its executors die with it (PR_SET_PDEATHSIG), and its
+// container keeper (keeper.go) ends the rest of their sessions; in cgroup mode the next
+// mesos-local started on the host also kills the cgroups left by dead instances.
 
 // containerTeardown bounds how long ending a container may take: a process stuck in an
 // uninterruptible sleep cannot be killed, and the executor's exit must still be reported.
@@ -49,6 +49,7 @@ const containerTeardown = 10 * time.Second
 type containment struct {
 	cgroups string // this Cluster's cgroup v2 directory; "" when containers are sessions only
 	log     logrus.FieldLogger
+	keeper  *keeper // ends the containers if mesos-local is SIGKILLed (keeper.go); nil if none
 }
 
 // Containment modes for Options.Containment.
@@ -59,7 +60,7 @@ const (
 )
 
 func newContainment(mode, name string, log logrus.FieldLogger) (*containment, error) {
-	cz := &containment{log: log}
+	cz := &containment{log: log, keeper: startKeeper(log)}
 	if mode == ContainSession {
 		return cz, nil
 	}
@@ -69,6 +70,7 @@ func newContainment(mode, name string, log logrus.FieldLogger) (*containment, er
 		cz.cgroups = dir
 		log.WithField("cgroup", dir).Info("containers are cgroups and sessions")
 	case mode == ContainCgroup:
+		cz.keeper.close()
 		return nil, fmt.Errorf("mesoslocal: cgroup containment: %w", err)
 	default:
 		log.WithError(err).Info("containers are sessions: no writable cgroup v2 hierarchy")
@@ -150,8 +152,9 @@ func reapStaleCgroups(parent string) {
 	}
 }
 
-// close removes the Cluster's cgroup once every container has ended.
+// close removes the Cluster's cgroup, and ends the keeper, once every container has ended.
 func (cz *containment) close() {
+	cz.keeper.close()
 	if cz.cgroups != "" {
 		if err := os.Remove(cz.cgroups); err != nil {
 			cz.log.WithError(err).Warn("cannot remove mesos-local's cgroup")
@@ -164,6 +167,7 @@ type container struct {
 	sid    int    // the executor's pid, which leads the session
 	cgroup string // "" in session mode
 	fd     int    // the cgroup directory, open until the executor is started
+	keeper *keeper
 }
 
 // prepare makes the container of the executor cmd is about to start: its SysProcAttr puts the
@@ -339,6 +343,8 @@ func (cz *containment) start(id string, build func() (*exec.Cmd, error)) (*exec.
 		return nil, nil, err
 	}
 	ct.started(cmd.Process.Pid)
+	ct.keeper = cz.keeper
+	cz.keeper.watch(ct.sid)
 	return cmd, ct, nil
 }
 
@@ -350,6 +356,7 @@ func (ct *container) wait(cmd *exec.Cmd, log logrus.FieldLogger) int32 {
 	if err := ct.end(time.Now().Add(containerTeardown)); err != nil {
 		log.WithError(err).Warn("container not fully destroyed")
 	}
+	ct.keeper.forget(ct.sid)
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 		return int32(ws) // the raw wait(2) status word, as Mesos reports it
 	}
