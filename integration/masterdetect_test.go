@@ -155,3 +155,44 @@ func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
 		t.Fatalf("want the 2 held shards killed with their master and relaunched once each; %s", fmt.Sprint(eff))
 	}
 }
+
+// A leading master that stops answering without dying (SIGSTOP: a hung host) loses its
+// ZooKeeper session and another leads. The scheduler leaves it as soon as ZooKeeper shows the
+// new leader — not when its heartbeats are missed, which at Mesos' 15 s interval would take
+// 75 s — and re-subscribes at the new one within 5 s. The old master, resumed, finds its
+// session expired and exits, as a Mesos master does. (Issue 15, master detection.)
+func TestTheSchedulerLeavesAMasterThatNoLongerLeads(t *testing.T) {
+	zk := statetest.StartZooKeeper(t)
+	masters := "zk://" + strings.Join(zk.Servers, ",") + "/" + zk.Namespace + "-mesos"
+	first := startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]",
+		"--zk", masters, "--zk-session-timeout", "2s", "--heartbeat-interval", "15s")
+	await.True(t, 30*time.Second, "the first master leads", first.leading)
+	second := startMaster(t, masters)
+	w := &world{zk: zk, mesos: second, dir: t.TempDir()}
+	s := startScheduler(t, zk, first, "--mesos-url", masters)
+	leaderOf(t, s)
+	var frameworkID string
+	for _, f := range first.state(t).Frameworks {
+		frameworkID = f.ID
+	}
+
+	first.cmd.Process.Signal(syscall.SIGSTOP)
+	await.True(t, 30*time.Second, "the second master leads", second.leading)
+	await.True(t, 5*time.Second, "the scheduler re-subscribed at the new master, with its FrameworkID", func() bool {
+		_, connected := frameworkAt(t, second, frameworkID)
+		return connected
+	})
+	first.cmd.Process.Signal(syscall.SIGCONT)
+	await.True(t, 30*time.Second, "the old master exits, its session expired", func() bool { return exited(first.proc) })
+	if !strings.Contains(first.log.String(), "lost the ZooKeeper session") {
+		t.Fatalf("the old master did not say why it exits:\n%s", tail(first.log.String(), 2000))
+	}
+
+	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("moved", 1, "", false, ""))
+	s.must(t, 204, "POST", "/api/job/trigger", "moved")
+	await.True(t, 30*time.Second, "the job ran at the new master", func() bool { return len(w.runs("moved")["0"]) == 1 })
+	if r := w.runs("moved")["0"]; !strings.HasPrefix(r[0], second.agents[0]) {
+		t.Fatalf("the job ran on agent %s, not on the new master's %s", r[0], second.agents[0])
+	}
+}
