@@ -83,11 +83,7 @@ func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
 	leaderOf(t, s)
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("detected", 2, "", false, ""))
-	s.must(t, 204, "POST", "/api/job/trigger", "detected")
-	await.True(t, 30*time.Second, "the job ran at the first master", func() bool {
-		r := w.runs("detected")
-		return len(r["0"]) == 1 && len(r["1"]) == 1
-	})
+	w.triggerAndAwait(t, s, "detected", 2, 1)
 	quiet(t, s, "detected")
 	var frameworkID string
 	for _, f := range first.state(t).Frameworks {
@@ -121,11 +117,7 @@ func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
 		return len(r["0"]) == 2 && len(r["1"]) == 2
 	})
 	w.release("held")
-	s.must(t, 204, "POST", "/api/job/trigger", "detected")
-	await.True(t, 30*time.Second, "the job ran again, at the new master", func() bool {
-		r := w.runs("detected")
-		return len(r["0"]) == 2 && len(r["1"]) == 2
-	})
+	w.triggerAndAwait(t, s, "detected", 2, 2) // at the new master
 	quiet(t, s, "detected", "held")
 
 	// Exactly once, from what the scripts recorded, and from both masters' status updates for
@@ -190,8 +182,7 @@ func TestTheSchedulerLeavesAMasterThatNoLongerLeads(t *testing.T) {
 
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("moved", 1, "", false, ""))
-	s.must(t, 204, "POST", "/api/job/trigger", "moved")
-	await.True(t, 30*time.Second, "the job ran at the new master", func() bool { return len(w.runs("moved")["0"]) == 1 })
+	w.triggerAndAwait(t, s, "moved", 1, 1)
 	if r := w.runs("moved")["0"]; !strings.HasPrefix(r[0], second.agents[0]) {
 		t.Fatalf("the job ran on agent %s, not on the new master's %s", r[0], second.agents[0])
 	}

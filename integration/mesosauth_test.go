@@ -33,11 +33,7 @@ func TestFrameworkAuthentication(t *testing.T) {
 	leaderOf(t, with)
 	with.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	with.must(t, 204, "POST", "/api/job/register", w.jobJSON("authed", 2, "", false, ""))
-	with.must(t, 204, "POST", "/api/job/trigger", "authed")
-	await.True(t, 30*time.Second, "the job's two shards ran", func() bool {
-		r := w.runs("authed")
-		return len(r["0"]) == 1 && len(r["1"]) == 1
-	})
+	w.triggerAndAwait(t, with, "authed", 2, 1)
 }
 
 // --mesos-url lists several masters: the first does not answer (nothing listens there), the
@@ -49,8 +45,7 @@ func TestAListOfMastersWhoseFirstIsDead(t *testing.T) {
 	leaderOf(t, s)
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("listed", 1, "", false, ""))
-	s.must(t, 204, "POST", "/api/job/trigger", "listed")
-	await.True(t, 30*time.Second, "the job ran", func() bool { return len(w.runs("listed")["0"]) == 1 })
+	w.triggerAndAwait(t, s, "listed", 1, 1)
 	if code, body := s.api(t, "GET", "/api/operate/sandbox?appName=app", ""); code != 200 {
 		t.Fatalf("sandboxes through the master subscribed at: %d %s", code, body)
 	}

@@ -56,6 +56,21 @@ func startWorld(t *testing.T, agents int, schedulerFlags ...string) (*world, *sc
 	return w, s
 }
 
+// triggerAndAwait triggers the job and waits until each of its shards has run n times in all.
+func (w *world) triggerAndAwait(t *testing.T, s *scheduler, name string, shards, n int) {
+	t.Helper()
+	s.must(t, 204, "POST", "/api/job/trigger", name)
+	await.True(t, 30*time.Second, fmt.Sprintf("each shard of %s ran %d times", name, n), func() bool {
+		r := w.runs(name)
+		for i := 0; i < shards; i++ {
+			if len(r[fmt.Sprint(i)]) != n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // triggerHeld registers a trigger-only job whose shards hold until released, SPREAD over the
 // agents, and triggers it.
 func (w *world) triggerHeld(t *testing.T, s *scheduler, name string, shards int, failover bool) {
