@@ -18,3 +18,5 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/pquerna/ffjson v0.0.0-20190930134022-aa0246cd15f7 // indirect
 )
+
+replace github.com/go-zookeeper/zk => ./third_party/zk
