@@ -38,6 +38,7 @@ type Config struct {
 	ExecutorBinary     string
 	LogLevel           string
 	LogFormat          string
+	TLS                // --mesos-ca-file, --tls-cert-file, --tls-key-file, --insecure-http (tls.go)
 
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
@@ -86,6 +87,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	c.TLS.flags(fs)
 	return c
 }
 
@@ -124,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthRoot == "" && !isLoopback(host) {
 		return fmt.Errorf("refusing to serve the API on non-loopback address %s without credentials: set --auth-root user:password", c.HTTPAddr)
+	}
+	if err := c.validateTLS(host); err != nil {
+		return err
 	}
 	return nil
 }
