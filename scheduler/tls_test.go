@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/internal/testcert"
@@ -253,3 +255,36 @@ func TestHTTPSServerAndStandbyRedirect(t *testing.T) {
 		t.Fatalf("plain HTTP to the HTTPS port: %d %s; want 400 from the TLS server", plain.StatusCode, body)
 	}
 }
+
+// --insecure-http lets the scheduler take credentials in clear beyond loopback, and says so in
+// the log; on loopback, or over HTTPS, nothing is said.
+func TestInsecureHTTPIsLogged(t *testing.T) {
+	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
+	for _, tc := range []struct {
+		name, addr string
+		warn       bool
+	}{
+		{"beyond loopback", "0.0.0.0:8899", true},
+		{"on loopback", "127.0.0.1:8899", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			c.HTTPAddr, c.AuthRoot, c.InsecureHTTP = tc.addr, "root:pw", true
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			log, hook := test.NewNullLogger()
+			ln := c.serve(nopListener{}, log)
+			if _, ok := ln.(nopListener); !ok {
+				t.Fatalf("plain HTTP got listener %T", ln)
+			}
+			warned := len(hook.AllEntries()) == 1 && strings.Contains(hook.LastEntry().Message, "--insecure-http")
+			if warned != tc.warn {
+				t.Fatalf("log %v; want a warning naming --insecure-http: %v", hook.AllEntries(), tc.warn)
+			}
+		})
+	}
+}
+
+// nopListener stands for the API's listener: serve only wraps it.
+type nopListener struct{ net.Listener }
