@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ejcloud/ejcloud/envflag"
+	"github.com/ejcloud/ejcloud/internal/testcert"
 	"github.com/ejcloud/ejcloud/scheduler"
 )
 
@@ -164,7 +165,9 @@ func TestSchedulerImage(t *testing.T) {
 			t.Errorf("--executor-binary points at a file the image does not have: %v", args)
 		}
 	}
-	schedulerConfig(t, "scheduler.Dockerfile", args, map[string]string{"EJCLOUD_AUTH_ROOT": "root:secret"})
+	cert, key := testcert.NewCA(t, "test CA").Issue(t, "scheduler")
+	schedulerConfig(t, "scheduler.Dockerfile", args, map[string]string{"EJCLOUD_AUTH_ROOT": "root:secret",
+		"EJCLOUD_TLS_CERT_FILE": cert, "EJCLOUD_TLS_KEY_FILE": key})
 }
 
 func TestExecutorImage(t *testing.T) {

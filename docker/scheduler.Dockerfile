@@ -16,6 +16,8 @@ COPY --from=build /out/ejcloud-scheduler /out/ejcloud-executor /usr/local/bin/
 USER ejcloud
 EXPOSE 8899
 # Every flag can also be set as EJCLOUD_<FLAG> (e.g. EJCLOUD_AUTH_ROOT): the API refuses to
-# listen on a non-loopback address without --auth-root.
+# listen on a non-loopback address without --auth-root, and to take those credentials over plain
+# HTTP there without either EJCLOUD_TLS_CERT_FILE and EJCLOUD_TLS_KEY_FILE (HTTPS) or an explicit
+# EJCLOUD_INSECURE_HTTP=true.
 ENTRYPOINT ["/usr/local/bin/ejcloud-scheduler"]
 CMD ["--http-addr", "0.0.0.0:8899", "--executor-binary", "/usr/local/bin/ejcloud-executor"]

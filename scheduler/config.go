@@ -40,6 +40,7 @@ type Config struct {
 	ExecutorBinary     string
 	LogLevel           string
 	LogFormat          string
+	TLS                // --mesos-ca-file, --tls-cert-file, --tls-key-file, --insecure-http (tls.go)
 
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
@@ -91,6 +92,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	c.TLS.flags(fs)
 	return c
 }
 
@@ -122,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthRoot == "" && !isLoopback(host) {
 		return fmt.Errorf("refusing to serve the API on non-loopback address %s without credentials: set --auth-root user:password", c.HTTPAddr)
+	}
+	if err := c.validateTLS(host); err != nil {
+		return err
 	}
 	return nil
 }
@@ -160,8 +165,13 @@ func (c *Config) MesosURLs() []string {
 }
 
 // detectedScheme is how masters found in ZooKeeper are reached: their MasterInfo says where,
-// not whether over TLS.
-func (c *Config) detectedScheme() string { return "http" }
+// not whether over TLS, so a CA given for the masters says they serve HTTPS.
+func (c *Config) detectedScheme() string {
+	if c.MesosCAFile != "" {
+		return "https"
+	}
+	return "http"
+}
 
 // mesosTarget names the masters for logs and errors, without a password.
 func (c *Config) mesosTarget() string {

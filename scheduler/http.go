@@ -57,7 +57,7 @@ func (s *instance) notLeaderOr(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		u := *r.URL
-		u.Scheme, u.Host = "http", addr
+		u.Scheme, u.Host = s.cfg.scheme(), addr
 		http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
 	}
 }

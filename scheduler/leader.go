@@ -245,7 +245,7 @@ func (ld *leader) session(ctx context.Context) error {
 	if !ld.everSubbed {
 		budget = time.AfterFunc(time.Until(ld.elected.Add(ld.cfg.MesosStartupTimeout+time.Second)), endStream)
 	}
-	sub, err := ld.inst.hooks.mesos.subscribe(streamCtx, fwID, "http://"+ld.inst.advertised)
+	sub, err := ld.inst.hooks.mesos.subscribe(streamCtx, fwID, ld.cfg.scheme()+"://"+ld.inst.advertised)
 	if budget != nil && !budget.Stop() && err == nil {
 		sub.resp.Close()
 		err = errors.New("subscribed only after the start-up budget ran out")

@@ -162,16 +162,16 @@ func (r refused) Unwrap() error { return r.error }
 // answer is not retried here: mesos-go retries every failed call as if the master had moved
 // (up to 9 times, ≈ 40 s). Nor is one that refused the credentials: a 401 does not get better.
 func (c *Config) subscribeAt(ctx context.Context, master string, next bool, frameworkID, webui string) (*subscription, error) {
-	cfg := []httpcli.ConfigOpt{httpcli.Timeout(30 * time.Second)}
+	cfg := []httpcli.ConfigOpt{httpcli.Timeout(30 * time.Second), httpcli.TLSConfig(c.mesosTLS.Clone())}
 	if c.mesosSecret != "" {
 		cfg = append(cfg, httpcli.BasicAuth(c.MesosPrincipal, c.mesosSecret))
 	}
-	var unauthorized, subscribing atomic.Bool
+	var unauthorized, subscribing, untrusted atomic.Bool
 	endpoint := strings.TrimSuffix(master, "/") + "/api/v1/scheduler"
 	cli := httpcli.New(
 		httpcli.Endpoint(endpoint),
 		httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeProtobuf]),
-		httpcli.Do(httpcli.With(cfg...)),
+		httpcli.Do(noteUntrusted(httpcli.With(cfg...), &untrusted)),
 		httpcli.ErrorMapper(func(res *http.Response) error {
 			if res != nil && res.StatusCode == http.StatusUnauthorized {
 				unauthorized.Store(true)
@@ -180,7 +180,7 @@ func (c *Config) subscribeAt(ctx context.Context, master string, next bool, fram
 		}),
 	)
 	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true), httpsched.EndpointCandidates(func() string {
-		if unauthorized.Swap(false) || next && subscribing.Load() {
+		if unauthorized.Swap(false) || untrusted.Load() || next && subscribing.Load() {
 			return "" // no retry
 		}
 		return endpoint
@@ -197,6 +197,9 @@ func (c *Config) subscribeAt(ctx context.Context, master string, next bool, fram
 			return nil, refused{fmt.Errorf("subscribe to Mesos at %s: it requires framework authentication (401): set --mesos-principal and --mesos-secret-file: %w", master, err)}
 		}
 		return nil, refused{fmt.Errorf("subscribe to Mesos at %s: it refused the secret of principal %q from --mesos-secret-file (401): %w", master, c.MesosPrincipal, err)}
+	}
+	if err != nil && untrusted.Load() {
+		return nil, c.untrustedError(master, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to Mesos at %s: %w", master, err)

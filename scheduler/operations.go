@@ -259,7 +259,7 @@ func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	if err != nil {
 		return doc, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ld.cfg.mesosHTTP().Do(req)
 	if err != nil {
 		return doc, fmt.Errorf("read the master's state: %w", err)
 	}
@@ -321,7 +321,7 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 	if err != nil {
 		return nil, err
 	}
-	return sandboxes(ctx, http.DefaultClient, doc, fwID, app)
+	return sandboxes(ctx, ld.cfg.mesosHTTP(), doc, fwID, app)
 }
 
 // Trigger clears the job's stop, adds one run of a TRANSIENT job, like a misfire-enabled fire

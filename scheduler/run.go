@@ -71,6 +71,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		return fmt.Errorf("cannot listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	ln = cfg.serve(ln, log)
 	if cfg.MesosStartupTimeout == 0 {
 		cfg.MesosStartupTimeout = time.Minute
 	}
@@ -115,7 +116,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 	if h.started != nil {
 		h.started(s)
 	}
-	log.WithFields(logrus.Fields{"http": "http://" + ln.Addr().String(), "zk": strings.Join(cfg.ZKServers, ","),
+	log.WithFields(logrus.Fields{"http": cfg.scheme() + "://" + ln.Addr().String(), "zk": strings.Join(cfg.ZKServers, ","),
 		"namespace": cfg.ZKNamespace}).Info("scheduler started")
 
 	<-ctx.Done()

@@ -163,7 +163,9 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"loopback without credentials is fine", func(c *Config) {}, ""},
 		{"non-loopback without credentials is refused", func(c *Config) { c.HTTPAddr = "0.0.0.0:8899" }, "--auth-root"},
-		{"non-loopback with credentials is fine", func(c *Config) { c.HTTPAddr = "0.0.0.0:8899"; c.AuthRoot = "root:pw" }, ""},
+		{"non-loopback with credentials is fine (over plain HTTP only with --insecure-http: tls_test.go)", func(c *Config) {
+			c.HTTPAddr, c.AuthRoot, c.InsecureHTTP = "0.0.0.0:8899", "root:pw", true
+		}, ""},
 		{"credentials need a colon", func(c *Config) { c.AuthGuest = "guest" }, "--auth-guest"},
 		{"queue size must be positive", func(c *Config) { c.JobStateQueueSize = 0 }, "--job-state-queue-size"},
 		{"start-up timeout must not be negative", func(c *Config) { c.MesosStartupTimeout = -time.Second }, "--mesos-startup-timeout"},
