@@ -259,11 +259,19 @@ func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	if err != nil {
 		return doc, err
 	}
+	if ld.cfg.mesosSecret != "" {
+		// For a master that also authenticates its read-only endpoints
+		// (--authenticate_http_readonly): the framework's principal is the one it knows.
+		req.SetBasicAuth(ld.cfg.MesosPrincipal, ld.cfg.mesosSecret)
+	}
 	resp, err := ld.cfg.mesosHTTP().Do(req)
 	if err != nil {
 		return doc, fmt.Errorf("read the master's state: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return doc, fmt.Errorf("read the master's state: %s answered %s", master, resp.Status)
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		return doc, fmt.Errorf("decode /master/state: %w", err)
 	}

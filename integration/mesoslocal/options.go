@@ -41,6 +41,9 @@ type Options struct {
 	// Credentials, if set, turns framework authentication on (--authenticate_http_frameworks
 	// with --credentials): principal → secret.
 	Credentials map[string]string
+	// AuthenticateReadonly also requires those credentials on the read-only endpoints
+	// (/master/state, /state), as --authenticate_http_readonly does.
+	AuthenticateReadonly bool
 
 	// StandbyAddr, if set, starts a second listener that answers every scheduler call with a
 	// 307 to the master, as a non-leading master does.

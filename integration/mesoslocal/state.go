@@ -167,6 +167,11 @@ func taskDocOf(frameworkID string, t *task) taskDoc {
 }
 
 func (c *Cluster) masterState(w http.ResponseWriter, r *http.Request) {
+	if c.opts.AuthenticateReadonly {
+		if _, ok := c.authenticate(w, r); !ok {
+			return
+		}
+	}
 	c.mu.Lock()
 	doc := c.state()
 	c.mu.Unlock()

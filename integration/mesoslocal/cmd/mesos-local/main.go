@@ -42,6 +42,7 @@ func main() {
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
 	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
 	authFrameworks := fs.Bool("authenticate-http-frameworks", false, "require HTTP Basic credentials from --credentials on the scheduler API")
+	authReadonly := fs.Bool("authenticate-http-readonly", false, "also require the --credentials on the read-only endpoints (/master/state, /state)")
 	credentials := fs.String("credentials", "", "Mesos credentials file: JSON {\"credentials\":[{\"principal\",\"secret\"}]} or lines \"principal secret\"")
 	zkURL := fs.String("zk", "", "zk://host:port[,host:port…]/path: contend for leadership there as Mesos masters do (json.info_ nodes holding MasterInfo as JSON); until it leads, the scheduler API answers 307 to the leader or 503")
 	zkSessionTimeout := fs.Duration("zk-session-timeout", 10*time.Second, "ZooKeeper session timeout with --zk (Mesos: 10secs): a killed master leads until it expires")
@@ -77,7 +78,11 @@ func main() {
 	case *authFrameworks && *credentials == "":
 		fmt.Fprintln(os.Stderr, "mesos-local: --authenticate-http-frameworks needs --credentials")
 		os.Exit(2)
+	case *authReadonly && !*authFrameworks:
+		fmt.Fprintln(os.Stderr, "mesos-local: --authenticate-http-readonly needs --authenticate-http-frameworks and its --credentials")
+		os.Exit(2)
 	case *authFrameworks:
+		o.AuthenticateReadonly = *authReadonly
 		if o.Credentials, err = mesoslocal.ReadCredentials(*credentials); err != nil {
 			fmt.Fprintln(os.Stderr, "mesos-local: --credentials:", err)
 			os.Exit(2)
