@@ -27,6 +27,7 @@ for p in "${outside[@]}"; do [ -e "$p" ] || created+=("$p"); done
 stop() {
   local status=$?
   trap - EXIT INT TERM
+  set +e +o pipefail # every step of the clean-up is tried, whatever an earlier one did
   if [ -n "$pid" ]; then
     # Containers first, so that none outlives the engine (dockerd would also kill them on
     # SIGTERM, but waits for each one's stop timeout).
@@ -41,7 +42,7 @@ stop() {
     fi
     wait "$pid" 2>/dev/null || true
     # A dockerd killed before unmounting leaves its overlay mounts under the data root.
-    grep -o " $dir/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    grep -o " $dir/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
   fi
   if [ "$status" != 0 ] && [ -f "$dir/dockerd.log" ]; then
     echo "with-dockerd: the private dockerd's last lines:" >&2
@@ -54,7 +55,15 @@ stop() {
   exit "$status"
 }
 trap stop EXIT
-trap 'exit 130' INT TERM
+child=""
+# On Ctrl-C or SIGTERM the command's process group gets the signal too (it runs in a session of
+# its own, see below), and is waited for before the engine goes.
+on_signal() {
+  [ -z "$child" ] || { kill -"$1" -- "-$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; }
+  exit 130
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
 
 echo '{}' >"$dir/daemon.json"
 export DOCKER_HOST="unix://$dir/docker.sock"
@@ -72,4 +81,8 @@ for _ in $(seq 1 300); do
 done
 docker info >/dev/null 2>&1 || { echo "with-dockerd: dockerd did not answer within 30 s" >&2; exit 1; }
 echo "with-dockerd: a private dockerd (pid $pid) at $DOCKER_HOST"
-"$@"
+# In the background and waited for: bash runs a trap only once a foreground command ends, and
+# the engine must go at once when this script is told to stop.
+setsid "$@" &
+child=$!
+wait "$child"
