@@ -370,9 +370,10 @@ func TestExecutorContainer(t *testing.T) {
 	}
 }
 
-// TestImageSizes: the sizes README.md states, kept by the images.
+// TestImageSizes: the bounds README.md states: the scheduler image at most 30 MB; the executor's
+// (about 15 MB FROM scratch, about 87 MB on debian:bookworm-slim) at most 100 MB.
 func TestImageSizes(t *testing.T) {
-	for img, most := range map[string]int64{schedulerImage: 30 << 20, executorImage: 90 << 20} {
+	for img, most := range map[string]int64{schedulerImage: 30 << 20, executorImage: 100 << 20} {
 		size, err := strconv.ParseInt(docker(t, "image", "inspect", "-f", "{{.Size}}", img), 10, 64)
 		if err != nil {
 			t.Fatal(err)
