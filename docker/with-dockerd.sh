@@ -56,14 +56,14 @@ stop() {
 }
 trap stop EXIT
 child=""
-# On Ctrl-C or SIGTERM the command's process group gets the signal too (it runs in a session of
-# its own, see below), and is waited for before the engine goes.
+# On Ctrl-C or SIGTERM the command's process group gets SIGTERM (it runs in a session of its
+# own, see below; SIGINT would not do: a non-interactive shell starts background commands with
+# SIGINT ignored), and is waited for before the engine goes.
 on_signal() {
-  [ -z "$child" ] || { kill -"$1" -- "-$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; }
+  [ -z "$child" ] || { kill -TERM -- "-$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; }
   exit 130
 }
-trap 'on_signal INT' INT
-trap 'on_signal TERM' TERM
+trap on_signal INT TERM
 
 echo '{}' >"$dir/daemon.json"
 export DOCKER_HOST="unix://$dir/docker.sock"
