@@ -7,7 +7,7 @@ BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint soak zookeeper clean
+.PHONY: build test run bench fuzz lint soak zookeeper clean images static docker-test docker-engine busybox-static
 
 build:
 	@mkdir -p $(BIN)
@@ -67,3 +67,47 @@ soak: zookeeper
 	EJCLOUD_SOAK_DURATION=$(SOAK_DURATION) EJCLOUD_SOAK_FAULT_EVERY=$(SOAK_FAULT_EVERY) EJCLOUD_SOAK_SEED=$(SOAK_SEED) \
 	EJCLOUD_SOAK_JOBS=$(SOAK_JOBS) EJCLOUD_SOAK_ENSEMBLE=$(SOAK_ENSEMBLE) \
 		$(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 0 -v ./integration/
+
+# Images (docker/): ejcloud/scheduler and ejcloud/executor, tagged IMAGE_TAG. DOCKER_BASE=public
+# builds them in GO_IMAGE on the public base images (BASE_IMAGE, EXECUTOR_BASE_IMAGE: a site's
+# own registry may stand in); local builds them FROM scratch around the static binaries
+# compiled here (bin/static), with Debian's busybox-static as the executor image's /bin/sh;
+# auto (the default) tries to pull GO_IMAGE once and falls back to local (docker/images.sh).
+DOCKER_BASE ?= auto
+IMAGE_TAG   ?= latest
+GO_IMAGE    ?= golang:1.26-bookworm
+BASE_IMAGE  ?=
+EXECUTOR_BASE_IMAGE ?=
+images: static busybox-static
+	DOCKER_BASE=$(DOCKER_BASE) IMAGE_TAG=$(IMAGE_TAG) GO_IMAGE=$(GO_IMAGE) BASE_IMAGE=$(BASE_IMAGE) \
+	EXECUTOR_BASE_IMAGE=$(EXECUTOR_BASE_IMAGE) STATIC_BIN=$(CURDIR)/$(BIN)/static ./docker/images.sh
+
+static:
+	@mkdir -p $(BIN)/static
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/static/ \
+		./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor
+
+busybox-static:
+	@if [ "$$(dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null)" != "install ok installed" ]; then \
+	  echo "busybox-static is missing: installing Debian's busybox-static (the executor image's /bin/sh)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q busybox-static; \
+	fi
+
+# The Docker engine (Debian's docker.io) and docker-compose, for `make docker-test`.
+docker-engine:
+	@if ! command -v dockerd >/dev/null || ! command -v docker-compose >/dev/null; then \
+	  echo "dockerd or docker-compose is missing: installing Debian's docker.io and docker-compose"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q docker.io docker-compose; \
+	fi
+
+# The images, proven to run (docker/image_test.go): with a private dockerd when none is running
+# (docker/with-dockerd.sh: its own data root and socket, no bridge; removed afterwards), builds
+# the images, then runs ZooKeeper and mesos-local on the host and the scheduler image with host
+# networking, a sharded job through it, and its failover to a second scheduler container; and
+# validates docker/docker-compose.yml with docker-compose.
+docker-test: zookeeper docker-engine
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
+	./docker/with-dockerd.sh sh -c '$(MAKE) --no-print-directory images && \
+		EJCLOUD_SCHEDULER_IMAGE=ejcloud/scheduler:$(IMAGE_TAG) EJCLOUD_EXECUTOR_IMAGE=ejcloud/executor:$(IMAGE_TAG) \
+		$(BIN)/no-leftovers $(GO) test -tags dockertest -count=1 -timeout 10m -v ./docker/'

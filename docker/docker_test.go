@@ -1,7 +1,8 @@
-// Package docker holds the Docker files for users with a Docker engine. This machine has none,
-// so this test checks what can be checked without one: every path a Dockerfile copies or builds
+// Package docker holds the Docker files for users with a Docker engine. These tests check what
+// can be checked without one (`make test` needs none): every path a Dockerfile copies or builds
 // exists, every binary an image runs is one it builds, and every flag and EJCLOUD_* variable the
-// images and the compose file give our binaries is one they accept.
+// images and the compose file give our binaries is one they accept. image_test.go (build tag
+// dockertest, `make docker-test`) builds and runs the images with an engine.
 package docker
 
 import (
@@ -230,5 +231,37 @@ func TestComposeFile(t *testing.T) {
 	schedulerConfig(t, "docker-compose.yml scheduler", s.Command, env)
 	if !strings.Contains(s.Environment["EJCLOUD_AUTH_ROOT"], ":?") {
 		t.Errorf("the compose file must refuse to start without credentials: EJCLOUD_AUTH_ROOT=%q", s.Environment["EJCLOUD_AUTH_ROOT"])
+	}
+}
+
+// TestLocalDockerfiles: the images `make images` builds FROM scratch where no base image can be
+// pulled (*.local.Dockerfile) run as the public route's do: the same entrypoint, arguments,
+// user and port, so that what the engine test proves of one route holds of the other.
+func TestLocalDockerfiles(t *testing.T) {
+	for _, name := range []string{"scheduler", "executor"} {
+		runs := func(path string) map[string]string {
+			got := map[string]string{}
+			for _, in := range parseDockerfile(t, path) {
+				switch in.cmd {
+				case "ENTRYPOINT", "CMD", "USER", "EXPOSE":
+					got[in.cmd] = in.args
+				case "FROM":
+					got["FROM"] = in.args // the last one: the final stage's base
+				}
+			}
+			return got
+		}
+		public, local := runs(name+".Dockerfile"), runs(name+".local.Dockerfile")
+		if local["FROM"] != "scratch" {
+			t.Errorf("%s.local.Dockerfile is FROM %s; want scratch (nothing to pull)", name, local["FROM"])
+		}
+		if !strings.HasPrefix(public["FROM"], "${") {
+			t.Errorf("%s.Dockerfile's final stage is FROM %s; want a build argument (BASE_IMAGE)", name, public["FROM"])
+		}
+		for _, k := range []string{"ENTRYPOINT", "CMD", "USER", "EXPOSE"} {
+			if public[k] != local[k] {
+				t.Errorf("%s: %s is %q in the public Dockerfile, %q in the local one", name, k, public[k], local[k])
+			}
+		}
 	}
 }

@@ -1,19 +1,29 @@
 # The ejcloud scheduler image. Build from the repository root:
 #   docker build -f docker/scheduler.Dockerfile -t ejcloud/scheduler .
+# or `make images`, which falls back to scheduler.local.Dockerfile where no base image can be
+# pulled. A site with its own registry points the base images there:
+#   --build-arg GO_IMAGE=registry.example/golang:1.26-bookworm --build-arg BASE_IMAGE=…
 # It also carries the executor binary, which the scheduler serves to the agents at
 # GET /executor/ejcloud-executor (an app's appURL may point there).
-FROM golang:1.26-bookworm AS build
+ARG GO_IMAGE=golang:1.26-bookworm
+# No shell, no package manager: CA certificates, /etc/passwd with the non-root user 65532
+# ("nonroot") and time zones (also embedded in the binary: time/tzdata) are all it needs.
+ARG BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
+
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# go.mod replaces go-zookeeper with the patched copy there (third_party/zk/PATCHED.md).
+COPY third_party ./third_party
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/ejcloud-scheduler ./scheduler/cmd/ejcloud-scheduler && \
-    CGO_ENABLED=0 go build -trimpath -o /out/ejcloud-executor ./executor/cmd/ejcloud-executor
+RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/ejcloud-scheduler ./scheduler/cmd/ejcloud-scheduler && \
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/ejcloud-executor ./executor/cmd/ejcloud-executor
 
-FROM debian:bookworm-slim
-RUN useradd --system --no-create-home ejcloud
+FROM ${BASE_IMAGE}
 COPY --from=build /out/ejcloud-scheduler /out/ejcloud-executor /usr/local/bin/
-USER ejcloud
+# Numeric, so that a runtime enforcing runAsNonRoot can tell without reading /etc/passwd.
+USER 65532:65532
 EXPOSE 8899
 # Every flag can also be set as EJCLOUD_<FLAG> (e.g. EJCLOUD_AUTH_ROOT): the API refuses to
 # listen on a non-loopback address without --auth-root, and to take those credentials over plain
