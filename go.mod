@@ -1,6 +1,6 @@
 module github.com/ejcloud/ejcloud
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/Netflix/go-expect v0.0.0-20220104043353-73e0943537d2
@@ -8,15 +8,24 @@ require (
 	github.com/gorilla/mux v1.8.1
 	github.com/hashicorp/cronexpr v1.1.3
 	github.com/mesos/mesos-go v0.0.11
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.73.1
 	github.com/sirupsen/logrus v1.10.2
 	go.yaml.in/yaml/v3 v3.0.5
-	golang.org/x/sys v0.13.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/creack/pty v1.1.17 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.3 // indirect
 	github.com/pquerna/ffjson v0.0.0-20190930134022-aa0246cd15f7 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/go-zookeeper/zk => ./third_party/zk

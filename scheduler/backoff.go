@@ -224,7 +224,7 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 		case stop != nil:
 			ld.relaunch.ran(id.Meta)
 			if ended.Stopped {
-				ld.inst.metrics.add(func(m *metrics) { m.stops[f.reason]++ })
+				ld.inst.metrics.stops.WithLabelValues(f.reason).Inc()
 				log.WithFields(logrus.Fields{"job": id.JobName, "failure": f.reason}).Error(
 					"job stopped: this failure cannot heal by relaunching; no shard of the job is launched until an operator updates, enables or triggers it (or updates or enables its app)")
 			} else {
@@ -237,7 +237,7 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 				// Woken when the backoff runs out, not at the next second's tick: a relaunch
 				// after a 1 s backoff would otherwise wait up to 2 s.
 				time.AfterFunc(delay, ld.backoffRanOut)
-				ld.inst.metrics.add(func(m *metrics) { m.backoffs++ })
+				ld.inst.metrics.backoffs.Inc()
 				log.WithField("backoff", delay).Warn("task failed; its shard is relaunched after the backoff")
 			} else {
 				log.Warn("task failed; its shard is not relaunched (no failover, or the job or app is disabled)")

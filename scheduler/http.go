@@ -12,7 +12,7 @@ func (s *instance) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /metrics", s.metricsHandler)
+	mux.Handle("GET /metrics", s.metricsHandler())
 	// Every instance serves the stock executor: agents fetch it from the URL the app names.
 	mux.HandleFunc("GET /executor/ejcloud-executor", s.executorBinary)
 	mux.HandleFunc("/api/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {

@@ -48,6 +48,7 @@ type leader struct {
 	lastRecon   time.Time
 
 	relaunch *relaunches // failures in a row per shard: failover backoff and stops
+	fires    fireTimes   // cron times of the queued runs this leader's producer wrote: schedule lag
 
 	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a
@@ -92,7 +93,10 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	}
 	ld = newLeader(s, log, store)
 	ld.confirm = l.Confirm
-	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
+	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(job string, at []time.Time) {
+		ld.fires.fired(job, at)
+		ld.poke()
+	})
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
 	defer s.setLeaderState(nil, nil)
 

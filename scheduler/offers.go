@@ -31,12 +31,12 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	w, err := ld.eligible(ctx)
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the queues; declining the offers")
-		ld.decline(ctx, offers)
+		ld.decline(ctx, offers, declineUnreadable)
 		return
 	}
 	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.Groups)}).Debug("offer cycle")
 	if len(w.Groups) == 0 {
-		ld.decline(ctx, offers)
+		ld.decline(ctx, offers, declineNoWork)
 		if !ld.suppressed {
 			ld.call(ctx, calls.Suppress())
 			ld.suppressed = true
@@ -51,7 +51,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	// (jute.maxbuffer, 1 MB: about 5,000 task nodes); a burst larger than one multi would
 	// otherwise never launch. A job whose multi fails is not launched this cycle.
 	tasks := map[string][]mesos.TaskInfo{} // by agent
-	for _, chunk := range plan.Chunks(plan.Parts(w, res, agents), maxLaunchTasks) {
+	parts := plan.Parts(w, res, agents)
+	for _, chunk := range plan.Chunks(parts, maxLaunchTasks) {
 		var l state.Launch
 		for _, p := range chunk {
 			l.Tasks = append(l.Tasks, p.Launch.Tasks...)
@@ -62,7 +63,13 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			ld.log.WithError(err).WithField("tasks", len(l.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
 			continue
 		}
+		now := time.Now()
 		for _, p := range chunk {
+			for _, r := range p.Launch.Ready {
+				if at, ok := ld.fires.launched(r.JobName); ok {
+					ld.inst.metrics.scheduleLag.Observe(now.Sub(at).Seconds())
+				}
+			}
 			for _, t := range p.Tasks {
 				agent := t.ID.AgentID
 				like := byAgent[agent][0].Resources
@@ -71,7 +78,11 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		}
 	}
 	if len(tasks) == 0 {
-		ld.decline(ctx, offers)
+		reason := declineUnused // nothing fitted
+		if len(parts) > 0 {
+			reason = declineWriteAhead
+		}
+		ld.decline(ctx, offers, reason)
 		return
 	}
 	for agentID, ts := range tasks {
@@ -85,7 +96,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		}
 		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")
-		ld.inst.metrics.add(func(m *metrics) { m.launched += len(ts) })
+		ld.inst.metrics.launched.Add(float64(len(ts)))
+		ld.inst.metrics.offersAccepted.Add(float64(len(ids)))
 	}
 	var unused []mesos.Offer
 	for agentID, os := range byAgent {
@@ -93,10 +105,10 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			unused = append(unused, os...)
 		}
 	}
-	ld.decline(ctx, unused)
+	ld.decline(ctx, unused, declineUnused)
 }
 
-func (ld *leader) decline(ctx context.Context, offers []mesos.Offer) {
+func (ld *leader) decline(ctx context.Context, offers []mesos.Offer, reason string) {
 	if len(offers) == 0 {
 		return
 	}
@@ -105,7 +117,7 @@ func (ld *leader) decline(ctx context.Context, offers []mesos.Offer) {
 		ids[i] = o.ID
 	}
 	ld.call(ctx, calls.Decline(ids...).With(calls.RefuseSeconds(refuseSeconds*1e9)))
-	ld.inst.metrics.add(func(m *metrics) { m.declined += len(ids) })
+	ld.inst.metrics.offersDeclined.WithLabelValues(reason).Add(float64(len(ids)))
 }
 
 // executorFor returns the ExecutorInfo for an app on an agent: the one already running there,
@@ -158,10 +170,16 @@ func agentsOf(offers []mesos.Offer) ([]binpack.Agent, map[string][]mesos.Offer) 
 // eligible reads the cycle's snapshot from the model and asks plan.Eligible; it removes the
 // entries of jobs that no longer exist. A failed read is an error, never a guess.
 func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
+	mark := ld.fires.mark()
 	snap, err := ld.snapshot(ctx)
 	if err != nil {
 		return plan.Work{}, err
 	}
+	counts := make(map[string]int, len(snap.Ready))
+	for _, r := range snap.Ready {
+		counts[r.JobName] = r.Count
+	}
+	ld.fires.settle(mark, counts)
 	now := time.Now()
 	w := plan.Eligible(snap, func(m taskid.Meta) bool { return ld.relaunch.due(m, now) })
 	for _, m := range w.StaleFailover {
@@ -226,13 +244,11 @@ func (ld *leader) recordUnplaced(w plan.Work, res binpack.Result) {
 	ld.mu.Lock()
 	ld.unplaced = reasons
 	ld.mu.Unlock()
-	ld.inst.metrics.add(func(m *metrics) {
-		for _, u := range res.Unplaced {
-			for r := range u.Reasons {
-				m.unplaced[r]++
-			}
+	for _, u := range res.Unplaced {
+		for r := range u.Reasons {
+			ld.inst.metrics.unplaced.WithLabelValues(r).Inc()
 		}
-	})
+	}
 	for job, r := range reasons {
 		ld.log.WithFields(logrus.Fields{"job": job, "reasons": r}).Info("shards not placed this cycle")
 	}

@@ -53,9 +53,10 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		timeout = 15 * time.Second
 	}
 	connectCtx, cancel := context.WithTimeout(ctx, timeout)
+	met := newMetrics()
 	store, err := state.Connect(connectCtx, state.Config{
 		Servers: cfg.ZKServers, Namespace: cfg.ZKNamespace, Digest: cfg.ZKDigest, SessionTimeout: cfg.ZKSessionTimeout,
-		QueueSizeLimit: cfg.JobStateQueueSize, Logger: log,
+		QueueSizeLimit: cfg.JobStateQueueSize, Logger: log, ObserveOp: met.observeZK,
 	})
 	cancel()
 	if err != nil {
@@ -93,7 +94,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		}
 		h.mesos = m
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: newMetrics(), hooks: h}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -180,7 +181,7 @@ func (s *instance) elect(ctx context.Context) error {
 			continue
 		}
 		s.log.WithField("node", l.Path()).Info("elected leader")
-		s.metrics.add(func(m *metrics) { m.leaderChanges++ })
+		s.metrics.leaderChanges.Inc()
 		s.setLeader(true)
 		err = s.lead(ctx, l)
 		s.setLeader(false)

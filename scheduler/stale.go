@@ -110,5 +110,5 @@ func (ld *leader) checkStale(ctx context.Context) {
 		ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(reconcile)))
 	}
 	n := ld.stale.count()
-	ld.inst.metrics.add(func(m *metrics) { m.staleTasks = n })
+	ld.inst.metrics.staleTasks.Set(float64(n))
 }

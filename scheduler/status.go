@@ -98,7 +98,7 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 			continue
 		}
 		afters[i]()
-		ld.inst.metrics.add(func(m *metrics) { m.updates[st.GetState().String()]++ })
+		ld.inst.metrics.updates.WithLabelValues(st.GetState().String()).Inc()
 		if len(st.UUID) > 0 && st.AgentID != nil {
 			ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
 		}

@@ -79,8 +79,9 @@ func (l *Leadership) Confirm(ctx context.Context) error {
 	if s.fence == nil {
 		return fmt.Errorf("%w: no election node", ErrNotLeader)
 	}
-	s.roundTrips.Add(1)
+	start := s.begin()
 	res, err := s.conn.Multi(&zk.CheckVersionRequest{Path: l.path, Version: s.fence.Version})
+	s.end("multi", start)
 	if err == nil {
 		return nil
 	}
@@ -97,8 +98,9 @@ func (l *Leadership) Resign(ctx context.Context) {
 	l.cancel()
 	<-l.done
 	if err := ctx.Err(); err == nil {
-		l.store.roundTrips.Add(1)
+		start := l.store.begin()
 		l.store.conn.Delete(l.path, -1) // gone already is fine
+		l.store.end("delete", start)
 	}
 }
 
@@ -147,8 +149,9 @@ func (s *Store) Campaign(ctx context.Context, address string) (*Leadership, erro
 			return s.lead(me, version, expiries), nil
 		}
 		pred := s.path(electionDir, candidates[idx-1])
-		s.roundTrips.Add(1)
+		start := s.begin()
 		exists, _, watch, err := s.conn.ExistsW(pred)
+		s.end("exists", start)
 		if err != nil {
 			s.waitChange(ctx, changed)
 			continue
@@ -176,8 +179,9 @@ func (s *Store) waitChange(ctx context.Context, changed <-chan struct{}) {
 // withdraw deletes a candidate's node when it stops campaigning.
 func (s *Store) withdraw(me string) {
 	if me != "" {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		s.conn.Delete(me, -1)
+		s.end("delete", start)
 	}
 }
 
@@ -208,8 +212,9 @@ func (s *Store) electionNode(ctx context.Context, known, address string) (string
 			return s.path(electionDir, n), st.Version, nil
 		}
 	}
-	s.roundTrips.Add(1)
+	start := s.begin()
 	p, err := s.conn.Create(s.path(electionDir, electionPrefix), []byte(address), zk.FlagEphemeral|zk.FlagSequence, s.acl)
+	s.end("create", start)
 	if err != nil {
 		return "", 0, fmt.Errorf("create election node: %w", translate(err))
 	}
@@ -301,8 +306,9 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 			continue
 		}
 		if watch == nil {
-			s.roundTrips.Add(1)
+			start := s.begin()
 			exists, _, w, err := s.conn.ExistsW(l.path)
+			s.end("exists", start)
 			switch {
 			case err != nil:
 				s.waitChange(ctx, changed)

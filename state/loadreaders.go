@@ -91,8 +91,10 @@ func (s *Store) openReader(ctx context.Context) (*zk.Conn, error) {
 			return nil, fmt.Errorf("authenticate to ZooKeeper: %w", translate(err))
 		}
 	}
-	s.roundTrips.Add(1)
-	if _, err := conn.Sync(s.root); err != nil && !errors.Is(err, zk.ErrNoNode) {
+	start := s.begin()
+	_, err = conn.Sync(s.root)
+	s.end("sync", start)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		conn.Close()
 		return nil, fmt.Errorf("sync %s: %w", s.root, translate(err))
 	}

@@ -577,11 +577,12 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 		}
 	}
 	var st *zk.Stat
-	s.roundTrips.Add(1)
+	start := s.begin()
 	if childWatch {
 		// The watched directories are layout nodes without data: one list, whose stat has
 		// the version (the queue roots' version is what admit checks).
 		kids, st, _, err = s.conn.ChildrenW(p)
+		s.end("children", start)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, 0, nil, false, nil
 		}
@@ -595,6 +596,7 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	} else {
 		data, st, err = conn.Get(p)
 	}
+	s.end("get", start)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, nil, false, nil
 	}
@@ -602,8 +604,9 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 		return nil, 0, nil, false, fmt.Errorf("read %s: %w", p, translate(err))
 	}
 	if st.NumChildren > 0 {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		kids, _, err = conn.Children(p)
+		s.end("children", start)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, 0, nil, false, nil
 		}
@@ -825,8 +828,9 @@ func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.roundTrips.Add(1)
+		start := s.begin()
 		_, st, _, err := s.conn.GetW(items[i].path)
+		s.end("get", start)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return fmt.Errorf("watch %s: %w", items[i].path, translate(err))
 		}

@@ -37,8 +37,9 @@ type receipt struct {
 func (s *Store) newReceipt(ctx context.Context) (*receipt, error) {
 	r := &receipt{path: s.path("ha", "receipt-"+base(s.fence.Path))}
 	err := s.untilSessionFails(ctx, func() error {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		_, err := s.conn.Create(r.path, []byte("0"), zk.FlagEphemeral, s.acl)
+		s.end("create", start)
 		if errors.Is(err, zk.ErrNodeExists) {
 			// Ours from an attempt whose answer was lost: an election node's name is never
 			// reused, and the node is ephemeral.
@@ -63,12 +64,15 @@ func (r *receipt) next() (*zk.SetDataRequest, uint64) {
 func (s *Store) applied(ctx context.Context, r *receipt, seq uint64) (bool, error) {
 	var data []byte
 	err := s.untilSessionFails(ctx, func() error {
-		s.roundTrips.Add(2)
-		if _, err := s.conn.Sync(r.path); err != nil {
+		start := s.begin()
+		_, err := s.conn.Sync(r.path)
+		s.end("sync", start)
+		if err != nil {
 			return translate(err)
 		}
-		var err error
+		start = s.begin()
 		data, _, err = s.conn.Get(r.path)
+		s.end("get", start)
 		return translate(err)
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -86,6 +90,7 @@ func (s *Store) applied(ctx context.Context, r *receipt, seq uint64) (bool, erro
 
 // dropReceipt deletes the receipt at the end of the term (best effort: it is ephemeral anyway).
 func (s *Store) dropReceipt(r *receipt) {
-	s.roundTrips.Add(1)
+	start := s.begin()
 	s.conn.Delete(r.path, -1)
+	s.end("delete", start)
 }

@@ -59,6 +59,10 @@ type Config struct {
 	// when the root already has this many children. Default 10000.
 	QueueSizeLimit int
 	Logger         logrus.FieldLogger
+	// ObserveOp, if set, is told the latency of every ZooKeeper request (op: create, get,
+	// exists, children, multi, delete or sync), failed ones too. It is called on the
+	// requesting goroutine and must not block: the scheduler feeds a histogram with it.
+	ObserveOp func(op string, d time.Duration)
 }
 
 // Store is a handle on ejcloud's state. It is safe for concurrent use.
@@ -81,7 +85,8 @@ type shared struct {
 	sess       *session
 	roundTrips atomic.Uint64
 	multis     atomic.Uint64
-	watchers   atomic.Pointer[watchFunc] // the mirror's, told of every watch event
+	observe    func(op string, d time.Duration) // Config.ObserveOp, or nil
+	watchers   atomic.Pointer[watchFunc]        // the mirror's, told of every watch event
 	// parents caches the running/failover job nodes known to exist, so that a launch does not
 	// pay a round trip to create them; an entry is dropped when a write finds it wrong.
 	parents sync.Map
@@ -135,7 +140,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	sh = &shared{
 		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
-		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
+		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp,
 	}
 	close(ready)
 	s := &Store{shared: sh}
@@ -166,6 +171,19 @@ func (s *Store) Server() string { return s.conn.Server() }
 
 // RoundTrips counts the ZooKeeper requests this Store and its views have made.
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }
+
+// begin counts one ZooKeeper request about to be sent and returns its start, for end.
+func (s *shared) begin() time.Time {
+	s.roundTrips.Add(1)
+	return time.Now()
+}
+
+// end reports a request's latency to the observer, if there is one.
+func (s *shared) end(op string, start time.Time) {
+	if s.observe != nil {
+		s.observe(op, time.Since(start))
+	}
+}
 
 // Multis counts the multis (the writes) among them.
 func (s *Store) Multis() uint64 { return s.multis.Load() }
@@ -224,8 +242,9 @@ func (s *Store) ensure(ctx context.Context, p string) error {
 		}
 		return nil
 	}
-	s.roundTrips.Add(1)
+	start := s.begin()
 	_, err := s.conn.Create(p, nil, 0, s.acl)
+	s.end("create", start)
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return translate(err)
 	}
@@ -288,8 +307,9 @@ func (s *Store) get(ctx context.Context, p string) (node, error) {
 	var data []byte
 	var stat *zk.Stat
 	err := s.untilSessionFails(ctx, func() (err error) {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		data, stat, err = s.conn.Get(p)
+		s.end("get", start)
 		return translateConn(err)
 	})
 	if errors.Is(err, zk.ErrNoNode) {
@@ -312,8 +332,9 @@ func (s *Store) stat(ctx context.Context, p string) (*zk.Stat, error) {
 	var ok bool
 	var stat *zk.Stat
 	err := s.untilSessionFails(ctx, func() (err error) {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		ok, stat, err = s.conn.Exists(p)
+		s.end("exists", start)
 		return translateConn(err)
 	})
 	if err != nil {
@@ -335,8 +356,9 @@ func (s *Store) children(ctx context.Context, p string) ([]string, error) {
 	}
 	var names []string
 	err := s.untilSessionFails(ctx, func() (err error) {
-		s.roundTrips.Add(1)
+		start := s.begin()
 		names, _, err = s.conn.Children(p)
+		s.end("children", start)
 		return translateConn(err)
 	})
 	if errors.Is(err, zk.ErrNoNode) {
@@ -421,9 +443,10 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 	if s.fence != nil {
 		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
 	}
-	s.roundTrips.Add(1)
 	s.multis.Add(1)
+	start := s.begin()
 	res, err := s.conn.Multi(ops...)
+	s.end("multi", start)
 	if err == nil {
 		return nil
 	}

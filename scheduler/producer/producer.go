@@ -48,7 +48,7 @@ type Producer struct {
 	store Store
 	clock Clock
 	log   logrus.FieldLogger
-	fired func(job string) // told after each job that reached the ready queue
+	fired func(job string, at []time.Time) // told after each job that reached the ready queue
 
 	mu   sync.Mutex // guards jobs
 	jobs map[string]*entry
@@ -61,8 +61,8 @@ type Producer struct {
 
 // due is a job's fires that wait to be written.
 type due struct {
-	job   config.Job
-	fires int
+	job config.Job
+	at  []time.Time // the cron times of the fires, in order
 }
 
 type entry struct {
@@ -72,13 +72,15 @@ type entry struct {
 	next  time.Time
 }
 
-// New returns a producer; fired, if not nil, is called after each fire that was written.
-func New(store Store, clock Clock, log logrus.FieldLogger, fired func(job string)) *Producer {
+// New returns a producer; fired, if not nil, is called after each fire that was written, with
+// the cron time of each run it added to the ready queue (with misfire one per fire, without it
+// the earliest fire's), so that the leader can measure the schedule lag of those runs.
+func New(store Store, clock Clock, log logrus.FieldLogger, fired func(job string, at []time.Time)) *Producer {
 	if clock == nil {
 		clock = RealClock
 	}
 	if fired == nil {
-		fired = func(string) {}
+		fired = func(string, []time.Time) {}
 	}
 	return &Producer{store: store, clock: clock, log: log, fired: fired, jobs: map[string]*entry{}, wake: make(chan struct{}, 1),
 		pending: map[string]due{}, written: make(chan struct{}, 1)}
@@ -174,10 +176,10 @@ func (p *Producer) Run(ctx context.Context) error {
 func (p *Producer) fireDue() {
 	now := p.clock.Now()
 	p.mu.Lock()
-	var fired []config.Job
+	var fired []due
 	for _, e := range p.jobs {
 		if !e.next.IsZero() && !e.next.After(now) {
-			fired = append(fired, e.job)
+			fired = append(fired, due{job: e.job, at: []time.Time{e.next}})
 			e.next = e.sched.Next(now.In(e.loc))
 		}
 	}
@@ -186,9 +188,9 @@ func (p *Producer) fireDue() {
 		return
 	}
 	p.pendMu.Lock()
-	for _, j := range fired {
-		d := p.pending[j.JobName]
-		p.pending[j.JobName] = due{job: j, fires: d.fires + 1}
+	for _, f := range fired {
+		d := p.pending[f.job.JobName]
+		p.pending[f.job.JobName] = due{job: f.job, at: append(d.at, f.at...)}
 	}
 	p.pendMu.Unlock()
 	select {
@@ -226,8 +228,8 @@ func (p *Producer) write(ctx context.Context) {
 func (p *Producer) writeFires(ctx context.Context, d due) {
 	j := d.job
 	log := p.log.WithField("job", j.JobName)
-	if d.fires > 1 {
-		log = log.WithField("fires", d.fires)
+	if len(d.at) > 1 {
+		log = log.WithField("fires", len(d.at))
 	}
 	if off, err := p.store.JobOrAppDisabled(ctx, j); err != nil {
 		log.WithError(err).Warn("cron fire skipped: cannot read the disable state")
@@ -236,15 +238,18 @@ func (p *Producer) writeFires(ctx context.Context, d due) {
 		log.Debug("cron fire skipped: job or app disabled")
 		return
 	}
-	n := 1
+	runs := d.at[:1]
 	if j.Misfire {
-		n = d.fires
+		runs = d.at
 	}
-	for range n {
+	for i := range runs {
 		if err := p.store.AddReady(ctx, j.JobName, j.Misfire); err != nil {
 			log.WithError(err).Warn("cron fire not recorded")
+			if i > 0 {
+				p.fired(j.JobName, runs[:i])
+			}
 			return
 		}
 	}
-	p.fired(j.JobName)
+	p.fired(j.JobName, runs)
 }

@@ -72,6 +72,21 @@ type recorder struct {
 	disabled map[string]bool
 	gate     chan struct{} // if set, an add waits for it to close (ZooKeeper unreachable)
 	blocked  int           // adds waiting at the gate
+	fired    []string      // what the producer told its fired func: "job@seconds after t0"
+}
+
+func (r *recorder) firedTimes(job string, at []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range at {
+		r.fired = append(r.fired, job+"@"+a.Sub(t0).String())
+	}
+}
+
+func (r *recorder) firedSoFar() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.fired...)
 }
 
 func (r *recorder) AddReady(_ context.Context, job string, misfire bool) error {
@@ -114,7 +129,7 @@ func start(t *testing.T, now time.Time) (*Producer, *fakeClock, *recorder) {
 	rec := &recorder{disabled: map[string]bool{}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	p := New(rec, clock, log, nil)
+	p := New(rec, clock, log, rec.firedTimes)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
@@ -196,6 +211,10 @@ func TestFiresDuringASlowWriteAreNotLost(t *testing.T) {
 	close(gate)
 	want := []string{"add:add", "set:set", "add:add", "add:add", "add:add", "set:set"}
 	await.True(t, 5*time.Second, "adds "+fmtList(want), func() bool { return reflect.DeepEqual(rec.got(), want) })
+	// The runs' cron times, for the schedule lag: each fire's with misfire, the earliest of
+	// the fires a run stands for without it.
+	fired := []string{"add@2s", "set@2s", "add@4s", "add@6s", "add@8s", "set@4s"}
+	await.True(t, 5*time.Second, "fired "+fmtList(fired), func() bool { return reflect.DeepEqual(rec.firedSoFar(), fired) })
 }
 
 func TestDisabledAndRemovedJobsDoNotFire(t *testing.T) {
