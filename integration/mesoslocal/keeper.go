@@ -59,8 +59,12 @@ func startKeeper(log logrus.FieldLogger) *keeper {
 	go func() {
 		defer close(k.done)
 		// The parent-death signal comes when the thread that forked the child exits (prctl(2)):
-		// hold this one until the keeper is reaped.
+		// hold this one until the keeper is reaped. Then let it go back to the runtime: a
+		// goroutine that ends locked takes its thread with it, and that thread may also have
+		// forked other children with a parent-death signal (another Cluster's executors, a
+		// test's ZooKeeper), which would then be killed.
 		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
 			return
