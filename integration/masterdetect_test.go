@@ -95,9 +95,18 @@ func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
 
 	// Shards running when their master dies.
 	w.triggerHeld(t, s, "held", 2, true)
-	await.True(t, 30*time.Second, "both shards run at the first master", func() bool {
-		r := w.runs("held")
-		return len(r["0"]) == 1 && len(r["1"]) == 1
+	await.True(t, 30*time.Second, "both shards run at the first master, their start recorded", func() bool {
+		records, err := audit.ReadEffects(w.effects())
+		if err != nil {
+			return false
+		}
+		started := 0
+		for _, r := range records {
+			if r.Kind == "start" && strings.HasPrefix(r.TaskID, "held@-@") {
+				started++
+			}
+		}
+		return started == 2
 	})
 	killed := time.Now()
 	first.stop(syscall.SIGKILL)
