@@ -373,3 +373,23 @@ func oneOf(allowed ...string) func(string) (any, error) {
 		return nil, fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
 	}
 }
+
+// CheckQuery checks a query's paging, sort, order and filters as a search would, without a
+// database: the API refuses a bad parameter whether or not one is configured.
+func CheckQuery(executions bool, q Query) error {
+	lt := traceTable
+	if executions {
+		lt = executionTable
+	}
+	if q.PerPage < 0 || q.PerPage > MaxPerPage {
+		return &config.FieldError{Field: "per_page", Message: fmt.Sprintf("per_page must be from 1 to %d, got %d", MaxPerPage, q.PerPage)}
+	}
+	if q.Page < 0 {
+		return &config.FieldError{Field: "page", Message: fmt.Sprintf("page must be at least 1, got %d", q.Page)}
+	}
+	if _, _, err := lt.where(q); err != nil {
+		return err
+	}
+	_, err := lt.order(q)
+	return err
+}

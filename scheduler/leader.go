@@ -93,7 +93,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	ld = newLeader(s, log, store)
 	ld.confirm = l.Confirm
 	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(string) { ld.poke() })
-	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
+	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api"), Trace: s.trace.api()}))
 	defer s.setLeaderState(nil, nil)
 
 	var wg sync.WaitGroup
@@ -103,6 +103,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		defer wg.Done()
 		ld.prod.Run(ctx)
 	}()
+	s.trace.lead(ctx, &wg, ld.store)
 	go func() {
 		defer wg.Done()
 		ld.followChanges(ctx, changed)
