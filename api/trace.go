@@ -129,8 +129,12 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		path string
 		read func(t *Trace, r *http.Request, since time.Time) (any, error)
 	}{
-		{"/api/job/statistics/tasks/running", func(t *Trace, r *http.Request, since time.Time) (any, error) { return t.DB.TaskRunning(r.Context(), since) }},
-		{"/api/job/statistics/jobs/running", func(t *Trace, r *http.Request, since time.Time) (any, error) { return t.DB.JobRunning(r.Context(), since) }},
+		{"/api/job/statistics/tasks/running", func(t *Trace, r *http.Request, since time.Time) (any, error) {
+			return t.DB.TaskRunning(r.Context(), since)
+		}},
+		{"/api/job/statistics/jobs/running", func(t *Trace, r *http.Request, since time.Time) (any, error) {
+			return t.DB.JobRunning(r.Context(), since)
+		}},
 	} {
 		r.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) {
 			v := r.URL.Query().Get("since")

@@ -44,8 +44,8 @@ type Config struct {
 	EventTraceDB string
 	// EventTraceRetention is how long its rows are kept (0: 30 days).
 	EventTraceRetention time.Duration
-	LogLevel           string
-	LogFormat          string
+	LogLevel            string
+	LogFormat           string
 
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
