@@ -48,7 +48,7 @@ func traced(t *testing.T) (*fixture, *eventtrace.DB) {
 	res.Add(true)
 	s.Now = func() time.Time { return now }
 	s.Tick(ctx, now.Add(-time.Minute), now) // a minute missed, and the day turns
-	res.Add(true)                            // pending: counted in online and lastWeek
+	res.Add(true)                           // pending: counted in online and lastWeek
 	f := seeded()
 	f.h = New(f.store, f.sched, Config{Log: log, Zone: "UTC", Now: func() time.Time { return now }, Trace: &Trace{DB: db, Results: res}})
 	return f, db
