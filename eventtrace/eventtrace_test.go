@@ -14,6 +14,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/eventtrace/eventtracetest"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskdata"
 )
 
@@ -441,3 +442,32 @@ func TestCheckDSN(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// Run writes the rows at the minute boundary, on its own clock.
+func TestStatisticsRunTicksAtTheMinute(t *testing.T) {
+	db, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// A clock 200 ms before a minute boundary: the first tick comes 200 ms from now.
+	offset := Minute.Truncate(time.Now()).Add(time.Minute - 200*time.Millisecond).Sub(time.Now())
+	res := NewResults()
+	res.Add(false)
+	s := &Statistics{DB: db, Results: res, Source: fakeSource{tasks: 4, jobs: 1, registered: 9}, Log: quiet(), Now: func() time.Time { return time.Now().Add(offset) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	boundary := Minute.Truncate(time.Now().Add(offset)).Add(time.Minute)
+	await.True(t, 10*time.Second, "the minute's rows written", func() bool {
+		reg, err := db.JobRegister(context.Background(), time.Time{}) // the tick's last row
+		return err == nil && len(reg) > 0
+	})
+	r, _ := db.LatestTaskResult(context.Background(), Minute, time.Now())
+	reg, _ := db.JobRegister(context.Background(), time.Time{})
+	run, _ := db.TaskRunning(context.Background(), time.Time{})
+	if r.FailedCount != 1 || r.StatisticsTime != boundary.UnixMilli() || len(reg) != 1 || reg[0].RegisteredCount != 9 || len(run) != 1 || run[0].RunningCount != 4 {
+		t.Fatalf("after the tick: %+v, registered %+v, running %+v; want the minute at %v", r, reg, run, boundary)
+	}
+}
