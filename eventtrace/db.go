@@ -67,9 +67,10 @@ func parseDSN(dsn string) (dialect, error) {
 		if !strings.HasPrefix(path, "/") || len(path) < 2 {
 			return dialect{}, fmt.Errorf("sqlite DSN %q: want sqlite:///absolute/path/file.db", dsn)
 		}
-		// WAL lets the API read while the writer writes; busy_timeout makes the two wait for
-		// each other instead of failing with SQLITE_BUSY.
-		return dialect{name: "sqlite", driver: "sqlite", dsn: "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)",
+		// WAL lets the API read while the writer writes; busy_timeout makes writers wait for
+		// each other instead of failing with SQLITE_BUSY, and immediate transactions take the
+		// write lock at BEGIN, where that wait applies (a read-then-write upgrade fails at once).
+		return dialect{name: "sqlite", driver: "sqlite", dsn: "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_txlock=immediate",
 			serial: "INTEGER PRIMARY KEY AUTOINCREMENT", stamp: "TIMESTAMP", text: "TEXT"}, nil
 	case "postgres", "postgresql":
 		u, err := url.Parse(dsn)

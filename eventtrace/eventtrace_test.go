@@ -471,3 +471,49 @@ func TestStatisticsRunTicksAtTheMinute(t *testing.T) {
 		t.Fatalf("after the tick: %+v, registered %+v, running %+v; want the minute at %v", r, reg, run, boundary)
 	}
 }
+
+// The writer and the statistics jobs write at once (and the API reads) without failing each
+// other: SQLite's transactions wait for the write lock rather than fail.
+func TestConcurrentWritersDoNotFail(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		w := NewWriter(db, WriterConfig{Batch: 50}, quiet())
+		done := make(chan error, 2)
+		go func() {
+			for i := 0; i < 60; i++ {
+				if err := db.AddTaskResult(ctx, Minute, t0.Add(time.Duration(i)*time.Minute), 1, 0); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		go func() {
+			for i := 0; i < 60; i++ {
+				if _, err := db.Executions(ctx, Query{Filters: map[string]string{"jobName": "job-a"}}); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for i := 0; i < 2000; i++ {
+			e := exec(fmt.Sprintf("c%04d", i), "job-a", i%5, t0)
+			w.Execution(e)
+			w.Execution(completed(e, t0.Add(time.Second), nil))
+		}
+		for i := 0; i < 2; i++ {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+		if s := w.Stats(); s.Failed != 0 || s.Dropped != 0 || s.Written != 4000 {
+			t.Fatalf("writer stats %+v; want 4000 written", s)
+		}
+		p, err := db.Executions(ctx, Query{Filters: map[string]string{"isSuccess": "true"}})
+		if err != nil || p.Total != 2000 {
+			t.Fatalf("%d successful executions (%v), want 2000", p.Total, err)
+		}
+	})
+}
