@@ -46,6 +46,7 @@ type Writer struct {
 	log     logrus.FieldLogger
 	in      chan event
 	batch   int
+	linger  time.Duration
 	mu      sync.RWMutex // guards closed against Offer racing Close
 	closed  bool
 	done    chan struct{}
@@ -59,6 +60,8 @@ type Writer struct {
 type WriterConfig struct {
 	Queue int // events held while the database is slower than the scheduler (default 10,000)
 	Batch int // most events per transaction (default 500)
+	// Linger is how long a batch waits for more events before it is written (default 50 ms).
+	Linger time.Duration
 }
 
 // NewWriter starts a writer on db; Close stops it.
@@ -69,7 +72,10 @@ func NewWriter(db *DB, cfg WriterConfig, log logrus.FieldLogger) *Writer {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
 	}
-	w := &Writer{db: db, log: log, in: make(chan event, cfg.Queue), batch: cfg.Batch, done: make(chan struct{})}
+	if cfg.Linger <= 0 {
+		cfg.Linger = 50 * time.Millisecond
+	}
+	w := &Writer{db: db, log: log, in: make(chan event, cfg.Queue), batch: cfg.Batch, linger: cfg.Linger, done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -160,18 +166,29 @@ func (w *Writer) Close() {
 func (w *Writer) run() {
 	defer close(w.done)
 	buf := make([]event, 0, w.batch)
+	linger := time.NewTimer(0)
+	<-linger.C
 	for e := range w.in {
 		buf = append(buf[:0], e)
+		// Wait a little for more: one transaction of many rows costs the scheduler's CPUs far
+		// less than many of a few. A flush marker or a full batch ends the wait.
+		linger.Reset(w.linger)
 	more:
-		for len(buf) < w.batch {
+		for len(buf) < w.batch && buf[len(buf)-1].flush == nil {
 			select {
 			case e, ok := <-w.in:
 				if !ok {
 					break more
 				}
 				buf = append(buf, e)
-			default:
+			case <-linger.C:
 				break more
+			}
+		}
+		if !linger.Stop() {
+			select {
+			case <-linger.C:
+			default:
 			}
 		}
 		w.write(buf)
