@@ -127,22 +127,6 @@ func withColumnNames(m map[string]column) map[string]column {
 	return out
 }
 
-// Filters names the filter parameters of each log, for the API's documentation and errors.
-func Filters(executions bool) []string {
-	t := traceTable
-	if executions {
-		t = executionTable
-	}
-	var out []string
-	for k, c := range t.columns {
-		if c.check != nil {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Executions searches JOB_EXECUTION_LOG.
 func (t *DB) Executions(ctx context.Context, q Query) (Page[Execution], error) {
 	p := Page[Execution]{Rows: []Execution{}}
