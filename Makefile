@@ -7,17 +7,19 @@ BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint soak zookeeper clean images static docker-test docker-engine busybox-static
+.PHONY: build test run bench fuzz lint soak zookeeper databases clean images static docker-test docker-engine busybox-static
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(BINARIES)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sdk-executor ./executor/examples/sdk-executor
 
-# Tests need a real ZooKeeper (Debian's zookeeper package); install it when it is missing.
+# Tests need a real ZooKeeper (Debian's zookeeper package), and the event trace's tests a real
+# PostgreSQL and MariaDB (Debian's postgresql and mariadb-server packages, started by the tests
+# themselves in temporary directories); install them when they are missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
 # scripts included) is still alive after `go test` ends.
-test: zookeeper
+test: zookeeper databases
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
 	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
@@ -27,7 +29,7 @@ test: zookeeper
 run: build zookeeper
 	./docker/run-local.sh
 
-bench: zookeeper
+bench: zookeeper databases
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # A short fuzzing pass over every fuzz target; the seed corpora run in `make test` already.
@@ -45,6 +47,16 @@ zookeeper:
 	@if [ ! -f $(ZK_JAR) ]; then \
 	  echo "ZooKeeper is missing: installing Debian's zookeeper package"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q zookeeper; \
+	fi
+
+# The packages' own services are not used (nor started: policy-rc.d refuses them while they
+# install); the tests run their own servers as the packages' postgres and mysql users.
+databases:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; }; then \
+	  echo "PostgreSQL or MariaDB is missing: installing Debian's postgresql and mariadb-server packages"; \
+	  own=; if [ ! -e /usr/sbin/policy-rc.d ]; then own=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q postgresql mariadb-server; rc=$$?; \
+	  if [ -n "$$own" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
 	fi
 
 clean:

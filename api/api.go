@@ -75,6 +75,9 @@ type Config struct {
 	Zone  string // default time zone of jobs registered without one
 	Log   logrus.FieldLogger
 	Now   func() time.Time
+	// Trace is the event trace database; nil: none, and the history and statistics
+	// endpoints answer Elastic-Job-Cloud's empty shapes.
+	Trace *Trace
 }
 
 // Server serves the API.

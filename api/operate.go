@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -88,81 +87,4 @@ func (s *Server) operateRoutes(r *mux.Router) {
 		}
 		writeJSON(w, http.StatusOK, boxes)
 	}).Methods(http.MethodGet)
-}
-
-// The event trace and statistics endpoints (SPEC §9) answer the empty shapes of Elastic-Job-Cloud
-// 2.1.5 until the event trace database is built, but already validate their parameters.
-func (s *Server) traceRoutes(r *mux.Router) {
-	page := func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		for _, name := range []string{"per_page", "page"} {
-			if v := q.Get(name); v != "" {
-				if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 10000 {
-					s.fail(w, r, &config.FieldError{Field: name, Message: name + " must be an integer from 1 to 10000, got " + strconv.Quote(v)})
-					return
-				}
-			}
-		}
-		if v := q.Get("order"); v != "" && v != "asc" && v != "desc" {
-			s.fail(w, r, &config.FieldError{Field: "order", Message: "order must be asc or desc, got " + strconv.Quote(v)})
-			return
-		}
-		var start, end time.Time
-		for _, p := range []struct {
-			name string
-			dst  *time.Time
-		}{{"startTime", &start}, {"endTime", &end}} {
-			if v := q.Get(p.name); v != "" {
-				t, err := parseTime(v)
-				if err != nil {
-					s.fail(w, r, &config.FieldError{Field: p.name, Message: p.name + " must be a date such as 2026-11-22 10:00:00 or RFC 3339, got " + strconv.Quote(v)})
-					return
-				}
-				*p.dst = t
-			}
-		}
-		if !start.IsZero() && !end.IsZero() && end.Before(start) {
-			s.fail(w, r, &config.FieldError{Field: "endTime", Message: "endTime is before startTime"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"total": 0, "rows": []any{}})
-	}
-	r.HandleFunc("/api/job/events/executions", page).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/events/statusTraces", page).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/statistics/tasks/results", func(w http.ResponseWriter, r *http.Request) {
-		switch since := r.URL.Query().Get("since"); since {
-		case "", "last24hours", "lastWeek":
-			writeJSON(w, http.StatusOK, []any{})
-		default:
-			s.fail(w, r, &config.FieldError{Field: "since", Message: "since must be last24hours or lastWeek, got " + strconv.Quote(since)})
-		}
-	}).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/statistics/tasks/results/{period:lastMinute|lastHour|lastDay|lastWeek}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"successCount": 0, "failedCount": 0})
-	}).Methods(http.MethodGet)
-	for _, p := range []string{"/api/job/statistics/tasks/running", "/api/job/statistics/jobs/running", "/api/job/statistics/jobs/register"} {
-		r.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			if v := r.URL.Query().Get("since"); v != "" && v != "lastWeek" {
-				s.fail(w, r, &config.FieldError{Field: "since", Message: "since must be lastWeek, got " + strconv.Quote(v)})
-				return
-			}
-			writeJSON(w, http.StatusOK, []any{})
-		}).Methods(http.MethodGet)
-	}
-	r.HandleFunc("/api/job/statistics/jobs/executionType", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]int{"transientJobCount": 0, "daemonJobCount": 0})
-	}).Methods(http.MethodGet)
-}
-
-// parseTime accepts the console's "2006-01-02 15:04:05", a bare date, or RFC 3339.
-func parseTime(v string) (time.Time, error) {
-	var last error
-	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02", time.RFC3339} {
-		t, err := time.Parse(layout, v)
-		if err == nil {
-			return t, nil
-		}
-		last = err
-	}
-	return time.Time{}, last
 }

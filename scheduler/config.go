@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ejcloud/ejcloud/eventtrace"
 	"github.com/ejcloud/ejcloud/state"
 )
 
@@ -38,9 +40,13 @@ type Config struct {
 	FailoverBackoffMin time.Duration
 	FailoverBackoffMax time.Duration
 	ExecutorBinary     string
-	LogLevel           string
-	LogFormat          string
-	TLS                // --mesos-ca-file, --tls-cert-file, --tls-key-file, --insecure-http (tls.go)
+	// EventTraceDB is the event trace database's DSN (SPEC §9); "" keeps no history.
+	EventTraceDB string
+	// EventTraceRetention is how long its rows are kept (0: 30 days).
+	EventTraceRetention time.Duration
+	LogLevel            string
+	LogFormat           string
+	TLS                 // --mesos-ca-file, --tls-cert-file, --tls-key-file, --insecure-http (tls.go)
 
 	// ZKConnectTimeout bounds the wait for the first ZooKeeper session (default 15s).
 	ZKConnectTimeout time.Duration
@@ -89,6 +95,13 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
 	fs.DurationVar(&c.FailoverBackoffMax, "failover-backoff-max", 5*time.Minute, "longest wait before relaunching a shard that keeps failing")
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
+	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database (history and statistics): sqlite:///path/file.db, postgres://user:password@host:port/db or mysql://user:password@tcp(host:port)/db (default none)")
+	c.EventTraceRetention = 30 * 24 * time.Hour
+	fs.Func("event-trace-retention", "how long the event trace keeps its rows, e.g. 30d or 12h (default 30d)", func(s string) error {
+		d, err := parseDays(s)
+		c.EventTraceRetention = d
+		return err
+	})
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -111,6 +124,14 @@ func (c *Config) Validate() error {
 		if cred != "" && !strings.Contains(cred, ":") {
 			return fmt.Errorf("%s must be user:password", name)
 		}
+	}
+	if c.EventTraceDB != "" {
+		if err := eventtrace.CheckDSN(c.EventTraceDB); err != nil {
+			return fmt.Errorf("--event-trace-db: %w", err)
+		}
+	}
+	if c.EventTraceRetention < 0 {
+		return fmt.Errorf("--event-trace-retention must be positive, got %v", c.EventTraceRetention)
 	}
 	if err := c.parseMesosURL(); err != nil {
 		return err
@@ -198,6 +219,28 @@ func (c *Config) readMesosSecret() error {
 		return fmt.Errorf("--mesos-secret-file %s is empty", c.MesosSecretFile)
 	}
 	return nil
+}
+
+// parseDays reads a duration that may be in days: "30d", "1d12h", or anything time.ParseDuration
+// reads.
+func parseDays(s string) (time.Duration, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.Atoi(days)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 30d or 12h", s)
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration such as 30d or 12h", s)
+		}
+		d += r
+	}
+	return d, nil
 }
 
 func isLoopback(host string) bool {

@@ -97,7 +97,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		ld.fires.fired(job, at)
 		ld.poke()
 	})
-	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
+	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api"), Trace: s.trace.api()}))
 	defer s.setLeaderState(nil, nil)
 
 	var wg sync.WaitGroup
@@ -107,6 +107,7 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 		defer wg.Done()
 		ld.prod.Run(ctx)
 	}()
+	s.trace.lead(ctx, &wg, ld.store)
 	go func() {
 		defer wg.Done()
 		ld.followChanges(ctx, changed)

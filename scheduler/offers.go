@@ -93,6 +93,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		for _, t := range ts {
 			ld.executors[t.Executor.ExecutorID.Value] = *t.Executor
 			ld.stale.heardOf(t.TaskID.Value, false, time.Now())
+			ld.inst.trace.launched(t)
 		}
 		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")

@@ -67,6 +67,15 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 	}
 	defer store.Close()
 
+	trace, err := openTracer(ctx, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer trace.close() // after the leader's work has stopped: every event it queued is written
+
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", cfg.HTTPAddr, err)
@@ -94,7 +103,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		}
 		h.mesos = m
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h, trace: trace}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -147,6 +156,7 @@ type instance struct {
 
 	metrics *metrics
 	hooks   hooks
+	trace   *tracer // nil without --event-trace-db
 }
 
 func (s *instance) status() (leader, subscribed bool) {

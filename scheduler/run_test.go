@@ -180,6 +180,12 @@ func TestConfigValidation(t *testing.T) {
 		{"a secret needs its principal", func(c *Config) { c.MesosSecretFile = secret }, "--mesos-secret-file needs --mesos-principal"},
 		{"a missing secret file", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", filepath.Join(dir, "nope") }, "--mesos-secret-file"},
 		{"an empty secret file", func(c *Config) { c.MesosPrincipal, c.MesosSecretFile = "ejcloud", empty }, "is empty"},
+		{"an SQLite event trace", func(c *Config) { c.EventTraceDB = "sqlite:///var/lib/ejcloud/trace.db" }, ""},
+		{"a PostgreSQL event trace", func(c *Config) { c.EventTraceDB = "postgres://u:p@db:5432/ejcloud" }, ""},
+		{"a MySQL event trace", func(c *Config) { c.EventTraceDB = "mysql://u:p@tcp(db:3306)/ejcloud" }, ""},
+		{"an event trace DSN without a scheme", func(c *Config) { c.EventTraceDB = "trace.db" }, "--event-trace-db"},
+		{"an event trace in an unknown database", func(c *Config) { c.EventTraceDB = "oracle://db/x" }, "--event-trace-db"},
+		{"a negative retention", func(c *Config) { c.EventTraceRetention = -time.Hour }, "--event-trace-retention"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
@@ -192,6 +198,41 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("secret %q; want s3cret", c.mesosSecret)
 			}
 		})
+	}
+}
+
+func TestEventTraceFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+		bad  bool
+	}{
+		{nil, 30 * 24 * time.Hour, false},
+		{[]string{"--event-trace-retention", "7d"}, 7 * 24 * time.Hour, false},
+		{[]string{"--event-trace-retention", "1d12h"}, 36 * time.Hour, false},
+		{[]string{"--event-trace-retention", "90m"}, 90 * time.Minute, false},
+		{[]string{"--event-trace-retention", "week"}, 0, true},
+		{[]string{"--event-trace-retention", "xd"}, 0, true},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := Flags(fs)
+		err := fs.Parse(tc.args)
+		if tc.bad != (err != nil) || !tc.bad && c.EventTraceRetention != tc.want {
+			t.Errorf("%v: retention %v, error %v; want %v (error: %v)", tc.args, c.EventTraceRetention, err, tc.want, tc.bad)
+		}
+	}
+}
+
+// An event trace database that cannot be opened is a one-line start-up error naming the flag.
+func TestRunFailsWhenTheEventTraceCannotBeOpened(t *testing.T) {
+	cfg := testConfig(t, statetest.StartZooKeeper(t))
+	cfg.EventTraceDB = "sqlite://" + filepath.Join(t.TempDir(), "no-such-dir", "trace.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg, quietLog())
+	if err == nil || !strings.HasPrefix(err.Error(), "--event-trace-db: ") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run with an event trace in a missing directory = %v; want one line naming --event-trace-db", err)
 	}
 }
 

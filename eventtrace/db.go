@@ -1,0 +1,328 @@
+// Package eventtrace is ejcloud's event trace database (SPEC §9): the JOB_EXECUTION_LOG and
+// JOB_STATUS_TRACE_LOG of Elastic-Job-Cloud, its statistics tables, the searches and statistics
+// the REST API answers with, and the retention purge. Only the scheduler writes, through Writer,
+// which batches events asynchronously so that no database latency reaches the offer cycle.
+//
+//	status update recorded → Writer.Offer (never blocks) → batch → one transaction
+//	leader: Statistics.Run (minute/hour/day rows, gaps filled with zeros), Purge (retention)
+//	API: Executions, StatusTraces, statistics queries
+//
+// SQL is built from fixed fragments and whitelisted column names only; every value is a
+// placeholder.
+package eventtrace
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+// Table names, as Elastic-Job-Cloud names them.
+const (
+	ExecutionLog       = "JOB_EXECUTION_LOG"
+	StatusTraceLog     = "JOB_STATUS_TRACE_LOG"
+	taskResultPrefix   = "TASK_RESULT_STATISTICS_"
+	TaskRunningStats   = "TASK_RUNNING_STATISTICS"
+	JobRunningStats    = "JOB_RUNNING_STATISTICS"
+	JobRegisterStats   = "JOB_REGISTER_STATISTICS"
+	timeLayoutSQLite   = "2006-01-02 15:04:05.000"
+	defaultMaxOpenConn = 4
+)
+
+// dialect is what differs between the databases: the driver, placeholders, column types and
+// the batched delete.
+type dialect struct {
+	name        string // sqlite, postgres, mysql
+	driver      string
+	dsn         string
+	serial      string // an auto-increment primary key column
+	stamp       string // a timestamp column type
+	text        string // a long text column type
+	dollar      bool   // placeholders are $1, $2… rather than ?
+	deleteLimit bool   // DELETE … LIMIT n (MySQL); else DELETE … WHERE id IN (SELECT … LIMIT n)
+}
+
+// parseDSN reads an --event-trace-db DSN: sqlite:///path/file.db, postgres://…, postgresql://…,
+// mysql://user:pass@tcp(host:port)/db or mysql://user:pass@host:port/db.
+func parseDSN(dsn string) (dialect, error) {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return dialect{}, fmt.Errorf("%q is not a DSN: want sqlite:///path/file.db, postgres://… or mysql://…", redact(dsn))
+	}
+	switch scheme {
+	case "sqlite":
+		path := rest
+		if q := strings.IndexByte(path, '?'); q >= 0 {
+			path = path[:q]
+		}
+		if !strings.HasPrefix(path, "/") || len(path) < 2 {
+			return dialect{}, fmt.Errorf("sqlite DSN %q: want sqlite:///absolute/path/file.db", dsn)
+		}
+		// WAL lets the API read while the writer writes; busy_timeout makes writers wait for
+		// each other instead of failing with SQLITE_BUSY, and immediate transactions take the
+		// write lock at BEGIN, where that wait applies (a read-then-write upgrade fails at once).
+		return dialect{name: "sqlite", driver: "sqlite", dsn: "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)&_txlock=immediate",
+			serial: "INTEGER PRIMARY KEY AUTOINCREMENT", stamp: "TIMESTAMP", text: "TEXT"}, nil
+	case "postgres", "postgresql":
+		u, err := url.Parse(dsn)
+		if err != nil || u.Host == "" && u.Query().Get("host") == "" {
+			return dialect{}, fmt.Errorf("postgres DSN %q: want postgres://user:password@host:port/database", redact(dsn))
+		}
+		return dialect{name: "postgres", driver: "pgx", dsn: dsn, serial: "BIGSERIAL PRIMARY KEY", stamp: "TIMESTAMP", text: "TEXT", dollar: true}, nil
+	case "mysql":
+		cfg, err := mysqlConfig(rest)
+		if err != nil {
+			return dialect{}, fmt.Errorf("mysql DSN %q: %w", redact(dsn), err)
+		}
+		return dialect{name: "mysql", driver: "mysql", dsn: cfg.FormatDSN(), serial: "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+			stamp: "DATETIME(3)", text: "VARCHAR(4000)", deleteLimit: true}, nil
+	}
+	return dialect{}, fmt.Errorf("%q: unknown database %q: want sqlite:///path/file.db, postgres://… or mysql://…", redact(dsn), scheme)
+}
+
+// mysqlConfig accepts the driver's own form (user:pass@tcp(host:port)/db?params) and the usual
+// URL form (user:pass@host:port/db?params). Times are read and written in UTC.
+func mysqlConfig(rest string) (*mysqldrv.Config, error) {
+	var cfg *mysqldrv.Config
+	if strings.Contains(rest, "@tcp(") || strings.Contains(rest, "@unix(") {
+		c, err := mysqldrv.ParseDSN(rest)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	} else {
+		u, err := url.Parse("mysql://" + rest)
+		if err != nil || u.Host == "" || strings.Trim(u.Path, "/") == "" {
+			return nil, errors.New("want mysql://user:password@host:port/database or mysql://user:password@tcp(host:port)/database")
+		}
+		cfg = mysqldrv.NewConfig()
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.Trim(u.Path, "/")
+		if u.User != nil {
+			cfg.User = u.User.Username()
+			cfg.Passwd, _ = u.User.Password()
+		}
+		for k, v := range u.Query() {
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params[k] = v[0]
+		}
+	}
+	if cfg.DBName == "" {
+		return nil, errors.New("no database named")
+	}
+	cfg.ParseTime, cfg.Loc = true, time.UTC
+	return cfg, nil
+}
+
+// redact hides a DSN's password in messages.
+func redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	if at := strings.LastIndexByte(dsn, '@'); at > 0 {
+		if colon := strings.LastIndexByte(dsn[:at], ':'); colon > strings.Index(dsn, "://")+2 {
+			return dsn[:colon+1] + "xxxxx" + dsn[at:]
+		}
+	}
+	return dsn
+}
+
+// CheckDSN checks the form of a DSN without opening anything.
+func CheckDSN(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
+}
+
+// DB is an open event trace database.
+type DB struct {
+	db *sql.DB
+	d  dialect
+}
+
+// Open connects to the database of dsn and creates the tables and indexes that are absent.
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	d, err := parseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(d.driver, d.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open the event trace database %s: %w", redact(dsn), err)
+	}
+	db.SetMaxOpenConns(defaultMaxOpenConn)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	t := &DB{db: db, d: d}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot reach the event trace database %s: %w", redact(dsn), err)
+	}
+	if err := t.createSchema(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("create the event trace tables in %s: %w", redact(dsn), err)
+	}
+	return t, nil
+}
+
+// Close closes the connections.
+func (t *DB) Close() error { return t.db.Close() }
+
+// Dialect names the database: sqlite, postgres or mysql.
+func (t *DB) Dialect() string { return t.d.name }
+
+func (t *DB) createSchema(ctx context.Context) error {
+	d := t.d
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS ` + ExecutionLog + ` (
+			id VARCHAR(40) NOT NULL PRIMARY KEY,
+			job_name VARCHAR(100) NOT NULL,
+			task_id VARCHAR(255) NOT NULL,
+			hostname VARCHAR(255) NOT NULL,
+			ip VARCHAR(50) NOT NULL,
+			sharding_item INT NOT NULL,
+			execution_source VARCHAR(20) NOT NULL,
+			failure_cause ` + d.text + ` NULL,
+			is_success INT NULL,
+			start_time ` + d.stamp + ` NULL,
+			complete_time ` + d.stamp + ` NULL)`,
+		`CREATE TABLE IF NOT EXISTS ` + StatusTraceLog + ` (
+			id VARCHAR(40) NOT NULL PRIMARY KEY,
+			job_name VARCHAR(100) NOT NULL,
+			original_task_id VARCHAR(255) NOT NULL,
+			task_id VARCHAR(255) NOT NULL,
+			slave_id VARCHAR(255) NOT NULL,
+			source VARCHAR(50) NOT NULL,
+			execution_type VARCHAR(20) NOT NULL,
+			sharding_item VARCHAR(100) NOT NULL,
+			state VARCHAR(20) NOT NULL,
+			message ` + d.text + ` NULL,
+			creation_time ` + d.stamp + ` NULL)`,
+	}
+	for _, iv := range intervals {
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+iv.table()+` (
+			id `+d.serial+`,
+			success_count INT,
+			failed_count INT,
+			statistics_time `+d.stamp+` NOT NULL,
+			creation_time `+d.stamp+` NOT NULL)`)
+	}
+	for table, col := range map[string]string{TaskRunningStats: "running_count", JobRunningStats: "running_count", JobRegisterStats: "registered_count"} {
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+table+` (
+			id `+d.serial+`,
+			`+col+` INT,
+			statistics_time `+d.stamp+` NOT NULL,
+			creation_time `+d.stamp+` NOT NULL)`)
+	}
+	// The searches filter on these and order by time; the purge deletes by time.
+	indexes := [][3]string{
+		{"TASK_ID_STATE_INDEX", StatusTraceLog, "task_id, state"},
+		{"STATUS_TRACE_TIME_INDEX", StatusTraceLog, "creation_time"},
+		{"STATUS_TRACE_JOB_INDEX", StatusTraceLog, "job_name, creation_time"},
+		{"EXECUTION_TIME_INDEX", ExecutionLog, "start_time"},
+		{"EXECUTION_JOB_INDEX", ExecutionLog, "job_name, start_time"},
+		{"EXECUTION_TASK_INDEX", ExecutionLog, "task_id"},
+	}
+	for _, iv := range intervals {
+		indexes = append(indexes, [3]string{iv.table() + "_TIME_INDEX", iv.table(), "statistics_time"})
+	}
+	for _, table := range []string{TaskRunningStats, JobRunningStats, JobRegisterStats} {
+		indexes = append(indexes, [3]string{table + "_TIME_INDEX", table, "statistics_time"})
+	}
+	for _, s := range stmts {
+		if _, err := t.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", firstLine(s), err)
+		}
+	}
+	for _, ix := range indexes {
+		s := "CREATE INDEX IF NOT EXISTS " + ix[0] + " ON " + ix[1] + " (" + ix[2] + ")"
+		if d.name == "mysql" {
+			// MySQL has no CREATE INDEX IF NOT EXISTS (MariaDB has): a duplicate name is fine.
+			s = "CREATE INDEX " + ix[0] + " ON " + ix[1] + " (" + ix[2] + ")"
+		}
+		if _, err := t.db.ExecContext(ctx, s); err != nil {
+			var me *mysqldrv.MySQLError
+			if errors.As(err, &me) && me.Number == 1061 { // ER_DUP_KEYNAME
+				continue
+			}
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(strings.TrimSuffix(s, "("))
+}
+
+// q rewrites ? placeholders into the dialect's. Statements never hold a literal '?'.
+func (t *DB) q(s string) string {
+	if !t.d.dollar {
+		return s
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ts is a time as a bound value. SQLite keeps it as fixed-width UTC text, so that its string
+// comparisons order times; the other databases get a UTC time.Time.
+func (t *DB) ts(v time.Time) any {
+	v = v.UTC().Truncate(time.Millisecond)
+	if t.d.name == "sqlite" {
+		return v.Format(timeLayoutSQLite)
+	}
+	return v
+}
+
+// nullTime scans a timestamp column whatever form the driver gives it in.
+type nullTime struct {
+	Time  time.Time
+	Valid bool
+}
+
+func (n *nullTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		n.Valid = false
+		return nil
+	case time.Time:
+		n.Time, n.Valid = x.UTC(), true
+		return nil
+	case []byte:
+		return n.parse(string(x))
+	case string:
+		return n.parse(x)
+	}
+	return fmt.Errorf("cannot read a time from %T", v)
+}
+
+func (n *nullTime) parse(s string) error {
+	for _, layout := range []string{timeLayoutSQLite, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05", time.RFC3339Nano} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			n.Time, n.Valid = t.UTC(), true
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot read a time from %q", s)
+}

@@ -1,0 +1,155 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/api"
+	"github.com/ejcloud/ejcloud/eventtrace"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// tracer is the scheduler's side of the event trace (--event-trace-db): what it writes as it
+// launches tasks and records their status updates, and the leader's statistics and retention
+// jobs. A nil tracer (no database) does nothing.
+type tracer struct {
+	db      *eventtrace.DB
+	w       *eventtrace.Writer
+	results *eventtrace.Results
+	log     logrus.FieldLogger
+	// retention and purgeEvery drive the purge of old rows.
+	retention, purgeEvery time.Duration
+}
+
+// openTracer opens the database of cfg.EventTraceDB, or returns nil when there is none.
+func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*tracer, error) {
+	if cfg.EventTraceDB == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	db, err := eventtrace.Open(ctx, cfg.EventTraceDB)
+	if err != nil {
+		return nil, fmt.Errorf("--event-trace-db: %w", err)
+	}
+	if cfg.EventTraceRetention == 0 {
+		cfg.EventTraceRetention = 30 * 24 * time.Hour
+	}
+	log = log.WithField("component", "eventtrace")
+	log.WithField("database", db.Dialect()).Info("event trace database open")
+	return &tracer{db: db, w: eventtrace.NewWriter(db, eventtrace.WriterConfig{}, log), results: eventtrace.NewResults(), log: log,
+		retention: cfg.EventTraceRetention, purgeEvery: 10 * time.Minute}, nil
+}
+
+// close writes every queued event, then closes the database.
+func (t *tracer) close() {
+	if t == nil {
+		return
+	}
+	t.w.Close()
+	if s := t.w.Stats(); s.Dropped > 0 || s.Failed > 0 {
+		t.log.WithFields(logrus.Fields{"written": s.Written, "dropped": s.Dropped, "failed": s.Failed}).Warn("event trace: not every event was written")
+	}
+	t.db.Close()
+}
+
+// launched records a task's TASK_STAGING, as Elastic-Job-Cloud does when it launches one.
+func (t *tracer) launched(ti mesos.TaskInfo) {
+	if t == nil {
+		return
+	}
+	id, err := taskid.Parse(ti.TaskID.Value)
+	if err != nil {
+		return
+	}
+	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: id.AgentID, Source: "CLOUD_SCHEDULER",
+		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: mesos.TASK_STAGING.String(), CreationTime: time.Now()})
+}
+
+// recorded traces a status update the leader has recorded: its JOB_STATUS_TRACE_LOG row, the
+// execution event the executor put in its data, and the task result it counts for.
+func (t *tracer) recorded(st mesos.TaskStatus) {
+	if t == nil {
+		return
+	}
+	id, err := taskid.Parse(st.TaskID.Value)
+	if err != nil {
+		return
+	}
+	source := "CLOUD_SCHEDULER"
+	if st.GetSource() == mesos.SOURCE_EXECUTOR {
+		source = "CLOUD_EXECUTOR"
+	}
+	slave := id.AgentID
+	if st.AgentID != nil {
+		slave = st.AgentID.Value
+	}
+	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: slave, Source: source,
+		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: st.GetState().String(), Message: st.GetMessage(), CreationTime: time.Now()})
+	d, _ := taskdata.DecodeStatus(st.Data) // undecodable data has no execution event; the trace row stands
+	if ex := d.Execution; ex != nil && ex.TaskID == id.String() {
+		t.w.Execution(*ex)
+	}
+	switch st.GetState() {
+	case mesos.TASK_FINISHED:
+		t.results.Add(true)
+	case mesos.TASK_RUNNING:
+		if st.GetMessage() == "COMPLETE" { // a daemon's run ended
+			t.results.Add(d.Execution == nil || d.Execution.Success)
+		}
+	case mesos.TASK_FAILED, mesos.TASK_ERROR, mesos.TASK_LOST, mesos.TASK_DROPPED, mesos.TASK_GONE, mesos.TASK_GONE_BY_OPERATOR:
+		t.results.Add(false)
+	}
+}
+
+// api is what the REST API reads of the trace.
+func (t *tracer) api() *api.Trace {
+	if t == nil {
+		return nil
+	}
+	return &api.Trace{DB: t.db, Results: t.results}
+}
+
+// lead runs the leader's statistics and retention jobs until ctx ends; wg owns them.
+func (t *tracer) lead(ctx context.Context, wg *sync.WaitGroup, store *state.Store) {
+	if t == nil {
+		return
+	}
+	stats := &eventtrace.Statistics{DB: t.db, Results: t.results, Source: traceSource{store}, Log: t.log}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		stats.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		t.db.RunPurge(ctx, t.retention, t.purgeEvery, t.log)
+	}()
+}
+
+// traceSource counts what the statistics jobs need in the leader's model.
+type traceSource struct{ store *state.Store }
+
+func (s traceSource) RunningCounts(ctx context.Context) (tasks, jobs int, err error) {
+	running, err := s.store.Running(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	seen := map[string]bool{}
+	for _, r := range running {
+		seen[r.Meta.JobName] = true
+	}
+	return len(running), len(seen), nil
+}
+
+func (s traceSource) RegisteredJobs(ctx context.Context) (int, error) {
+	jobs, err := s.store.Jobs(ctx)
+	return len(jobs), err
+}

@@ -1,0 +1,69 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/eventtrace"
+	"github.com/ejcloud/ejcloud/taskdata"
+)
+
+// What the leader writes for each recorded update: a status trace, the execution event of its
+// data, and the task result it counts for.
+func TestTracerRecordsUpdates(t *testing.T) {
+	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := "job@-@2@-@FAILOVER@-@S1@-@u1"
+	start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	ex := taskdata.Execution{ID: "x1", JobName: "job", TaskID: tid, Hostname: "h", IP: "127.0.0.1", ShardingItem: 2, ExecutionSource: taskdata.FailoverRun, StartTime: start}
+	done := ex
+	done.Complete(start.Add(time.Second), errors.New("boom"))
+	daemonRun := taskdata.Execution{ID: "x2", JobName: "job", TaskID: tid, Hostname: "h", IP: "127.0.0.1", ShardingItem: 2, ExecutionSource: taskdata.FailoverRun, StartTime: start}
+	daemonRun.Complete(start.Add(2*time.Second), nil)
+	st := func(s mesos.TaskState, msg string, d taskdata.Status) mesos.TaskStatus {
+		return mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum(), Message: &msg, Source: mesos.SOURCE_EXECUTOR.Enum(),
+			AgentID: &mesos.AgentID{Value: "S1"}, Data: d.Encode()}
+	}
+	tr.recorded(st(mesos.TASK_RUNNING, "", taskdata.Status{Execution: &ex}))
+	tr.recorded(st(mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: &daemonRun})) // success
+	tr.recorded(st(mesos.TASK_FAILED, "job failed", taskdata.Status{JobFailed: true, Execution: &done}))
+	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}))
+	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}))                                               // not a result
+	tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: "not-ours"}, State: mesos.TASK_FAILED.Enum()}) // ignored
+	if s, f := tr.results.Pending(eventtrace.Minute); s != 2 || f != 1 {
+		t.Errorf("results %d/%d; want 2 successes (FINISHED, COMPLETE) and 1 failure", s, f)
+	}
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{Sort: "creationTime", Order: "asc"})
+	if err != nil || p.Total != 5 {
+		t.Fatalf("%d traces (%v); want 5", p.Total, err)
+	}
+	f, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_FAILED"}})
+	if err != nil || f.Total != 1 {
+		t.Fatalf("%d FAILED traces (%v); want 1", f.Total, err)
+	}
+	if r := f.Rows[0]; r.State != "TASK_FAILED" || r.Message != "job failed" || r.Source != "CLOUD_EXECUTOR" || r.ExecutionType != "FAILOVER" || r.ShardingItems != "[2]" || r.SlaveID != "S1" {
+		t.Errorf("trace %+v", r)
+	}
+	e, err := tr.db.Executions(ctx, eventtrace.Query{Sort: "id", Order: "asc"})
+	if err != nil || e.Total != 2 || e.Rows[0].Success || e.Rows[0].FailureCause != "boom" || e.Rows[0].Running || !e.Rows[1].Success {
+		t.Fatalf("executions %+v (%v)", e, err)
+	}
+	tr.close()
+	var nilTracer *tracer // no --event-trace-db: every call is a no-op
+	nilTracer.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}))
+	nilTracer.close()
+	if nilTracer.api() != nil {
+		t.Fatal("a nil tracer gives the API a trace")
+	}
+}
