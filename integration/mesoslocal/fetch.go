@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -51,6 +52,7 @@ func fetch(dir, workDir string, u mesos.CommandInfo_URI) error {
 		return err
 	}
 	cached := u.Cache != nil && *u.Cache
+	executable := u.Executable != nil && *u.Executable
 	src := dst
 	if cached {
 		sum := sha256.Sum256([]byte(u.Value))
@@ -69,16 +71,17 @@ func fetch(dir, workDir string, u mesos.CommandInfo_URI) error {
 		if err != nil {
 			return err
 		}
-	} else if err := download(u.Value, dst); err != nil {
-		return err
-	}
-	if u.Executable != nil && *u.Executable {
-		if cached {
-			if err := copyFile(src, dst); err != nil {
-				return err
-			}
+	} else {
+		if executable {
+			src = dst + ".fetched"
+			defer os.Remove(src)
 		}
-		return os.Chmod(dst, 0o755)
+		if err := download(u.Value, src); err != nil {
+			return err
+		}
+	}
+	if executable {
+		return copyExecutable(src, dst)
 	}
 	if (u.Extract == nil || *u.Extract) && isArchive(name) {
 		return extract(src, dir)
@@ -126,6 +129,22 @@ func download(uri, dst string) error {
 		return fmt.Errorf("unsupported URI scheme in %q (mesos-local fetches file:// and http(s)://)", uri)
 	}
 	return os.Rename(tmp, dst)
+}
+
+// copyExecutable writes src's bytes to a new file dst while no process is forked. A child
+// forked while dst is open for writing holds that descriptor until its exec, and an exec of dst
+// meanwhile fails with ETXTBSY ("Text file busy", golang/go#22315): with several agents
+// launching executors at once, one executor's shell exited 126. The real fetcher runs in a
+// process of its own; here the write is short (the bytes are read first) and holds the fork lock.
+func copyExecutable(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	syscall.ForkLock.Lock()
+	defer syscall.ForkLock.Unlock()
+	os.Remove(dst)
+	return os.WriteFile(dst, data, 0o755)
 }
 
 func copyFile(src, dst string) error {
