@@ -41,8 +41,8 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) {
 }
 
 // failover takes the flagged items one at a time under the failover latch and runs each
-// before anything else: the run is for the fire the item's last run did not finish, or else
-// for this instance's last fire when the item has not run for it.
+// before anything else: for the fire the item's last run did not finish, if any, and for this
+// instance's last fire if the item has not run for it.
 func (in *Instance) failover(ctx context.Context) {
 	t := in.tree
 	for ctx.Err() == nil && in.config().Failover {
@@ -118,13 +118,16 @@ func (in *Instance) runTaken(ctx context.Context, i int) {
 		return
 	}
 	in.mu.Lock()
-	fire := in.lastFire
+	last := in.lastFire
 	in.mu.Unlock()
+	taken := func(x item) bool { return x.i == i && x.failover == in.id }
 	if !it.rec.Done && it.rec.Fire > 0 {
-		fire = it.rec.Fire // the run its instance did not finish
+		in.claimAndRun(ctx, it.rec.Fire, taken) // the run its instance did not finish
 	}
-	if fire > 0 {
-		in.claimAndRun(ctx, fire, func(x item) bool { return x.i == i && x.failover == in.id })
+	if last > 0 {
+		// The fires its instance missed while it was dying collapse into one run, for this
+		// instance's last fire (the claim skips it if it has run for that fire).
+		in.claimAndRun(ctx, last, taken)
 	}
 	if ctx.Err() != nil {
 		return // the taker's session ends: the item stays taken by it, and is taken again

@@ -177,8 +177,12 @@ func (in *Instance) Run(ctx context.Context) error {
 			in.log.Info("shut down through ZooKeeper")
 			in.resign()
 			return nil
-		case errors.Is(err, state.ErrSessionExpired):
-			in.log.Warn("ZooKeeper session expired: registering again")
+		case errors.Is(err, state.ErrSessionExpired), errors.Is(err, state.ErrUnavailable):
+			in.log.WithError(err).Warn("ZooKeeper session lost: registering again")
+			if err := in.awaitConnected(ctx); err != nil {
+				in.resign()
+				return nil
+			}
 		default:
 			return err
 		}
@@ -230,11 +234,19 @@ func (in *Instance) session(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
+	lost := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		in.watchConnection(ctx, lost)
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
 	case <-expired:
 		err = state.ErrSessionExpired
+	case <-lost:
+		err = fmt.Errorf("%w: disconnected for a session timeout", state.ErrUnavailable)
 	case <-shutdown:
 		err = errShutdown
 	}
@@ -261,11 +273,8 @@ func (in *Instance) register(ctx context.Context) error {
 	if err := t.Do(ctx, t.Create(in.p("servers/"+in.ip), nil, false)); err != nil && !errors.Is(err, state.ErrExists) {
 		return fmt.Errorf("lite: register server: %w", err)
 	}
-	if err := t.Do(ctx, t.Create(in.p("instances/"+in.id), nil, true)); err != nil {
-		if errors.Is(err, state.ErrExists) {
-			return fmt.Errorf("lite: instance %s is registered by another session: give each instance its own InstanceID: %w", in.id, err)
-		}
-		return fmt.Errorf("lite: register instance: %w", err)
+	if err := in.registerInstance(ctx); err != nil {
+		return err
 	}
 	if _, err := in.leader(ctx); err != nil {
 		return err
@@ -275,6 +284,16 @@ func (in *Instance) register(ctx context.Context) error {
 
 // registerConfig keeps the config in ZooKeeper unless there is none or Overwrite is set.
 func (in *Instance) registerConfig(ctx context.Context) error {
+	for {
+		err := in.tryRegisterConfig(ctx)
+		// Another instance wrote it between our read and our write: read again.
+		if !errors.Is(err, state.ErrExists) && !errors.Is(err, state.ErrConflict) {
+			return err
+		}
+	}
+}
+
+func (in *Instance) tryRegisterConfig(ctx context.Context) error {
 	t := in.tree
 	n, err := t.Get(ctx, in.p("config"))
 	if err != nil {
@@ -470,4 +489,73 @@ func localIP() string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// registerInstance creates the instance's ephemeral node. After a lost session the old node
+// may live until the server expires that session: wait for it, for two session timeouts; a
+// node that stays is another process's with the same id.
+func (in *Instance) registerInstance(ctx context.Context) error {
+	t := in.tree
+	self := in.p("instances/" + in.id)
+	err := t.Do(ctx, t.Create(self, nil, true))
+	if !errors.Is(err, state.ErrExists) {
+		if err != nil {
+			return fmt.Errorf("lite: register instance: %w", err)
+		}
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*in.sessionTimeout())
+	defer cancel()
+	if err := in.waitGone(wctx, self); err != nil {
+		return fmt.Errorf("lite: instance %s is registered by another session: give each instance its own InstanceID: %w", in.id, err)
+	}
+	if err := t.Do(ctx, t.Create(self, nil, true)); err != nil {
+		return fmt.Errorf("lite: register instance: %w", err)
+	}
+	return nil
+}
+
+func (in *Instance) sessionTimeout() time.Duration {
+	if in.opts.SessionTimeout > 0 {
+		return in.opts.SessionTimeout
+	}
+	return 10 * time.Second
+}
+
+// watchConnection closes lost when the connection has been down for a whole session timeout:
+// the server has expired the session, or is about to, and the survivors take this instance's
+// items over, so its runs must stop.
+func (in *Instance) watchConnection(ctx context.Context, lost chan<- struct{}) {
+	for {
+		ok, changed := in.tree.Connected()
+		if !ok {
+			if err := in.tree.AwaitSession(ctx); err != nil {
+				if ctx.Err() == nil {
+					close(lost)
+				}
+				return
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// awaitConnected waits for the client to have a session again.
+func (in *Instance) awaitConnected(ctx context.Context) error {
+	for {
+		ok, changed := in.tree.Connected()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

@@ -145,6 +145,9 @@ func (t *Tree) ChildrenW(ctx context.Context, rel string) ([]string, Watch, erro
 
 // Ensure creates a persistent node and its missing parents, empty; existing nodes are kept.
 func (t *Tree) Ensure(ctx context.Context, rel string) error {
+	if err := t.s.ensure(ctx, t.s.root); err != nil {
+		return fmt.Errorf("create %s: %w", t.s.root, err)
+	}
 	parts := strings.Split(rel, "/")
 	for i := range parts {
 		if err := t.s.ensure(ctx, t.s.path(parts[:i+1]...)); err != nil {
@@ -201,3 +204,8 @@ func (t *Tree) Multi(ctx context.Context, ops ...Op) error {
 
 // Do runs one op on its own (a Multi of one).
 func (t *Tree) Do(ctx context.Context, op Op) error { return t.Multi(ctx, op) }
+
+// AwaitSession waits while the connection is down and the session may still live: nil once
+// connected, ErrUnavailable once it has been down for a whole session timeout or the session
+// expired (see Store.AwaitSession).
+func (t *Tree) AwaitSession(ctx context.Context) error { return t.s.AwaitSession(ctx) }
