@@ -81,7 +81,7 @@ type Instance struct {
 	cfg       *parsed
 	pending   int64 // a cron fire waiting for the runner (Unix ms), 0 for none
 	triggered bool
-	busy      bool  // the runner is working
+	firing    bool  // the runner runs a cron fire (not failover or catching up)
 	lastFire  int64 // the last cron fire this instance ran
 }
 
@@ -405,11 +405,12 @@ func (in *Instance) ticker(ctx context.Context) {
 	}
 }
 
-// fire hands a cron fire to the runner. A fire that comes while the runner is busy waits for
-// it with misfire on (a newer fire replaces an older waiting one), and is dropped without.
+// fire hands a cron fire to the runner. A fire that comes while the runner runs the previous
+// fire waits for it with misfire on (a newer fire replaces an older waiting one), and is
+// dropped without. One that comes during other work (failover, catching up) always waits.
 func (in *Instance) fire(ms int64) {
 	in.mu.Lock()
-	if in.busy && !in.cfg.Misfire {
+	if in.firing && !in.cfg.Misfire {
 		in.mu.Unlock()
 		in.log.WithField("fire", ms).Info("fire skipped: the previous run is not over (misfire is off)")
 		return
@@ -431,7 +432,7 @@ func (in *Instance) runner(ctx context.Context) {
 		for ctx.Err() == nil {
 			in.mu.Lock()
 			fire, trig := in.pending, in.triggered
-			in.pending, in.triggered, in.busy = 0, false, true
+			in.pending, in.triggered, in.firing = 0, false, fire != 0
 			in.mu.Unlock()
 			if fire != 0 {
 				if ok, _ := in.tree.Connected(); !ok {
@@ -444,6 +445,9 @@ func (in *Instance) runner(ctx context.Context) {
 					in.lastFire = max(in.lastFire, fire)
 					in.mu.Unlock()
 				}
+				in.mu.Lock()
+				in.firing = false
+				in.mu.Unlock()
 			}
 			if trig {
 				in.runFire(ctx, time.Now().UnixMilli())
@@ -457,7 +461,6 @@ func (in *Instance) runner(ctx context.Context) {
 			}
 			in.mu.Lock()
 			more := in.pending != 0 || in.triggered
-			in.busy = more
 			in.mu.Unlock()
 			if !more {
 				break

@@ -68,3 +68,117 @@ func contains(s []int, v int) bool {
 	}
 	return false
 }
+
+// An instance that joins while a run is in progress gets its items at the next fire: the
+// leader reshards before that fire and never while an item runs (the sharding's version is
+// the same at the start and at the end of every run).
+func TestAddingAnInstanceReshardsBeforeTheNextFireNeverDuringARun(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	cfg := simpleJob("grow", "*/2 * * * * ?", 6)
+	rec := &recorder{work: 1200 * time.Millisecond, tree: tr, job: "grow"}
+	a := start(t, env.Servers, env.Namespace, "127.0.0.1@-@a", cfg, rec)
+	b := start(t, env.Servers, env.Namespace, "127.0.0.1@-@b", cfg, rec)
+	await.True(t, 10*time.Second, "two instances share the items", func() bool {
+		return len(assignment(t, tr, "grow", 6)) == 2
+	})
+	twoWay := time.Now()
+	awaitRuns(t, rec, 5*time.Second, "a run in progress on the two-instance sharding", func(runs []run) bool {
+		for _, x := range runs {
+			if x.start.After(twoWay) && !x.done {
+				return true
+			}
+		}
+		return false
+	})
+	c := start(t, env.Servers, env.Namespace, "127.0.0.1@-@c", cfg, rec)
+	await.True(t, 5*time.Second, "c registered", func() bool { return exists(t, tr, "grow/instances/127.0.0.1@-@c") })
+	joined := time.Now().UnixMilli()
+	next := (joined/2000 + 1) * 2000 // the first fire after c joined
+	want := map[string][]int{"127.0.0.1@-@c": {0, 1}, "127.0.0.1@-@b": {2, 3}, "127.0.0.1@-@a": {4, 5}}
+	awaitRuns(t, rec, 10*time.Second, "the fire after c joined, run on three instances", func(runs []run) bool {
+		return len(doneByFire(runs)[next]) == 6
+	})
+	if got := assignment(t, tr, "grow", 6); !reflect.DeepEqual(got, want) {
+		t.Errorf("sharding after c joined = %v; want %v", got, want)
+	}
+	for _, x := range []*instance{a, b, c} {
+		x.stop(t)
+	}
+	runs := rec.snapshot()
+	checkOncePerFire(t, runs, 6, next, next)
+	for _, x := range runs {
+		if x.done && x.verStart != x.verEnd {
+			t.Errorf("item %d of fire %s on %s: resharded during the run (version %d → %d)", x.item, fmtFire(x.fire), x.inst, x.verStart, x.verEnd)
+		}
+		if x.fire == next && !contains(want[x.inst], x.item) {
+			t.Errorf("fire %s: item %d ran on %s, not on its new owner", fmtFire(x.fire), x.item, x.inst)
+		}
+	}
+}
+
+// An instance that dies in the middle of a run (its connection cut, its runs stopped, its
+// session left to expire) loses its items to the survivors within one session timeout; the
+// interrupted items run again for their fire, and no item finishes twice for one fire.
+func TestKilledInstanceItemsFailOverWithinASessionTimeout(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	cfg := simpleJob("crash", "*/3 * * * * ?", 9)
+	rec := &recorder{work: 800 * time.Millisecond}
+	a := start(t, env.Servers, env.Namespace, "127.0.0.1@-@a", cfg, rec)
+	b := start(t, env.Servers, env.Namespace, "127.0.0.1@-@b", cfg, rec)
+	c := start(t, []string{proxy.Addr}, env.Namespace, "127.0.0.1@-@c", cfg, rec)
+	await.True(t, 10*time.Second, "three instances share the items", func() bool {
+		return len(assignment(t, tr, "crash", 9)) == 3
+	})
+	sharded := time.Now()
+	var fire int64
+	awaitRuns(t, rec, 8*time.Second, "c runs its items", func(runs []run) bool {
+		for _, x := range runs {
+			if x.inst == "127.0.0.1@-@c" && x.start.After(sharded) && !x.done {
+				fire = x.fire
+				return true
+			}
+		}
+		return false
+	})
+	proxy.Cut() // the process dies: its session is left to expire
+	c.cancel()
+	killed := time.Now()
+	interrupted := map[int]bool{}
+	for _, x := range rec.snapshot() {
+		if x.inst == "127.0.0.1@-@c" && x.fire == fire && !x.done {
+			interrupted[x.item] = true
+		}
+	}
+	taken := map[int]time.Time{}
+	awaitRuns(t, rec, sessionTimeout+3*time.Second, "the survivors run c's interrupted items", func(runs []run) bool {
+		for _, x := range runs {
+			if x.inst != "127.0.0.1@-@c" && x.fire == fire && interrupted[x.item] {
+				if _, ok := taken[x.item]; !ok {
+					taken[x.item] = x.start
+				}
+			}
+		}
+		return len(taken) == len(interrupted)
+	})
+	for item, at := range taken {
+		if d := at.Sub(killed); d > sessionTimeout+time.Second {
+			t.Errorf("item %d was taken over %v after the kill; want within the session timeout (%v) and a second", item, d, sessionTimeout)
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("killed at %s; fire %s; by fire: %v", killed.Format("15:04:05.000"), fmtFire(fire), doneByFire(rec.snapshot()))
+		}
+	}()
+	awaitRuns(t, rec, 10*time.Second, "two more fires on the survivors", func(runs []run) bool {
+		byFire := doneByFire(runs)
+		return len(byFire[fire+3000]) == 9 && len(byFire[fire+6000]) == 9
+	})
+	<-c.done
+	a.stop(t)
+	b.stop(t)
+	checkOncePerFire(t, rec.snapshot(), 9, fire, fire+6000)
+}
