@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/ejcloud/ejcloud/state"
 )
@@ -40,26 +41,41 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) {
 	}
 }
 
-// failover takes the flagged items one at a time under the failover latch and runs each
-// before anything else: for the fire the item's last run did not finish, if any, and for this
-// instance's last fire if the item has not run for it.
+// failover takes the flagged items one at a time under the failover latch, then runs them
+// together, before anything else: each for the fire its last run did not finish, if any, and
+// for this instance's last fire if it has not run for it. Taking them all before running
+// any puts every lost item back to work about one session timeout after its instance died,
+// rather than one run after another.
 func (in *Instance) failover(ctx context.Context) {
-	t := in.tree
 	for ctx.Err() == nil && in.config().Failover {
-		names, err := t.Children(ctx, in.p("leader/failover/items"))
-		if err != nil || len(names) == 0 {
+		var taken []int
+		for {
+			i, ok := in.take(ctx)
+			if !ok {
+				break
+			}
+			if i >= 0 {
+				taken = append(taken, i)
+			}
+		}
+		if len(taken) == 0 {
 			return
 		}
-		i, ok := in.take(ctx)
-		if !ok {
-			return
+		var wg sync.WaitGroup
+		for _, i := range taken {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in.runTaken(ctx, i)
+			}()
 		}
-		in.runTaken(ctx, i)
+		wg.Wait()
 	}
 }
 
 // take claims the lowest flagged item: in one transaction under the latch, its flag goes and
-// its failover node names this instance. It returns false when there was nothing to take.
+// its failover node names this instance. It returns false when there was nothing to take, and
+// -1 for a flag of an item beyond the shard count, which is dropped.
 func (in *Instance) take(ctx context.Context) (int, bool) {
 	t := in.tree
 	release, err := t.Lock(ctx, in.p("leader/failover/latch"))
@@ -105,7 +121,7 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 		return 0, false
 	}
 	if len(ops) == 1 {
-		return 0, true // an item beyond the shard count: its flag was all there was
+		return -1, true
 	}
 	in.log.WithField("item", i).Info("took over a failed item")
 	return i, true
