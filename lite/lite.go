@@ -472,7 +472,7 @@ func (in *Instance) runner(ctx context.Context) {
 // runFire: reshard if needed (the leader) or wait for it (the others), run the failed-over
 // items waiting for a taker, then this instance's own.
 func (in *Instance) runFire(ctx context.Context, fire int64) {
-	if err := in.shardIfNecessary(ctx); err != nil {
+	if err := in.shardIfNecessary(ctx, fire); err != nil {
 		if ctx.Err() == nil {
 			in.log.WithError(err).Warn("fire skipped: sharding failed")
 		}

@@ -189,3 +189,59 @@ func TestDataflowAndScriptJobs(t *testing.T) {
 	a.stop(t)
 	s.stop(t)
 }
+
+// A new shardingTotalCount in ZooKeeper reaches the running instances: the next fire reshards,
+// new items run from that fire on, and items beyond a smaller count go.
+func TestShardingTotalCountChange(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	cfg := simpleJob("count", "* * * * * ?", 2)
+	rec := &recorder{}
+	a := start(t, env.Servers, env.Namespace, "127.0.0.1@-@a", cfg, rec)
+	b := start(t, env.Servers, env.Namespace, "127.0.0.1@-@b", cfg, rec)
+	await.True(t, 10*time.Second, "two items on two instances", func() bool { return len(assignment(t, tr, "count", 2)) == 2 })
+	update := func(n int) int64 {
+		c := cfg
+		c.ShardingTotalCount = n
+		data, _ := json.Marshal(c)
+		set(t, tr, tr.Set("count/config", data, -1))
+		return time.Now().UnixMilli()
+	}
+	grown := update(3)
+	awaitRuns(t, rec, 5*time.Second, "item 2 runs", func(runs []run) bool {
+		for _, x := range runs {
+			if x.item == 2 && x.done {
+				return true
+			}
+		}
+		return false
+	})
+	var first int64
+	for _, x := range rec.snapshot() {
+		if x.item == 2 && (first == 0 || x.fire < first) {
+			first = x.fire
+		}
+	}
+	if first <= grown {
+		t.Errorf("the new item 2 ran for fire %s, before the count changed at %s", fmtFire(first), fmtFire(grown))
+	}
+	shrunk := update(1)
+	await.True(t, 5*time.Second, "items 1 and 2 are gone", func() bool {
+		return !exists(t, tr, "count/sharding/1") && !exists(t, tr, "count/sharding/2")
+	})
+	awaitRuns(t, rec, 5*time.Second, "a fire after the shrink", func(runs []run) bool {
+		for f := range doneByFire(runs) {
+			if f > shrunk+1000 {
+				return true
+			}
+		}
+		return false
+	})
+	a.stop(t)
+	b.stop(t)
+	for f, items := range doneByFire(rec.snapshot()) {
+		if f > shrunk+1000 && (len(items) != 1 || items[0] != 1) {
+			t.Errorf("fire %s after the shrink ran %v; want item 0 once", fmtFire(f), items)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package lite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -44,8 +45,8 @@ func (in *Instance) serverEnabled(ctx context.Context, ip string) (bool, error) 
 }
 
 // shardIfNecessary returns once no resharding is pending: the leader does it, the others
-// wait for it (or for the leadership to fall to them).
-func (in *Instance) shardIfNecessary(ctx context.Context) error {
+// wait for it (or for the leadership to fall to them). fire is the fire about to run.
+func (in *Instance) shardIfNecessary(ctx context.Context, fire int64) error {
 	t := in.tree
 	for {
 		nec, err := t.Get(ctx, in.p("leader/sharding/necessary"))
@@ -72,7 +73,7 @@ func (in *Instance) shardIfNecessary(ctx context.Context) error {
 		}
 		if leader == in.id {
 			if nec.Exists {
-				return in.reshard(ctx)
+				return in.reshard(ctx, fire)
 			}
 			// processing alone is this leader's own, left by a failed attempt.
 			if err := t.Do(ctx, t.Delete(in.p("leader/sharding/processing"), -1)); err != nil && !errors.Is(err, state.ErrNotFound) {
@@ -107,7 +108,7 @@ func (in *Instance) shardIfNecessary(ctx context.Context) error {
 // (which stops new claims of items), waits for running items to finish (a resharding never
 // happens during a run), and writes the whole assignment in one transaction that also
 // clears necessary and processing and is fenced by the leader's election node.
-func (in *Instance) reshard(ctx context.Context) error {
+func (in *Instance) reshard(ctx context.Context, fire int64) error {
 	t := in.tree
 	lead, err := t.Get(ctx, in.p("leader/election/instance"))
 	if err != nil {
@@ -148,12 +149,15 @@ func (in *Instance) reshard(ctx context.Context) error {
 			have[i] = true
 		}
 	}
+	owed, _ := json.Marshal(record{Fire: fire - 1, Done: true})
 	ops := []state.Op{t.Check(in.p("leader/election/instance"), lead.Version)}
 	for pos, items := range result {
 		for _, i := range items {
 			item := in.p("sharding/" + strconv.Itoa(i))
 			if !have[i] {
-				ops = append(ops, t.Create(item, nil, false))
+				// A new item owes no run for the fires before this one: without this record,
+				// an instance catching up would run it for a fire from before it existed.
+				ops = append(ops, t.Create(item, owed, false))
 			} else if n, err := t.Get(ctx, item+"/instance"); err != nil {
 				return err
 			} else if n.Exists {

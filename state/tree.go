@@ -71,7 +71,7 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 func (t *Tree) Close() { t.s.Close() }
 
 // Path returns the absolute path of a path relative to the namespace.
-func (t *Tree) Path(rel string) string { return t.s.path(rel) }
+func (t *Tree) Path(rel string) string { return t.abs(rel) }
 
 // SessionID identifies the current session (it changes after an expiry).
 func (t *Tree) SessionID() int64 { return t.s.conn.SessionID() }
@@ -88,13 +88,13 @@ func (t *Tree) Connected() (bool, <-chan struct{}) {
 
 // Get reads a node; a missing node is Node{Exists: false} and no error.
 func (t *Tree) Get(ctx context.Context, rel string) (Node, error) {
-	n, err := t.s.get(ctx, t.s.path(rel))
+	n, err := t.s.get(ctx, t.abs(rel))
 	return Node{Data: n.data, Version: n.version, Exists: n.exists}, err
 }
 
 // GetW reads a node and sets a watch on it (its creation when it is missing).
 func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
-	p := t.s.path(rel)
+	p := t.abs(rel)
 	var n Node
 	var w Watch
 	err := t.s.untilSessionFails(ctx, func() error {
@@ -123,12 +123,12 @@ func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
 
 // Children lists a node's children, sorted; a missing node has none.
 func (t *Tree) Children(ctx context.Context, rel string) ([]string, error) {
-	return t.s.children(ctx, t.s.path(rel))
+	return t.s.children(ctx, t.abs(rel))
 }
 
 // ChildrenW lists a node's children, sorted, and watches the list. The node must exist.
 func (t *Tree) ChildrenW(ctx context.Context, rel string) ([]string, Watch, error) {
-	p := t.s.path(rel)
+	p := t.abs(rel)
 	var names []string
 	var w Watch
 	err := t.s.untilSessionFails(ctx, func() (err error) {
@@ -162,7 +162,7 @@ type Op struct{ reqs []any }
 
 // Create makes a node; it fails with ErrExists when the node is there.
 func (t *Tree) Create(rel string, data []byte, ephemeral bool) Op {
-	r := t.s.createOp(t.s.path(rel), data)
+	r := t.s.createOp(t.abs(rel), data)
 	if ephemeral {
 		r.Flags = zk.FlagEphemeral
 	}
@@ -171,24 +171,24 @@ func (t *Tree) Create(rel string, data []byte, ephemeral bool) Op {
 
 // Set writes a node's data at version (-1: any).
 func (t *Tree) Set(rel string, data []byte, version int32) Op {
-	return Op{[]any{setOp(t.s.path(rel), data, version)}}
+	return Op{[]any{setOp(t.abs(rel), data, version)}}
 }
 
 // Delete removes a node at version (-1: any); it fails with ErrNotFound when it is missing.
 func (t *Tree) Delete(rel string, version int32) Op {
-	return Op{[]any{deleteOp(t.s.path(rel), version)}}
+	return Op{[]any{deleteOp(t.abs(rel), version)}}
 }
 
 // Check requires a node to exist at version (-1: any version).
 func (t *Tree) Check(rel string, version int32) Op {
-	return Op{[]any{checkOp(t.s.path(rel), version)}}
+	return Op{[]any{checkOp(t.abs(rel), version)}}
 }
 
 // Absent requires a node not to exist: ZooKeeper has no such check, so it creates the node and
 // deletes it again within the transaction, which fails with ErrExists when the node is there.
 // The parent must exist.
 func (t *Tree) Absent(rel string) Op {
-	p := t.s.path(rel)
+	p := t.abs(rel)
 	return Op{[]any{t.s.createOp(p, nil), deleteOp(p, -1)}}
 }
 
@@ -209,3 +209,11 @@ func (t *Tree) Do(ctx context.Context, op Op) error { return t.Multi(ctx, op) }
 // connected, ErrUnavailable once it has been down for a whole session timeout or the session
 // expired (see Store.AwaitSession).
 func (t *Tree) AwaitSession(ctx context.Context) error { return t.s.AwaitSession(ctx) }
+
+// abs is the absolute path of a path relative to the namespace; "" is the namespace itself.
+func (t *Tree) abs(rel string) string {
+	if rel == "" {
+		return t.s.root
+	}
+	return t.s.path(rel)
+}
