@@ -456,8 +456,10 @@ func (in *Instance) runner(ctx context.Context) {
 			in.mu.Lock()
 			last := in.lastFire
 			in.mu.Unlock()
-			if last != 0 {
-				in.runOwn(ctx, last) // catch up on items this instance received since its last fire
+			if last != 0 && in.config().MonitorExecution {
+				// Catch up on items this instance received since its last fire; only the fire
+				// records say what is owed.
+				in.runOwn(ctx, last)
 			}
 			in.mu.Lock()
 			more := in.pending != 0 || in.triggered
@@ -506,6 +508,9 @@ func (in *Instance) registerInstance(ctx context.Context) error {
 			return fmt.Errorf("lite: register instance: %w", err)
 		}
 		return nil
+	}
+	if n, err := t.Get(ctx, self); err == nil && n.Exists && n.Owner == t.SessionID() {
+		return nil // made by this session, by an attempt whose answer was lost
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*in.sessionTimeout())
 	defer cancel()

@@ -245,3 +245,33 @@ func TestShardingTotalCountChange(t *testing.T) {
 		}
 	}
 }
+
+// Without monitorExecution a run writes nothing to ZooKeeper, and each fire runs each item once.
+func TestWithoutMonitorExecution(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	cfg := lite.JobConfig{JobName: "quiet", JobType: lite.Simple, Cron: "* * * * * ?", ShardingTotalCount: 2}
+	rec := &recorder{}
+	a := start(t, env.Servers, env.Namespace, "127.0.0.1@-@a", cfg, rec)
+	awaitRuns(t, rec, 10*time.Second, "three fires", func(runs []run) bool { return len(doneByFire(runs)) >= 3 })
+	a.stop(t)
+	for f, items := range doneByFire(rec.snapshot()) {
+		for item, n := range items {
+			if n != 1 {
+				t.Errorf("fire %s: item %d ran %d times", fmtFire(f), item, n)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, item := range []string{"0", "1"} {
+		if n, err := tr.Get(ctx, "quiet/sharding/"+item); err != nil || len(n.Data) != 0 {
+			t.Errorf("item %s: record %q, %v; want none without monitorExecution", item, n.Data, err)
+		}
+	}
+	if _, err := lite.New(lite.JobConfig{JobName: "x", JobType: lite.Simple, Cron: never, ShardingTotalCount: 1, Failover: true},
+		job.SimpleFunc(func(context.Context, job.ShardingContext) error { return nil }),
+		lite.Options{Servers: env.Servers, Namespace: env.Namespace}); err == nil {
+		t.Error("New accepted failover without monitorExecution")
+	}
+}

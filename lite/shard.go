@@ -149,7 +149,10 @@ func (in *Instance) reshard(ctx context.Context, fire int64) error {
 			have[i] = true
 		}
 	}
-	owed, _ := json.Marshal(record{Fire: fire - 1, Done: true})
+	var owed []byte // without monitorExecution there are no records
+	if cfg.MonitorExecution {
+		owed, _ = json.Marshal(record{Fire: fire - 1, Done: true})
+	}
 	ops := []state.Op{t.Check(in.p("leader/election/instance"), lead.Version)}
 	for pos, items := range result {
 		for _, i := range items {

@@ -22,6 +22,7 @@ type Node struct {
 	Data    []byte
 	Version int32
 	Exists  bool
+	Owner   int64 // the session of an ephemeral node, 0 for a persistent one
 }
 
 // Watch fires once, when the watched node or its children change or the session ends.
@@ -89,7 +90,11 @@ func (t *Tree) Connected() (bool, <-chan struct{}) {
 // Get reads a node; a missing node is Node{Exists: false} and no error.
 func (t *Tree) Get(ctx context.Context, rel string) (Node, error) {
 	n, err := t.s.get(ctx, t.abs(rel))
-	return Node{Data: n.data, Version: n.version, Exists: n.exists}, err
+	out := Node{Data: n.data, Version: n.version, Exists: n.exists}
+	if n.stat != nil {
+		out.Owner = n.stat.EphemeralOwner
+	}
+	return out, err
 }
 
 // GetW reads a node and sets a watch on it (its creation when it is missing).
@@ -112,7 +117,7 @@ func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
 		if err != nil {
 			return translateConn(err)
 		}
-		n, w = Node{Data: data, Version: st.Version, Exists: true}, ch
+		n, w = Node{Data: data, Version: st.Version, Exists: true, Owner: st.EphemeralOwner}, ch
 		return nil
 	})
 	if err != nil {
