@@ -182,3 +182,41 @@ func TestKilledInstanceItemsFailOverWithinASessionTimeout(t *testing.T) {
 	b.stop(t)
 	checkOncePerFire(t, rec.snapshot(), 9, fire, fire+6000)
 }
+
+// An instance cut off from ZooKeeper for longer than its session registers again once it can,
+// and gets items again at the next sharding.
+func TestInstanceRegistersAgainAfterItsSessionExpired(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	cfg := simpleJob("back", "* * * * * ?", 4)
+	rec := &recorder{work: 100 * time.Millisecond}
+	a := start(t, env.Servers, env.Namespace, "127.0.0.1@-@a", cfg, rec)
+	b := start(t, []string{proxy.Addr}, env.Namespace, "127.0.0.1@-@b", cfg, rec)
+	await.True(t, 10*time.Second, "two instances share the items", func() bool { return len(assignment(t, tr, "back", 4)) == 2 })
+	proxy.Cut()
+	await.True(t, 3*sessionTimeout, "b's session expires", func() bool { return !exists(t, tr, "back/instances/127.0.0.1@-@b") })
+	await.True(t, 5*time.Second, "a takes every item", func() bool {
+		return reflect.DeepEqual(assignment(t, tr, "back", 4), map[string][]int{"127.0.0.1@-@a": {0, 1, 2, 3}})
+	})
+	proxy.Restore()
+	await.True(t, 3*sessionTimeout, "b registers again", func() bool { return exists(t, tr, "back/instances/127.0.0.1@-@b") })
+	back := time.Now()
+	awaitRuns(t, rec, 10*time.Second, "b runs items again", func(runs []run) bool {
+		for _, x := range runs {
+			if x.inst == "127.0.0.1@-@b" && x.done && x.start.After(back) {
+				return true
+			}
+		}
+		return false
+	})
+	a.stop(t)
+	b.stop(t)
+	for f, items := range doneByFire(rec.snapshot()) {
+		for item, n := range items {
+			if n > 1 {
+				t.Errorf("fire %s: item %d finished %d times", fmtFire(f), item, n)
+			}
+		}
+	}
+}
