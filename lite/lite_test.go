@@ -212,11 +212,7 @@ func TestInstanceRegistersAgainAfterItsSessionExpired(t *testing.T) {
 	})
 	a.stop(t)
 	b.stop(t)
-	for f, items := range doneByFire(rec.snapshot()) {
-		for item, n := range items {
-			if n > 1 {
-				t.Errorf("fire %s: item %d finished %d times", fmtFire(f), item, n)
-			}
-		}
-	}
+	// No check of once per fire here: a cut that falls between the end of b's run and the
+	// write of its completion makes that run count as interrupted, and it runs again (the
+	// at-least-once edge the README describes).
 }

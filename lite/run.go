@@ -154,7 +154,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				data, _ := json.Marshal(record{Fire: fire, Done: true})
 				ops = append(ops, t.Set(base, data, -1), t.Delete(base+"/running", -1))
 			}
-			if err := t.Multi(ctx, ops...); err != nil {
+			if err := in.complete(ctx, ops); err != nil {
 				// The session ended under the run: the items count as interrupted and are
 				// taken over and run again for this fire.
 				in.log.WithError(err).Warn("record the items' completion")
@@ -194,4 +194,20 @@ func (in *Instance) runItems(ctx context.Context, cfg *parsed, fire int64, items
 // isRace: a claim's transaction failed because something it read has changed.
 func isRace(err error) bool {
 	return errors.Is(err, state.ErrConflict) || errors.Is(err, state.ErrExists) || errors.Is(err, state.ErrNotFound)
+}
+
+// complete writes the items' completion. A connection lost under the write is waited for and
+// the write made again while the session lives; a write whose answer was lost but which was
+// applied shows on the retry as running markers already gone.
+func (in *Instance) complete(ctx context.Context, ops []state.Op) error {
+	err := in.tree.Multi(ctx, ops...)
+	for attempt := 0; errors.Is(err, state.ErrUnavailable) && attempt < 10; attempt++ {
+		if werr := in.tree.AwaitSession(ctx); werr != nil {
+			return fmt.Errorf("%w (%w)", err, werr)
+		}
+		if err = in.tree.Multi(ctx, ops...); errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+	}
+	return err
 }
