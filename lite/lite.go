@@ -227,6 +227,7 @@ func (in *Instance) session(ctx context.Context) error {
 		in.watchLeader,
 		func(ctx context.Context) { in.watchWake(ctx, "leader/failover/items", true) },
 		func(ctx context.Context) { in.watchWake(ctx, "leader/sharding", false) },
+		func(ctx context.Context) { in.watchWake(ctx, "leader/sharding/necessary", false) },
 	} {
 		wg.Add(1)
 		go func() {
@@ -456,10 +457,13 @@ func (in *Instance) runner(ctx context.Context) {
 			in.mu.Lock()
 			last := in.lastFire
 			in.mu.Unlock()
+			if err := in.reshardIfIdle(ctx, last+1); err != nil && ctx.Err() == nil {
+				in.log.WithError(err).Warn("sharding failed")
+			}
 			if last != 0 && in.config().MonitorExecution {
 				// Catch up on items this instance received since its last fire; only the fire
 				// records say what is owed.
-				in.runOwn(ctx, last)
+				in.runOwn(ctx, last, true)
 			}
 			in.mu.Lock()
 			more := in.pending != 0 || in.triggered
@@ -481,7 +485,7 @@ func (in *Instance) runFire(ctx context.Context, fire int64) {
 		return
 	}
 	in.failover(ctx)
-	in.runOwn(ctx, fire)
+	in.runOwn(ctx, fire, false)
 }
 
 func localIP() string {

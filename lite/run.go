@@ -68,13 +68,19 @@ func (in *Instance) readItem(ctx context.Context, i int) (item, error) {
 }
 
 // runOwn runs this instance's items for a fire: those assigned to it and not taken over by
-// another instance, unless its server is disabled.
-func (in *Instance) runOwn(ctx context.Context, fire int64) {
+// another instance, unless its server is disabled. Catching up (the fire is one this instance
+// has run already) runs the items it received since; without failover, not the ones whose run
+// for that fire was interrupted: re-running those is failover's business.
+func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 	ok, err := in.serverEnabled(ctx, in.ip)
 	if err != nil || !ok {
 		return
 	}
+	failover := in.config().Failover
 	in.claimAndRun(ctx, fire, func(it item) bool {
+		if catchUp && !failover && it.rec.Fire == fire && !it.rec.Done {
+			return false
+		}
 		return it.owner == in.id && (it.failover == "" || it.failover == in.id)
 	})
 }
@@ -160,6 +166,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				in.log.WithError(err).Warn("record the items' completion")
 				return
 			}
+			in.nudge(ctx)
 		}
 		if len(waitFor) == 0 || !cfg.MonitorExecution {
 			return

@@ -104,6 +104,48 @@ func (in *Instance) shardIfNecessary(ctx context.Context, fire int64) error {
 	}
 }
 
+// reshardIfIdle: the leader reshards as soon as the flag rises and no item runs, not only at
+// its own fires: the others block on the flag at their fires, and a leader whose fires come
+// later (or never: a job run by triggers) would stall them. While items run it leaves the
+// flag alone, so as not to hold up their claims (failover's above all); each run's completion
+// touches the flag, which wakes the leader to look again.
+func (in *Instance) reshardIfIdle(ctx context.Context, fire int64) error {
+	t := in.tree
+	nec, err := t.Get(ctx, in.p("leader/sharding/necessary"))
+	if err != nil || !nec.Exists {
+		return err
+	}
+	lead, err := t.Get(ctx, in.p("leader/election/instance"))
+	if err != nil || !lead.Exists || string(lead.Data) != in.id {
+		return err
+	}
+	if avail, err := in.availableInstances(ctx); err != nil || len(avail) == 0 {
+		return err
+	}
+	if in.config().MonitorExecution {
+		items, err := t.Children(ctx, in.p("sharding"))
+		if err != nil {
+			return err
+		}
+		for _, item := range items {
+			n, err := t.Get(ctx, in.p("sharding/"+item+"/running"))
+			if err != nil || n.Exists {
+				return err
+			}
+		}
+	}
+	return in.reshard(ctx, fire)
+}
+
+// nudge touches the resharding flag, if it is up, so that the leader looks again whether it
+// can reshard now (see reshardIfIdle).
+func (in *Instance) nudge(ctx context.Context) {
+	t := in.tree
+	if n, err := t.Get(ctx, in.p("leader/sharding/necessary")); err == nil && n.Exists {
+		t.Do(ctx, t.Set(in.p("leader/sharding/necessary"), nil, -1)) // gone meanwhile is fine
+	}
+}
+
 // reshard shares the items among the available instances. It marks the work with processing
 // (which stops new claims of items), waits for running items to finish (a resharding never
 // happens during a run), and writes the whole assignment in one transaction that also
