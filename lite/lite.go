@@ -453,6 +453,12 @@ func (in *Instance) runner(ctx context.Context) {
 			if trig {
 				in.runFire(ctx, time.Now().UnixMilli())
 			}
+			in.mu.Lock()
+			next := in.pending != 0 || in.triggered
+			in.mu.Unlock()
+			if next {
+				continue // a waiting fire first: it does all of what follows too
+			}
 			in.failover(ctx)
 			in.mu.Lock()
 			last := in.lastFire
