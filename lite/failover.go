@@ -1,0 +1,171 @@
+package lite
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// flagCrashed flags for failover every item whose owner, or whose taker, is no longer a live
+// instance. It looks at the whole job rather than at the one instance that went, so that an
+// instance that went while nobody watched (every instance down) is covered too.
+func (in *Instance) flagCrashed(ctx context.Context, live []string) {
+	cfg := in.config()
+	if !cfg.Failover {
+		return
+	}
+	alive := map[string]bool{}
+	for _, id := range live {
+		alive[id] = true
+	}
+	t := in.tree
+	for i := range cfg.ShardingTotalCount {
+		it, err := in.readItem(ctx, i)
+		if err != nil {
+			in.log.WithError(err).Warn("read the items for failover")
+			return
+		}
+		crashed := it.failover != "" && !alive[it.failover] ||
+			it.failover == "" && it.owner != "" && !alive[it.owner]
+		if !crashed || it.running {
+			continue
+		}
+		err = t.Do(ctx, t.Create(in.p("leader/failover/items/"+strconv.Itoa(i)), nil, false))
+		if err != nil && !errors.Is(err, state.ErrExists) {
+			in.log.WithError(err).Warn("flag an item for failover")
+		}
+	}
+}
+
+// failover takes the flagged items one at a time under the failover latch, then runs them
+// together, before anything else: each for the fire its last run did not finish, if any, and
+// for this instance's last fire if it has not run for it. Taking them all before running
+// any puts every lost item back to work about one session timeout after its instance died,
+// rather than one run after another.
+func (in *Instance) failover(ctx context.Context) {
+	for ctx.Err() == nil && in.config().Failover {
+		var taken []int
+		for {
+			i, ok := in.take(ctx)
+			if !ok {
+				break
+			}
+			if i >= 0 {
+				taken = append(taken, i)
+			}
+		}
+		if len(taken) == 0 {
+			return
+		}
+		var wg sync.WaitGroup
+		for _, i := range taken {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				in.runTaken(ctx, i)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// take claims the lowest flagged item: in one transaction under the latch, its flag goes and
+// its failover node names this instance. It returns false when there was nothing to take, and
+// -1 for a flag of an item beyond the shard count, which is dropped.
+func (in *Instance) take(ctx context.Context) (int, bool) {
+	t := in.tree
+	release, err := t.Lock(ctx, in.p("leader/failover/latch"))
+	if err != nil {
+		return 0, false
+	}
+	defer release()
+	names, err := t.Children(ctx, in.p("leader/failover/items"))
+	if err != nil || len(names) == 0 {
+		return 0, false
+	}
+	var items []int
+	for _, n := range names {
+		if i, err := strconv.Atoi(n); err == nil {
+			items = append(items, i)
+		}
+	}
+	sort.Ints(items)
+	if len(items) == 0 {
+		return 0, false
+	}
+	i := items[0]
+	flag := in.p("leader/failover/items/" + strconv.Itoa(i))
+	base := in.p("sharding/" + strconv.Itoa(i))
+	item, err := t.Get(ctx, base)
+	if err != nil {
+		return 0, false
+	}
+	ops := []state.Op{t.Delete(flag, -1)}
+	if item.Exists && i < in.config().ShardingTotalCount {
+		fo, err := t.Get(ctx, base+"/failover")
+		if err != nil {
+			return 0, false
+		}
+		if fo.Exists {
+			ops = append(ops, t.Set(base+"/failover", []byte(in.id), fo.Version))
+		} else {
+			ops = append(ops, t.Create(base+"/failover", []byte(in.id), false))
+		}
+	}
+	if err := t.Multi(ctx, ops...); err != nil {
+		in.log.WithError(err).WithField("item", i).Warn("take a failed-over item")
+		return 0, false
+	}
+	if len(ops) == 1 {
+		return -1, true
+	}
+	in.log.WithField("item", i).Info("took over a failed item")
+	return i, true
+}
+
+// runTaken runs a taken item and then gives it back to its owner.
+func (in *Instance) runTaken(ctx context.Context, i int) {
+	it, err := in.readItem(ctx, i)
+	if err != nil || it.failover != in.id {
+		return
+	}
+	in.mu.Lock()
+	last := in.lastFire
+	in.mu.Unlock()
+	taken := func(x item) bool { return x.i == i && x.failover == in.id }
+	if !it.rec.Done && it.rec.Fire > 0 {
+		in.claimAndRun(ctx, it.rec.Fire, taken) // the run its instance did not finish
+	}
+	if last > 0 {
+		// The fires its instance missed while it was dying collapse into one run, for this
+		// instance's last fire (the claim skips it if it has run for that fire).
+		in.claimAndRun(ctx, last, taken)
+	}
+	if ctx.Err() != nil {
+		return // the taker's session ends: the item stays taken by it, and is taken again
+	}
+	t := in.tree
+	base := in.p("sharding/" + strconv.Itoa(i))
+	if n, err := t.Get(ctx, base+"/failover"); err == nil && n.Exists && string(n.Data) == in.id {
+		if err := t.Do(ctx, t.Delete(base+"/failover", n.Version)); err != nil && !errors.Is(err, state.ErrNotFound) {
+			in.log.WithError(err).WithField("item", i).Warn("release a failed-over item")
+		}
+	}
+}
+
+// removeFailoverInfo drops every failover flag and taker when failover is turned off.
+func (in *Instance) removeFailoverInfo(ctx context.Context) {
+	t := in.tree
+	names, _ := t.Children(ctx, in.p("leader/failover/items"))
+	for _, n := range names {
+		t.Do(ctx, t.Delete(in.p("leader/failover/items/"+n), -1))
+	}
+	items, _ := t.Children(ctx, in.p("sharding"))
+	for _, n := range items {
+		t.Do(ctx, t.Delete(in.p("sharding/"+n+"/failover"), -1))
+	}
+}

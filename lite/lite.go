@@ -1,0 +1,579 @@
+// Package lite is ejcloud's Elastic-Job-Lite mode (SPEC §11): the instances of a user's own
+// program share a job's items through ZooKeeper alone, without Mesos. Each instance runs
+// the job on its cron; the elected leader shares the items among the live instances with the
+// cloud mode's strategies (scheduler/sharding) before the next fire; the items of an instance
+// that disappears are run by the survivors (failover).
+//
+// The layout under /{namespace}/{jobName} is Elastic-Job-Lite 2.1.5's:
+//
+//	config                        job config JSON (JobConfig)
+//	servers/{ip}                  "" enabled, "DISABLED" disabled
+//	instances/{ip@-@pid}          ephemeral; "TRIGGER" runs the instance's items now
+//	sharding/{item}               the item's last fire, {"fire":ms,"done":bool} (ejcloud's)
+//	sharding/{item}/instance      the owning instance
+//	sharding/{item}/running       ephemeral, while it runs (monitorExecution)
+//	sharding/{item}/failover      the instance that took it over
+//	sharding/{item}/disabled      the item does not run
+//	leader/election/instance      ephemeral: the leader's instance id
+//	leader/election/latch         the election's mutex
+//	leader/sharding/necessary     resharding flag
+//	leader/sharding/processing    ephemeral, while the leader reshards
+//	leader/failover/items/{item}  items of crashed instances, waiting for a taker
+//	leader/failover/latch         the takers' mutex
+//
+// Where it differs from the original, on purpose: the sharding transaction writes every
+// assignment and clears necessary and processing together; failover markers are persistent,
+// so that an item taken by an instance that then dies is taken again rather than lost; and
+// each item records its last fire, claimed in the same transaction that writes its running
+// marker, so that with monitorExecution no item runs twice for one fire, whatever the
+// resharding and failover around it, and an interrupted run is run again for its fire.
+package lite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/executor/job"
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// Options says how an instance reaches ZooKeeper and who it is.
+type Options struct {
+	Servers        []string // ZooKeeper host:port
+	Namespace      string   // root node, without slashes
+	SessionTimeout time.Duration
+	Digest         string // "user:password" for ZooKeeper digest authentication
+	// IP names this instance's server (servers/{ip}); default the first non-loopback IPv4
+	// address, as Elastic-Job-Lite.
+	IP string
+	// InstanceID defaults to "{ip}@-@{pid}". Several instances of one job in one process (tests)
+	// need their own; it must start with "{ip}@-@".
+	InstanceID string
+	// Overwrite makes this instance's JobConfig replace the one in ZooKeeper.
+	Overwrite bool
+	Logger    logrus.FieldLogger
+}
+
+// Instance is one instance of a lite job. Run it; it is safe for concurrent use.
+type Instance struct {
+	opts     Options
+	local    *parsed
+	simple   job.SimpleJob
+	dataflow job.DataflowJob
+	id, ip   string
+	log      logrus.FieldLogger
+	base     string // the job's node, relative to the namespace
+
+	tree    *state.Tree
+	wakeC   chan struct{} // the runner has work
+	resched chan struct{} // the cron or time zone changed
+
+	mu        sync.Mutex // guards the fields below
+	cfg       *parsed
+	pending   int64 // a cron fire waiting for the runner (Unix ms), 0 for none
+	triggered bool
+	firing    bool  // the runner runs a cron fire (not failover or catching up)
+	lastFire  int64 // the last cron fire this instance ran
+}
+
+// New checks the config and prepares an instance; j is a job.SimpleJob for SIMPLE, a
+// job.DataflowJob for DATAFLOW and nil for SCRIPT.
+func New(cfg JobConfig, j any, opts Options) (*Instance, error) {
+	p, err := cfg.parse()
+	if err != nil {
+		return nil, err
+	}
+	in := &Instance{opts: opts, local: p, cfg: p, base: cfg.JobName,
+		wakeC: make(chan struct{}, 1), resched: make(chan struct{}, 1)}
+	switch v := j.(type) {
+	case job.SimpleJob:
+		in.simple = v
+	case job.DataflowJob:
+		in.dataflow = v
+	case nil:
+	default:
+		return nil, fmt.Errorf("lite: job %s: %T is neither a job.SimpleJob nor a job.DataflowJob", cfg.JobName, j)
+	}
+	if (cfg.JobType == Simple && in.simple == nil) || (cfg.JobType == Dataflow && in.dataflow == nil) {
+		return nil, fmt.Errorf("lite: job %s is %s but no such job was given", cfg.JobName, cfg.JobType)
+	}
+	if len(opts.Servers) == 0 || opts.Namespace == "" {
+		return nil, errors.New("lite: Options.Servers and Options.Namespace are required")
+	}
+	in.ip = opts.IP
+	if in.ip == "" {
+		in.ip = localIP()
+	}
+	in.id = opts.InstanceID
+	if in.id == "" {
+		in.id = in.ip + "@-@" + strconv.Itoa(os.Getpid())
+	}
+	if !strings.HasPrefix(in.id, in.ip+"@-@") || strings.Contains(in.id, "/") {
+		return nil, fmt.Errorf("lite: instance id %q must start with %q and have no '/'", in.id, in.ip+"@-@")
+	}
+	in.log = opts.Logger
+	if in.log == nil {
+		in.log = logrus.StandardLogger()
+	}
+	in.log = in.log.WithFields(logrus.Fields{"job": cfg.JobName, "instance": in.id})
+	return in, nil
+}
+
+// ID returns the instance id, "{ip}@-@{pid}" unless Options gave one.
+func (in *Instance) ID() string { return in.id }
+
+// Trigger runs this instance's items once, now (as the TRIGGER flag does).
+func (in *Instance) Trigger() {
+	in.mu.Lock()
+	in.triggered = true
+	in.mu.Unlock()
+	in.wake()
+}
+
+func (in *Instance) wake() {
+	select {
+	case in.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+func (in *Instance) config() *parsed {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cfg
+}
+
+// errShutdown: the instance node was deleted by an operator, the shutdown flag.
+var errShutdown = errors.New("lite: instance shut down through ZooKeeper")
+
+// Run registers the instance and runs the job until ctx ends or an operator deletes the
+// instance's node (shutdown); both return nil. A session that expires costs the running
+// items (their runs are cancelled: the survivors take them over) and the instance registers
+// again on the new session.
+func (in *Instance) Run(ctx context.Context) error {
+	t, err := state.Dial(ctx, state.Config{Servers: in.opts.Servers, Namespace: in.opts.Namespace,
+		SessionTimeout: in.opts.SessionTimeout, Digest: in.opts.Digest, Logger: in.log})
+	if err != nil {
+		return fmt.Errorf("lite: %w", err)
+	}
+	in.tree = t
+	defer t.Close()
+	for {
+		err := in.session(ctx)
+		switch {
+		case ctx.Err() != nil:
+			in.resign()
+			return nil
+		case errors.Is(err, errShutdown):
+			in.log.Info("shut down through ZooKeeper")
+			in.resign()
+			return nil
+		case errors.Is(err, state.ErrSessionExpired), errors.Is(err, state.ErrUnavailable):
+			in.log.WithError(err).Warn("ZooKeeper session lost: registering again")
+			if err := in.awaitConnected(ctx); err != nil {
+				in.resign()
+				return nil
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// resign gives up the leadership at once, rather than at the session's end.
+func (in *Instance) resign() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if n, err := in.tree.Get(ctx, in.p("leader/election/instance")); err == nil && n.Exists && string(n.Data) == in.id {
+		in.tree.Do(ctx, in.tree.Delete(in.p("leader/election/instance"), n.Version))
+	}
+}
+
+// session runs the instance for one ZooKeeper session; every goroutine it starts ends
+// before it returns.
+func (in *Instance) session(ctx context.Context) error {
+	expired := in.tree.SessionExpired()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := in.register(ctx); err != nil {
+		select {
+		case <-expired:
+			return state.ErrSessionExpired
+		default:
+		}
+		return err
+	}
+	sid := in.tree.SessionID()
+	shutdown := make(chan struct{})
+	var once sync.Once
+	stop := func() { once.Do(func() { close(shutdown) }) }
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){
+		in.ticker,
+		in.runner,
+		func(ctx context.Context) { in.watchSelf(ctx, sid, stop) },
+		in.watchInstances,
+		in.watchServers,
+		in.watchConfig,
+		in.watchLeader,
+		func(ctx context.Context) { in.watchWake(ctx, "leader/failover/items", true) },
+		func(ctx context.Context) { in.watchWake(ctx, "leader/sharding", false) },
+		func(ctx context.Context) { in.watchWake(ctx, "leader/sharding/necessary", false) },
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+		}()
+	}
+	lost := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		in.watchConnection(ctx, lost)
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case <-expired:
+		err = state.ErrSessionExpired
+	case <-lost:
+		err = fmt.Errorf("%w: disconnected for a session timeout", state.ErrUnavailable)
+	case <-shutdown:
+		err = errShutdown
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// p is a path under the job's node.
+func (in *Instance) p(rel string) string { return in.base + "/" + rel }
+
+// register writes the config, the server and the instance, joins the election and raises the
+// resharding flag (Elastic-Job-Lite's registerStartUpInfo).
+func (in *Instance) register(ctx context.Context) error {
+	t := in.tree
+	for _, d := range []string{"servers", "instances", "sharding", "leader/election", "leader/sharding", "leader/failover/items"} {
+		if err := t.Ensure(ctx, in.p(d)); err != nil {
+			return fmt.Errorf("lite: %w", err)
+		}
+	}
+	if err := in.registerConfig(ctx); err != nil {
+		return err
+	}
+	if err := t.Do(ctx, t.Create(in.p("servers/"+in.ip), nil, false)); err != nil && !errors.Is(err, state.ErrExists) {
+		return fmt.Errorf("lite: register server: %w", err)
+	}
+	if err := in.registerInstance(ctx); err != nil {
+		return err
+	}
+	if _, err := in.leader(ctx); err != nil {
+		return err
+	}
+	return in.setNecessary(ctx)
+}
+
+// registerConfig keeps the config in ZooKeeper unless there is none or Overwrite is set.
+func (in *Instance) registerConfig(ctx context.Context) error {
+	for {
+		err := in.tryRegisterConfig(ctx)
+		// Another instance wrote it between our read and our write: read again.
+		if !errors.Is(err, state.ErrExists) && !errors.Is(err, state.ErrConflict) {
+			return err
+		}
+	}
+}
+
+func (in *Instance) tryRegisterConfig(ctx context.Context) error {
+	t := in.tree
+	n, err := t.Get(ctx, in.p("config"))
+	if err != nil {
+		return fmt.Errorf("lite: read config: %w", err)
+	}
+	if n.Exists && !in.opts.Overwrite {
+		p, err := decodeConfig(n.Data)
+		if err != nil {
+			return fmt.Errorf("lite: the config in ZooKeeper: %w", err)
+		}
+		in.setConfig(p)
+		return nil
+	}
+	data, err := jsonConfig(in.local.JobConfig)
+	if err != nil {
+		return err
+	}
+	op := t.Create(in.p("config"), data, false)
+	if n.Exists {
+		op = t.Set(in.p("config"), data, n.Version)
+	}
+	if err := t.Do(ctx, op); err != nil {
+		return fmt.Errorf("lite: write config: %w", err)
+	}
+	in.setConfig(in.local)
+	return nil
+}
+
+func (in *Instance) setConfig(p *parsed) {
+	in.mu.Lock()
+	old := in.cfg
+	in.cfg = p
+	in.mu.Unlock()
+	if old.Cron != p.Cron || old.TimeZone != p.TimeZone {
+		select {
+		case in.resched <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (in *Instance) setNecessary(ctx context.Context) error {
+	t := in.tree
+	if err := t.Do(ctx, t.Create(in.p("leader/sharding/necessary"), nil, false)); err != nil && !errors.Is(err, state.ErrExists) {
+		return fmt.Errorf("lite: set the resharding flag: %w", err)
+	}
+	return nil
+}
+
+// leader returns the leader's instance id, electing one when there is none.
+func (in *Instance) leader(ctx context.Context) (string, error) {
+	for {
+		n, err := in.tree.Get(ctx, in.p("leader/election/instance"))
+		if err != nil {
+			return "", fmt.Errorf("lite: read the leader: %w", err)
+		}
+		if n.Exists {
+			return string(n.Data), nil
+		}
+		if err := in.elect(ctx); err != nil {
+			return "", err
+		}
+	}
+}
+
+// elect: under the election latch, the first candidate to find no leader becomes it; a new
+// leader raises the resharding flag.
+func (in *Instance) elect(ctx context.Context) error {
+	t := in.tree
+	release, err := t.Lock(ctx, in.p("leader/election/latch"))
+	if err != nil {
+		return fmt.Errorf("lite: election: %w", err)
+	}
+	defer release()
+	n, err := t.Get(ctx, in.p("leader/election/instance"))
+	if err != nil || n.Exists {
+		return err
+	}
+	if err := t.Do(ctx, t.Create(in.p("leader/election/instance"), []byte(in.id), true)); err != nil {
+		return fmt.Errorf("lite: become leader: %w", err)
+	}
+	in.log.Info("elected leader")
+	return in.setNecessary(ctx)
+}
+
+// ticker turns the cron schedule into fires for the runner.
+func (in *Instance) ticker(ctx context.Context) {
+	for {
+		cfg := in.config()
+		next := cfg.schedule.Next(time.Now().In(cfg.loc))
+		var fire <-chan time.Time
+		var timer *time.Timer
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-in.resched:
+		case <-fire:
+			in.fire(next.UnixMilli())
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// fire hands a cron fire to the runner. A fire that comes while the runner runs the previous
+// fire waits for it with misfire on (a newer fire replaces an older waiting one), and is
+// dropped without. One that comes during other work (failover, catching up) always waits.
+func (in *Instance) fire(ms int64) {
+	in.mu.Lock()
+	if in.firing && !in.cfg.Misfire {
+		in.mu.Unlock()
+		in.log.WithField("fire", ms).Info("fire skipped: the previous run is not over (misfire is off)")
+		return
+	}
+	in.pending = ms
+	in.mu.Unlock()
+	in.wake()
+}
+
+// runner does all the runs of the session, one at a time: fires, triggers, failover and
+// catching up after a resharding.
+func (in *Instance) runner(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-in.wakeC:
+		}
+		for ctx.Err() == nil {
+			in.mu.Lock()
+			fire, trig := in.pending, in.triggered
+			in.pending, in.triggered, in.firing = 0, false, fire != 0
+			in.mu.Unlock()
+			if fire != 0 {
+				if ok, _ := in.tree.Connected(); !ok {
+					// Paused: the sharding it would run on may be stale, and its markers
+					// cannot be written.
+					in.log.WithField("fire", fire).Warn("fire skipped: paused while the ZooKeeper connection is lost")
+				} else {
+					in.runFire(ctx, fire)
+					in.mu.Lock()
+					in.lastFire = max(in.lastFire, fire)
+					in.mu.Unlock()
+				}
+				in.mu.Lock()
+				in.firing = false
+				in.mu.Unlock()
+			}
+			if trig {
+				in.runFire(ctx, time.Now().UnixMilli())
+			}
+			in.mu.Lock()
+			next := in.pending != 0 || in.triggered
+			in.mu.Unlock()
+			if next {
+				continue // a waiting fire first: it does all of what follows too
+			}
+			in.failover(ctx)
+			in.mu.Lock()
+			last := in.lastFire
+			in.mu.Unlock()
+			if err := in.reshardIfIdle(ctx, last+1); err != nil && ctx.Err() == nil {
+				in.log.WithError(err).Warn("sharding failed")
+			}
+			if last != 0 && in.config().MonitorExecution {
+				// Catch up on items this instance received since its last fire; only the fire
+				// records say what is owed.
+				in.runOwn(ctx, last, true)
+			}
+			in.mu.Lock()
+			more := in.pending != 0 || in.triggered
+			in.mu.Unlock()
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// runFire: reshard if needed (the leader) or wait for it (the others), run the failed-over
+// items waiting for a taker, then this instance's own.
+func (in *Instance) runFire(ctx context.Context, fire int64) {
+	if err := in.shardIfNecessary(ctx, fire); err != nil {
+		if ctx.Err() == nil {
+			in.log.WithError(err).Warn("fire skipped: sharding failed")
+		}
+		return
+	}
+	in.failover(ctx)
+	in.runOwn(ctx, fire, false)
+}
+
+func localIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// registerInstance creates the instance's ephemeral node. After a lost session the old node
+// may live until the server expires that session: wait for it, for two session timeouts; a
+// node that stays is another process's with the same id.
+func (in *Instance) registerInstance(ctx context.Context) error {
+	t := in.tree
+	self := in.p("instances/" + in.id)
+	err := t.Do(ctx, t.Create(self, nil, true))
+	if !errors.Is(err, state.ErrExists) {
+		if err != nil {
+			return fmt.Errorf("lite: register instance: %w", err)
+		}
+		return nil
+	}
+	if n, err := t.Get(ctx, self); err == nil && n.Exists && n.Owner == t.SessionID() {
+		return nil // made by this session, by an attempt whose answer was lost
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*in.sessionTimeout())
+	defer cancel()
+	if err := in.waitGone(wctx, self); err != nil {
+		return fmt.Errorf("lite: instance %s is registered by another session: give each instance its own InstanceID: %w", in.id, err)
+	}
+	if err := t.Do(ctx, t.Create(self, nil, true)); err != nil {
+		return fmt.Errorf("lite: register instance: %w", err)
+	}
+	return nil
+}
+
+func (in *Instance) sessionTimeout() time.Duration {
+	if in.opts.SessionTimeout > 0 {
+		return in.opts.SessionTimeout
+	}
+	return 10 * time.Second
+}
+
+// watchConnection closes lost when the connection has been down for a whole session timeout:
+// the server has expired the session, or is about to, and the survivors take this instance's
+// items over, so its runs must stop.
+func (in *Instance) watchConnection(ctx context.Context, lost chan<- struct{}) {
+	for {
+		ok, changed := in.tree.Connected()
+		if !ok {
+			if err := in.tree.AwaitSession(ctx); err != nil {
+				if ctx.Err() == nil {
+					close(lost)
+				}
+				return
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// awaitConnected waits for the client to have a session again.
+func (in *Instance) awaitConnected(ctx context.Context) error {
+	for {
+		ok, changed := in.tree.Connected()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

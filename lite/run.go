@@ -1,0 +1,220 @@
+package lite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/ejcloud/ejcloud/state"
+)
+
+// record is an item's last fire, in sharding/{item}: the fire (Unix ms) it was last claimed
+// for and whether that run finished. A claim moves it forward in the same transaction that
+// creates the running marker, so an item runs at most once per fire; a run that never
+// finished (its instance died) is run again for the same fire by whoever takes it over.
+type record struct {
+	Fire int64 `json:"fire"`
+	Done bool  `json:"done"`
+}
+
+// item is what a claim reads of one item.
+type item struct {
+	i           int
+	owner       string // sharding/{i}/instance
+	failover    string // sharding/{i}/failover, "" when absent
+	disabled    bool
+	running     bool
+	rec         record
+	recVersion  int32
+	exists      bool // sharding/{i}
+	shardingVer int32
+}
+
+func (in *Instance) readItem(ctx context.Context, i int) (item, error) {
+	t := in.tree
+	base := in.p("sharding/" + strconv.Itoa(i))
+	it := item{i: i}
+	n, err := t.Get(ctx, base)
+	if err != nil || !n.Exists {
+		return it, err
+	}
+	it.exists, it.recVersion = true, n.Version
+	if len(n.Data) > 0 {
+		if err := json.Unmarshal(n.Data, &it.rec); err != nil {
+			return it, fmt.Errorf("item %d: unreadable record %q: %w", i, n.Data, err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		set  func(state.Node)
+	}{
+		{"instance", func(n state.Node) { it.owner = string(n.Data) }},
+		{"failover", func(n state.Node) { it.failover = string(n.Data) }},
+		{"disabled", func(state.Node) { it.disabled = true }},
+		{"running", func(state.Node) { it.running = true }},
+	} {
+		n, err := t.Get(ctx, base+"/"+f.name)
+		if err != nil {
+			return it, err
+		}
+		if n.Exists {
+			f.set(n)
+		}
+	}
+	return it, nil
+}
+
+// runOwn runs this instance's items for a fire: those assigned to it and not taken over by
+// another instance, unless its server is disabled. Catching up (the fire is one this instance
+// has run already) runs the items it received since; without failover, not the ones whose run
+// for that fire was interrupted: re-running those is failover's business.
+func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
+	ok, err := in.serverEnabled(ctx, in.ip)
+	if err != nil || !ok {
+		return
+	}
+	failover := in.config().Failover
+	in.claimAndRun(ctx, fire, func(it item) bool {
+		if catchUp && !failover && it.rec.Fire == fire && !it.rec.Done {
+			return false
+		}
+		return it.owner == in.id && (it.failover == "" || it.failover == in.id)
+	})
+}
+
+// claimAndRun claims the items pick chooses for fire and runs them. Without monitorExecution
+// there is nothing to claim: the items just run.
+func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item) bool) {
+	cfg := in.config()
+	t := in.tree
+	for ctx.Err() == nil {
+		sh, err := t.Get(ctx, in.p("leader/sharding"))
+		if err != nil {
+			in.log.WithError(err).Warn("read the sharding")
+			return
+		}
+		var chosen []item
+		var waitFor []string
+		for i := range cfg.ShardingTotalCount {
+			it, err := in.readItem(ctx, i)
+			if err != nil {
+				in.log.WithError(err).Warn("read the items")
+				return
+			}
+			if !it.exists || !pick(it) || it.disabled {
+				continue
+			}
+			if !cfg.MonitorExecution {
+				chosen = append(chosen, it)
+				continue
+			}
+			if it.rec.Fire > fire || (it.rec.Fire == fire && it.rec.Done) {
+				continue // run for this fire (or a later one) already
+			}
+			if it.running {
+				if it.rec.Fire < fire && cfg.Misfire {
+					waitFor = append(waitFor, in.p("sharding/"+strconv.Itoa(i)+"/running"))
+				}
+				continue // running elsewhere: for this fire, or (misfire off) an earlier one
+			}
+			chosen = append(chosen, it)
+		}
+		if len(chosen) == 0 {
+			if len(waitFor) == 0 {
+				return
+			}
+			// Misfire: items still running for an earlier fire run once they end.
+			if err := in.waitGone(ctx, waitFor[0]); err != nil {
+				return
+			}
+			continue
+		}
+		if cfg.MonitorExecution {
+			ops := []state.Op{t.Check(in.p("leader/sharding"), sh.Version), t.Absent(in.p("leader/sharding/processing"))}
+			for _, it := range chosen {
+				base := in.p("sharding/" + strconv.Itoa(it.i))
+				data, _ := json.Marshal(record{Fire: fire})
+				ops = append(ops, t.Set(base, data, it.recVersion), t.Create(base+"/running", []byte(in.id), true))
+			}
+			if err := t.Multi(ctx, ops...); err != nil {
+				if isRace(err) {
+					// The sharding moved, the leader is resharding, or another instance claimed
+					// first: read again (after the resharding) and claim what is left.
+					if err := in.waitGone(ctx, in.p("leader/sharding/processing")); err != nil {
+						return
+					}
+					continue
+				}
+				in.log.WithError(err).Warn("claim items")
+				return
+			}
+		}
+		in.runItems(ctx, cfg, fire, chosen)
+		if cfg.MonitorExecution {
+			ops := make([]state.Op, 0, 2*len(chosen))
+			for _, it := range chosen {
+				base := in.p("sharding/" + strconv.Itoa(it.i))
+				data, _ := json.Marshal(record{Fire: fire, Done: true})
+				ops = append(ops, t.Set(base, data, -1), t.Delete(base+"/running", -1))
+			}
+			if err := in.complete(ctx, ops); err != nil {
+				// The session ended under the run: the items count as interrupted and are
+				// taken over and run again for this fire.
+				in.log.WithError(err).Warn("record the items' completion")
+				return
+			}
+			in.nudge(ctx)
+		}
+		if len(waitFor) == 0 || !cfg.MonitorExecution {
+			return
+		}
+	}
+}
+
+// runItems runs the items concurrently and waits for all of them.
+func (in *Instance) runItems(ctx context.Context, cfg *parsed, fire int64, items []item) {
+	var wg sync.WaitGroup
+	for _, it := range items {
+		sc := ShardingContext{
+			TaskID:             fmt.Sprintf("%s@-@%d@-@%d@-@%s", cfg.JobName, it.i, fire, in.id),
+			JobName:            cfg.JobName,
+			ShardingTotalCount: cfg.ShardingTotalCount,
+			JobParameter:       cfg.JobParameter,
+			ShardingItem:       it.i,
+			ShardingParameter:  cfg.params[it.i],
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := in.runItem(ctx, cfg, sc); err != nil {
+				// A failing job is the job's business, as in Elastic-Job: logged, not retried.
+				in.log.WithError(err).WithField("item", sc.ShardingItem).Warn("item failed")
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// isRace: a claim's transaction failed because something it read has changed.
+func isRace(err error) bool {
+	return errors.Is(err, state.ErrConflict) || errors.Is(err, state.ErrExists) || errors.Is(err, state.ErrNotFound)
+}
+
+// complete writes the items' completion. A connection lost under the write is waited for and
+// the write made again while the session lives; a write whose answer was lost but which was
+// applied shows on the retry as running markers already gone.
+func (in *Instance) complete(ctx context.Context, ops []state.Op) error {
+	err := in.tree.Multi(ctx, ops...)
+	for attempt := 0; errors.Is(err, state.ErrUnavailable) && attempt < 10; attempt++ {
+		if werr := in.tree.AwaitSession(ctx); werr != nil {
+			return fmt.Errorf("%w (%w)", err, werr)
+		}
+		if err = in.tree.Multi(ctx, ops...); errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+	}
+	return err
+}

@@ -1,0 +1,224 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
+)
+
+// Tree is a ZooKeeper session for a caller with its own layout under the namespace (the
+// Elastic-Job-Lite mode, package lite): plain node access, watches and multis, with this
+// package's error sentinels. Unlike Connect, Dial creates no scheduler layout: a lite namespace
+// holds one node per job and nothing else.
+type Tree struct{ s *Store }
+
+// Node is one read.
+type Node struct {
+	Data    []byte
+	Version int32
+	Exists  bool
+	Owner   int64 // the session of an ephemeral node, 0 for a persistent one
+}
+
+// Watch fires once, when the watched node or its children change or the session ends.
+type Watch = <-chan zk.Event
+
+// Dial opens a session on cfg's servers (Namespace is the root; QueueSizeLimit is unused).
+func Dial(ctx context.Context, cfg Config) (*Tree, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("state: no ZooKeeper servers configured")
+	}
+	if cfg.Namespace == "" || strings.Contains(cfg.Namespace, "/") {
+		return nil, fmt.Errorf("state: namespace %q must be non-empty and without '/'", cfg.Namespace)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.StandardLogger()
+	}
+	sess := newSession()
+	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
+		zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))),
+		zk.WithEventCallback(sess.observe))
+	if err != nil {
+		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
+	}
+	s := &Store{shared: &shared{
+		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
+		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
+	}}
+	if err := sess.waitConnected(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
+	}
+	if cfg.Digest != "" {
+		if err := conn.AddAuth("digest", []byte(cfg.Digest)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("authenticate to ZooKeeper: %w", err)
+		}
+		s.acl = zk.AuthACL(zk.PermAll)
+	}
+	return &Tree{s: s}, nil
+}
+
+// Close ends the session; its ephemeral nodes go at once.
+func (t *Tree) Close() { t.s.Close() }
+
+// Path returns the absolute path of a path relative to the namespace.
+func (t *Tree) Path(rel string) string { return t.abs(rel) }
+
+// SessionID identifies the current session (it changes after an expiry).
+func (t *Tree) SessionID() int64 { return t.s.conn.SessionID() }
+
+// SessionExpired returns a channel closed the next time the session expires.
+func (t *Tree) SessionExpired() <-chan struct{} { return t.s.sess.nextExpiry() }
+
+// Connected says whether the session is usable now, and returns a channel closed at the next
+// change of the connection's state.
+func (t *Tree) Connected() (bool, <-chan struct{}) {
+	ok, _, _, changed := t.s.sess.snapshot()
+	return ok, changed
+}
+
+// Get reads a node; a missing node is Node{Exists: false} and no error.
+func (t *Tree) Get(ctx context.Context, rel string) (Node, error) {
+	n, err := t.s.get(ctx, t.abs(rel))
+	out := Node{Data: n.data, Version: n.version, Exists: n.exists}
+	if n.stat != nil {
+		out.Owner = n.stat.EphemeralOwner
+	}
+	return out, err
+}
+
+// GetW reads a node and sets a watch on it (its creation when it is missing).
+func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
+	p := t.abs(rel)
+	var n Node
+	var w Watch
+	err := t.s.untilSessionFails(ctx, func() error {
+		t.s.roundTrips.Add(1)
+		data, st, ch, err := t.s.conn.GetW(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			var ok bool
+			ok, st, ch, err = t.s.conn.ExistsW(p)
+			if err == nil && ok { // created between the two requests: read it again
+				return fmt.Errorf("%w: raced a create", ErrUnavailable)
+			}
+			n, w = Node{}, ch
+			return translateConn(err)
+		}
+		if err != nil {
+			return translateConn(err)
+		}
+		n, w = Node{Data: data, Version: st.Version, Exists: true, Owner: st.EphemeralOwner}, ch
+		return nil
+	})
+	if err != nil {
+		return Node{}, nil, fmt.Errorf("watch %s: %w", p, translate(err))
+	}
+	return n, w, nil
+}
+
+// Children lists a node's children, sorted; a missing node has none.
+func (t *Tree) Children(ctx context.Context, rel string) ([]string, error) {
+	return t.s.children(ctx, t.abs(rel))
+}
+
+// ChildrenW lists a node's children, sorted, and watches the list. The node must exist.
+func (t *Tree) ChildrenW(ctx context.Context, rel string) ([]string, Watch, error) {
+	p := t.abs(rel)
+	var names []string
+	var w Watch
+	err := t.s.untilSessionFails(ctx, func() (err error) {
+		t.s.roundTrips.Add(1)
+		names, _, w, err = t.s.conn.ChildrenW(p)
+		return translateConn(err)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch children of %s: %w", p, translate(err))
+	}
+	sortStrings(names)
+	return names, w, nil
+}
+
+// Ensure creates a persistent node and its missing parents, empty; existing nodes are kept.
+func (t *Tree) Ensure(ctx context.Context, rel string) error {
+	if err := t.s.ensure(ctx, t.s.root); err != nil {
+		return fmt.Errorf("create %s: %w", t.s.root, err)
+	}
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		if err := t.s.ensure(ctx, t.s.path(parts[:i+1]...)); err != nil {
+			return fmt.Errorf("create %s: %w", t.s.path(parts[:i+1]...), err)
+		}
+	}
+	return nil
+}
+
+// Op is one operation of a Multi.
+type Op struct{ reqs []any }
+
+// Create makes a node; it fails with ErrExists when the node is there.
+func (t *Tree) Create(rel string, data []byte, ephemeral bool) Op {
+	r := t.s.createOp(t.abs(rel), data)
+	if ephemeral {
+		r.Flags = zk.FlagEphemeral
+	}
+	return Op{[]any{r}}
+}
+
+// Set writes a node's data at version (-1: any).
+func (t *Tree) Set(rel string, data []byte, version int32) Op {
+	return Op{[]any{setOp(t.abs(rel), data, version)}}
+}
+
+// Delete removes a node at version (-1: any); it fails with ErrNotFound when it is missing.
+func (t *Tree) Delete(rel string, version int32) Op {
+	return Op{[]any{deleteOp(t.abs(rel), version)}}
+}
+
+// Check requires a node to exist at version (-1: any version).
+func (t *Tree) Check(rel string, version int32) Op {
+	return Op{[]any{checkOp(t.abs(rel), version)}}
+}
+
+// Absent requires a node not to exist: ZooKeeper has no such check, so it creates the node and
+// deletes it again within the transaction, which fails with ErrExists when the node is there.
+// The parent must exist.
+func (t *Tree) Absent(rel string) Op {
+	p := t.abs(rel)
+	return Op{[]any{t.s.createOp(p, nil), deleteOp(p, -1)}}
+}
+
+// Multi runs ops as one transaction: all or nothing. A failed op is an *OpError wrapping its
+// sentinel (ErrExists, ErrNotFound, ErrConflict).
+func (t *Tree) Multi(ctx context.Context, ops ...Op) error {
+	var reqs []any
+	for _, o := range ops {
+		reqs = append(reqs, o.reqs...)
+	}
+	return t.s.multi(ctx, reqs...)
+}
+
+// Do runs one op on its own (a Multi of one).
+func (t *Tree) Do(ctx context.Context, op Op) error { return t.Multi(ctx, op) }
+
+// AwaitSession waits while the connection is down and the session may still live: nil once
+// connected, ErrUnavailable once it has been down for a whole session timeout or the session
+// expired (see Store.AwaitSession).
+func (t *Tree) AwaitSession(ctx context.Context) error { return t.s.AwaitSession(ctx) }
+
+// abs is the absolute path of a path relative to the namespace; "" is the namespace itself.
+func (t *Tree) abs(rel string) string {
+	if rel == "" {
+		return t.s.root
+	}
+	return t.s.path(rel)
+}

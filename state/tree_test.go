@@ -1,0 +1,103 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+func dialTree(t *testing.T, env statetest.Env) *state.Tree {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr, err := state.Dial(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, SessionTimeout: 2 * time.Second, Logger: newLogger().Logger})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// A Tree creates no scheduler layout, and Absent fails a transaction when its node exists.
+func TestTreeLayoutFreeAndAbsent(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := dialTree(t, env)
+	ctx := ctxT(t)
+	must(t, tr.Ensure(ctx, "job/leader/sharding"), "Ensure")
+	names, err := tr.Children(ctx, "")
+	must(t, err, "Children")
+	if len(names) != 1 || names[0] != "job" {
+		t.Errorf("namespace children = %v; want only [job]", names)
+	}
+	must(t, tr.Multi(ctx, tr.Absent("job/leader/sharding/processing"), tr.Create("job/a", []byte("1"), false)), "Multi with Absent of a missing node")
+	must(t, tr.Do(ctx, tr.Create("job/leader/sharding/processing", nil, true)), "create processing")
+	err = tr.Multi(ctx, tr.Absent("job/leader/sharding/processing"), tr.Create("job/b", nil, false))
+	mustIs(t, err, state.ErrExists, "Multi with Absent of an existing node")
+	if n, err := tr.Get(ctx, "job/b"); err != nil || n.Exists {
+		t.Errorf("job/b after a failed multi: %+v, %v; want absent", n, err)
+	}
+}
+
+// Lock excludes: a second session waits until the first releases, and a holder's session
+// ending releases it too.
+func TestLockExcludesAndReleasesWithTheSession(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := dialTree(t, env), dialTree(t, env)
+	ctx := ctxT(t)
+	release, err := a.Lock(ctx, "job/latch")
+	must(t, err, "a: Lock")
+	var held atomic.Bool
+	got := make(chan func(), 1)
+	go func() {
+		r, err := b.Lock(ctx, "job/latch")
+		if err != nil {
+			t.Errorf("b: Lock: %v", err)
+			close(got)
+			return
+		}
+		held.Store(true)
+		got <- r
+	}()
+	// b is waiting: its node is there, behind a's.
+	await.True(t, 5*time.Second, "b waits in line", func() bool {
+		names, err := a.Children(ctx, "job/latch")
+		return err == nil && len(names) == 2
+	})
+	if held.Load() {
+		t.Fatal("b took the latch while a held it")
+	}
+	release()
+	select {
+	case <-got: // b now holds it, and never releases it: its session ends below
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not get the latch within 5s of a's release")
+	}
+	c := dialTree(t, env)
+	waiting := make(chan error, 1)
+	go func() {
+		r, err := c.Lock(ctx, "job/latch")
+		if err == nil {
+			r()
+		}
+		waiting <- err
+	}()
+	await.True(t, 5*time.Second, "c waits in line", func() bool {
+		names, err := a.Children(ctx, "job/latch")
+		return err == nil && len(names) == 2
+	})
+	b.Close() // the holder's session ends without releasing
+	select {
+	case err := <-waiting:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("c: Lock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("c did not get the latch within 5s of the holder's session ending")
+	}
+}
