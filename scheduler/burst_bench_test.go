@@ -97,29 +97,9 @@ func BenchmarkBurst(b *testing.B) {
 }
 
 func benchBurst(b *testing.B, jobs, shards int) {
-	env := statetest.StartZooKeeper(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer base.Close()
-	app := config.DefaultApp()
-	app.AppName, app.AppURL, app.BootstrapScript = "app", "/opt/app", "./run"
-	if err := base.CreateApp(ctx, app); err != nil {
-		b.Fatal(err)
-	}
-	names := make([]string, jobs)
-	for i := range jobs {
-		names[i] = fmt.Sprintf("job%04d", i)
-		j := config.Job{JobName: names[i], AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
-			TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.01, MemoryMB: 1, ScriptCommandLine: "true",
-			Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
-		if err := base.CreateJob(ctx, j); err != nil {
-			b.Fatal(err)
-		}
-	}
+	base, names := burstJobs(b, ctx, jobs, shards)
 	store := benchModel(b, ctx, base)
 	total := jobs * shards
 	var trips, lifeTrips uint64
@@ -196,4 +176,31 @@ func waitFor(cond func() bool, d time.Duration) {
 	for !cond() && time.Now().Before(end) {
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// burstJobs registers app "app" and jobs TRANSIENT jobs of shards shards each (job0000, …) on a
+// store of their own: what the burst benchmarks start from.
+func burstJobs(b *testing.B, ctx context.Context, jobs, shards int) (*state.Store, []string) {
+	env := statetest.StartZooKeeper(b)
+	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(base.Close)
+	app := config.DefaultApp()
+	app.AppName, app.AppURL, app.BootstrapScript = "app", "/opt/app", "./run"
+	if err := base.CreateApp(ctx, app); err != nil {
+		b.Fatal(err)
+	}
+	names := make([]string, jobs)
+	for i := range jobs {
+		names[i] = fmt.Sprintf("job%04d", i)
+		j := config.Job{JobName: names[i], AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
+			TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.01, MemoryMB: 1, ScriptCommandLine: "true",
+			Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+		if err := base.CreateJob(ctx, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return base, names
 }

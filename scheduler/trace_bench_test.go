@@ -2,17 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
-
-	"github.com/ejcloud/ejcloud/config"
-	"github.com/ejcloud/ejcloud/state"
-	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
 // BenchmarkTraceBurst is BenchmarkBurst's burst of 3,400 tasks — each traced three times
@@ -31,29 +26,9 @@ func BenchmarkTraceBurst(b *testing.B) {
 }
 
 func benchTraceBurst(b *testing.B, jobs, shards int, traced bool) {
-	env := statetest.StartZooKeeper(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer base.Close()
-	app := config.DefaultApp()
-	app.AppName, app.AppURL, app.BootstrapScript = "app", "/opt/app", "./run"
-	if err := base.CreateApp(ctx, app); err != nil {
-		b.Fatal(err)
-	}
-	names := make([]string, jobs)
-	for i := range jobs {
-		names[i] = fmt.Sprintf("job%04d", i)
-		j := config.Job{JobName: names[i], AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
-			TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.01, MemoryMB: 1, ScriptCommandLine: "true",
-			Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
-		if err := base.CreateJob(ctx, j); err != nil {
-			b.Fatal(err)
-		}
-	}
+	base, names := burstJobs(b, ctx, jobs, shards)
 	store := benchModel(b, ctx, base)
 	total := jobs * shards
 	var launchTime, finishTime, drainTime time.Duration
@@ -63,6 +38,7 @@ func benchTraceBurst(b *testing.B, jobs, shards int, traced bool) {
 		var tr *tracer
 		if traced {
 			cfg := Config{EventTraceDB: "sqlite://" + filepath.Join(b.TempDir(), "trace.db")}
+			var err error
 			if tr, err = openTracer(ctx, cfg, quietLog()); err != nil {
 				b.Fatal(err)
 			}
