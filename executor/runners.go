@@ -27,7 +27,7 @@ func (e *Executor) runnerFor(p taskdata.Payload) (runner, error) {
 		}
 	case config.Dataflow:
 		if j, ok := job.Dataflow(p.Job.JobClass); ok {
-			return &goRunner{sc: sc, f: func(ctx context.Context) error { return dataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
+			return &goRunner{sc: sc, f: func(ctx context.Context) error { return job.RunDataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
 		}
 	default:
 		return nil, fmt.Errorf("unknown jobType %q", p.Job.JobType)
@@ -135,25 +135,6 @@ func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
 	case <-time.After(grace()):
 	}
 	return errKilled
-}
-
-// dataflow fetches and processes; with streaming it repeats until a fetch returns nothing.
-func dataflow(ctx context.Context, j job.DataflowJob, sc taskdata.ShardingContext, streaming bool) error {
-	for {
-		data, err := j.Fetch(ctx, sc)
-		if err != nil {
-			return fmt.Errorf("fetch: %w", err)
-		}
-		if len(data) == 0 {
-			return nil
-		}
-		if err := j.Process(ctx, sc, data); err != nil {
-			return fmt.Errorf("process: %w", err)
-		}
-		if !streaming || ctx.Err() != nil {
-			return nil
-		}
-	}
 }
 
 // openAppend opens a sandbox log file, as the agent opened it for the executor itself.

@@ -38,30 +38,11 @@ func (in *Instance) runItem(ctx context.Context, cfg *parsed, sc ShardingContext
 		if in.dataflow == nil {
 			return fmt.Errorf("job %s is DATAFLOW but this instance has no DataflowJob", cfg.JobName)
 		}
-		return runDataflow(ctx, in.dataflow, sc, cfg.StreamingProcess)
+		return job.RunDataflow(ctx, in.dataflow, sc, cfg.StreamingProcess)
 	case Script:
 		return runScript(ctx, cfg.ScriptCommandLine, sc)
 	}
 	return fmt.Errorf("unknown job type %q", cfg.JobType)
-}
-
-// runDataflow fetches and processes; with streaming it repeats until a fetch returns nothing.
-func runDataflow(ctx context.Context, j job.DataflowJob, sc ShardingContext, streaming bool) error {
-	for {
-		data, err := j.Fetch(ctx, sc)
-		if err != nil {
-			return fmt.Errorf("fetch: %w", err)
-		}
-		if len(data) == 0 {
-			return nil
-		}
-		if err := j.Process(ctx, sc, data); err != nil {
-			return fmt.Errorf("process: %w", err)
-		}
-		if !streaming || ctx.Err() != nil {
-			return nil
-		}
-	}
 }
 
 // runScript runs the command line as the cloud executor does (SPEC §6.3): the sharding

@@ -41,6 +41,26 @@ type DataflowJob interface {
 	Process(ctx context.Context, sc ShardingContext, data []any) error
 }
 
+// RunDataflow runs a DataflowJob's shard: it fetches and processes, and with streaming repeats
+// until a fetch returns nothing (or ctx ends).
+func RunDataflow(ctx context.Context, j DataflowJob, sc ShardingContext, streaming bool) error {
+	for {
+		data, err := j.Fetch(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if len(data) == 0 {
+			return nil
+		}
+		if err := j.Process(ctx, sc, data); err != nil {
+			return fmt.Errorf("process: %w", err)
+		}
+		if !streaming || ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
 var registry = struct {
 	sync.Mutex // guards the maps
 	simple     map[string]SimpleJob
