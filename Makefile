@@ -7,7 +7,7 @@ BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint soak zookeeper clean images static docker-test docker-engine busybox-static
+.PHONY: build test run bench fuzz lint soak zookeeper chromium clean images static docker-test docker-engine busybox-static
 
 build:
 	@mkdir -p $(BIN)
@@ -17,7 +17,7 @@ build:
 # Tests need a real ZooKeeper (Debian's zookeeper package); install it when it is missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
 # scripts included) is still alive after `go test` ends.
-test: zookeeper
+test: zookeeper chromium
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
 	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
@@ -45,6 +45,13 @@ zookeeper:
 	@if [ ! -f $(ZK_JAR) ]; then \
 	  echo "ZooKeeper is missing: installing Debian's zookeeper package"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q zookeeper; \
+	fi
+
+# The console's browser tests (integration/console_test.go) drive Debian's chromium headless.
+chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "chromium is missing: installing Debian's chromium (the console's browser tests)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; \
 	fi
 
 clean:

@@ -359,7 +359,7 @@ function JobsPage({ canWrite }) {
         const u = unplaced[j.jobName];
         return html`<tr key=${j.jobName}>
           <td><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a></td><td>${j.appName}</td>
-          <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code>${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
+          <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code class="nowrap">${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
           <td>${n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${j.cron ? '' : 'on trigger only'}</span>`}</td>
           <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
             ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}</td>
@@ -695,6 +695,7 @@ function App() {
   const { page, name, sub } = route;
   let body;
   if (!session) body = html`<p aria-busy="true">Loading…</p>`;
+  else if ((name === 'new' || sub === 'edit') && !canWrite) body = html`<${Banner} error=${new Error('The guest may only read: signed in as ' + session.role + '.')} />`;
   else if (page === 'apps') body = name === 'new' && canWrite ? html`<${AppForm} />` : name && sub === 'edit' && canWrite ? html`<${AppForm} name=${name} key=${name} />`
     : name ? html`<${AppDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${AppsPage} canWrite=${canWrite} />`;
   else if (page === 'jobs') body = name === 'new' && canWrite ? html`<${JobForm} />` : name && sub === 'edit' && canWrite ? html`<${JobForm} name=${name} key=${name} />`
@@ -716,5 +717,18 @@ function App() {
     </main>`;
 }
 
-document.getElementById('root').textContent = '';
-render(html`<${App} />`, document.getElementById('root'));
+// On a phone's width tables stack each row as a card (console.css); each cell then shows its
+// column's name, which it takes from the table's header whenever the page changes.
+function labelCells(root) {
+  for (const table of root.querySelectorAll('table')) {
+    const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent);
+    for (const row of table.querySelectorAll('tbody tr')) {
+      [...row.children].forEach((td, i) => { if (heads[i] && td.dataset.label !== heads[i]) td.dataset.label = heads[i]; });
+    }
+  }
+}
+
+const root = document.getElementById('root');
+root.textContent = '';
+new MutationObserver(() => labelCells(root)).observe(root, { childList: true, subtree: true });
+render(html`<${App} />`, root);
