@@ -44,6 +44,9 @@ func TestConsole(t *testing.T) {
 
 	// An app through the form.
 	b.open(t, root, "#/apps/new")
+	b.fill(t, root, "appName", "my app") // refused by the form itself, in the server's words
+	b.run(t, root, chromedp.Click(chromedp.CSS(`form button[type=submit]`)))
+	b.waitText(t, root, `input[name=appName] ~ small`, "appName may contain only letters, digits")
 	b.fill(t, root, "appName", "app")
 	b.fill(t, root, "appURL", filepath.Join(bins, "ejcloud-executor"))
 	b.fill(t, root, "bootstrapScript", "./ejcloud-executor")
@@ -234,6 +237,11 @@ func (b *browser) tab(t *testing.T, cred string) context.Context {
 	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatalf("Network.enable: %v", err)
 	}
+	// No transitions: what the page shows is what it settled on, for checks and screenshots.
+	reduce := emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-reduced-motion", Value: "reduce"}}}
+	if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, reduce); err != nil {
+		t.Fatalf("Emulation.setEmulatedMedia: %v", err)
+	}
 	if cred == "" {
 		return ctx
 	}
@@ -328,6 +336,7 @@ func (b *browser) screenshot(t *testing.T, ctx context.Context, path string) {
 	t.Helper()
 	c, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	b.eval(t, ctx, `(document.activeElement && document.activeElement.blur(), '')`) // no focus ring from the last click
 	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
