@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestConsole(t *testing.T) {
 	await.True(t, 30*time.Second, "the scheduler leads", s.leads)
 
 	b := startBrowser(t, s.addr)
-	root := b.tab(t, creds)
+	root := b.tab(t, creds, true)
 	shots := os.Getenv("EJCLOUD_CONSOLE_SCREENSHOTS")
 	shot := func(name string) {
 		if shots != "" {
@@ -96,6 +97,19 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after Enable the API says %d %s; want false", code, body)
 	}
 
+	// Modify it: the form starts from its config and PUTs it whole.
+	b.open(t, root, "#/jobs/console-job/edit")
+	b.waitText(t, root, "main h1", "Modify job console-job")
+	if v := b.eval(t, root, `document.querySelector('form [name=cron]').value`); v != "0/2 * * * * ?" {
+		t.Fatalf("the edit form shows cron %q", v)
+	}
+	b.fill(t, root, "description", "changed in the console")
+	b.run(t, root, chromedp.Click(chromedp.CSS(`form button[type=submit]`)))
+	b.waitText(t, root, "main dl", "changed in the console")
+	if _, body := s.api(t, "GET", "/api/job/jobs/console-job", ""); !strings.Contains(body, `"description":"changed in the console"`) || !strings.Contains(body, `"timeZone":"Asia/Shanghai"`) {
+		t.Fatalf("after Modify the job is %s", body)
+	}
+
 	// A job too big for any agent waits in ready, and its page says why.
 	s.must(t, 204, "POST", "/api/job/register", `{"jobName":"too-big","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT",`+
 		`"shardingTotalCount":1,"cpuCount":8,"memoryMB":16,"scriptCommandLine":"true"}`)
@@ -106,6 +120,12 @@ func TestConsole(t *testing.T) {
 	b.open(t, root, "#/jobs")
 	b.waitText(t, root, "main table", "unplaced: not enough CPU")
 	shot("jobs")
+
+	// Reconcile from Operations.
+	b.open(t, root, "#/operations")
+	b.waitText(t, root, "main", "subscribed")
+	b.run(t, root, chromedp.Click(chromedp.Search(`//button[text()="Reconcile explicitly"]`)))
+	b.waitText(t, root, "main", "explicit reconciliation: done")
 
 	if shots != "" {
 		for _, p := range []struct{ hash, wait, text string }{
@@ -128,11 +148,11 @@ func TestConsole(t *testing.T) {
 	}
 
 	// The guest sees every page and no write control; the server refuses its writes anyway.
-	guest := b.tab(t, "guest:look")
+	guest := b.tab(t, "guest:look", true)
 	for _, p := range []struct{ hash, wait, text string }{
 		{"#/jobs", "main table", "console-job"}, {"#/jobs/console-job", "main h1", "Job console-job"},
 		{"#/apps", "main table", "app"}, {"#/apps/app", "main h1", "App app"},
-		{"#/status", "main", "Running ("}, {"#/operations", "main table", "app"}, {"#/jobs/new", "main", ""},
+		{"#/status", "main", "Running ("}, {"#/operations", "main table", "app"}, {"#/jobs/new", "main", "The guest may only read"},
 	} {
 		b.open(t, guest, p.hash)
 		b.waitText(t, guest, p.wait, p.text)
@@ -147,6 +167,15 @@ func TestConsole(t *testing.T) {
 	}
 	if code, _ := s.api(t, "POST", "/api/job/console-job/disable", "", "guest", "look"); code != 403 {
 		t.Fatalf("the guest's write answered %d; want 403", code)
+	}
+
+	// Delete asks twice.
+	b.open(t, root, "#/jobs/too-big")
+	b.run(t, root, chromedp.Click(chromedp.Search(`//main//button[text()="Delete"]`)))
+	b.run(t, root, chromedp.Click(chromedp.Search(`//main//button[normalize-space(.)="Yes, delete"]`)))
+	b.waitText(t, root, "main h1", "Jobs")
+	if code, _ := s.api(t, "GET", "/api/job/jobs/too-big", ""); code != 404 {
+		t.Fatalf("after Delete the job answers %d; want 404", code)
 	}
 
 	b.checkHosts(t, 50)
@@ -200,12 +229,13 @@ func startBrowser(t *testing.T, addr string) *browser {
 	return b
 }
 
-// tab opens a tab whose every request carries the "user:password" credentials, if any.
-func (b *browser) tab(t *testing.T, cred string) context.Context {
+// tab opens a tab whose every request carries the "user:password" credentials, if any, and
+// whose requests checkHosts checks if record.
+func (b *browser) tab(t *testing.T, cred string, record bool) context.Context {
 	t.Helper()
 	ctx, _ := chromedp.NewContext(b.ctx) // closed with the browser
 	err := chromedp.Listen(ctx, func(ev any) {
-		if e, ok := ev.(*network.EventRequestWillBeSent); ok {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && record {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			host := "(unparsable)"
@@ -401,8 +431,9 @@ func processesUsing(dir string) []string {
 }
 
 // The History page against the shapes of Elastic-Job-Cloud 2.1.5's event trace and statistics
-// answers, which the scheduler answers empty until its event trace database is built: the
-// console itself, with the API answered by this test.
+// answers, which the scheduler answers empty until its event trace database is built, and the
+// page of a standby, whose API answers 307: the console itself, with the API answered by this
+// test.
 func TestConsoleHistoryShapes(t *testing.T) {
 	con, err := console.New(console.Config{})
 	if err != nil {
@@ -440,11 +471,24 @@ func TestConsoleHistoryShapes(t *testing.T) {
 	reply("/api/job/statistics/tasks/running", running)
 	reply("/api/job/statistics/jobs/running", running)
 	reply("/api/job/statistics/jobs/register", `[{"id":1,"registeredCount":5,"statisticsTime":"2026-11-23T10:00:00Z","creationTime":"2026-11-23T10:00:01Z"},{"id":2,"registeredCount":7,"statisticsTime":"2026-11-24T10:00:00Z","creationTime":"2026-11-24T10:00:01Z"}]`)
+	// A standby: its API answers 307 to the leader, whose origin the page may not read; the
+	// console must not follow.
+	var leaderHits atomic.Int32
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { leaderHits.Add(1) }))
+	defer leader.Close()
+	standby := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			http.Redirect(w, r, leader.URL+r.URL.Path, http.StatusTemporaryRedirect)
+			return
+		}
+		con.ServeHTTP(w, r)
+	}))
+	defer standby.Close()
 	srv := httptest.NewServer(mux) // on loopback
 	defer srv.Close()
 
 	b := startBrowser(t, strings.TrimPrefix(srv.URL, "http://"))
-	tab := b.tab(t, "")
+	tab := b.tab(t, "", true)
 	// A browser east of UTC, so that the dates it sends must be converted.
 	if _, err := chromedp.Call(tab, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Shanghai"}); err != nil {
 		t.Fatal(err)
@@ -481,7 +525,24 @@ func TestConsoleHistoryShapes(t *testing.T) {
 		n, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll('#history .charts canvas').length`))
 		return err == nil && n == 4
 	})
+	// The standby's page, in a tab of its own: the browser announces the redirect's target as a
+	// request even though it does not follow it, so the leader's count is the check.
+	st := b.tab(t, "", false)
+	if err := chromedp.Do(st, chromedp.Navigate(standby.URL+"/#/operations")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitText(t, st, "main .banner", "This scheduler instance is a standby: the API is served by the leader. Open the leader's console")
+	if href := b.eval(t, st, `document.querySelector('main a[href="/console/leader"]').textContent`); href != "Open the leader's console" {
+		t.Fatalf("the standby's page links to the leader with %q", href)
+	}
+	if n := leaderHits.Load(); n != 0 {
+		t.Fatalf("the console followed the standby's redirect: the leader saw %d requests", n)
+	}
+
 	if shots := os.Getenv("EJCLOUD_CONSOLE_SCREENSHOTS"); shots != "" {
+		b.open(t, tab, "#/history")
+		b.run(t, tab, chromedp.Click(chromedp.CSS(`#htab-dashboard`)))
+		b.waitText(t, tab, "#history", "3 / 2")
 		b.screenshot(t, tab, filepath.Join(shots, "history-dashboard-sample.png"))
 		b.run(t, tab, chromedp.Click(chromedp.CSS(`#htab-executions`)))
 		b.waitText(t, tab, "#history table tbody", "exit status 3")

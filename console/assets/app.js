@@ -711,7 +711,7 @@ function App() {
         ${session ? html`<li><span class="role" title="signed in as">${session.role === 'root' && !session.authenticated ? 'no authentication' : session.role}</span></li>` : ''}</ul>
     </nav></header>
     <main class="container">
-      ${standby ? html`<div class="banner warn" role="alert">This scheduler instance is a standby: the API is served by the leader.
+      ${standby ? html`<div class="banner warn" role="alert">This scheduler instance is a standby: the API is served by the leader.${' '}
         <a href="/console/leader">Open the leader's console</a>.</div>` : ''}
       ${body}
     </main>`;
