@@ -23,7 +23,9 @@ let standbySeen = null; // set by api() when this instance answers 307: it is a 
 // api calls the REST API. A standby answers every /api path 307 to the leader, whose origin
 // the browser would not let this page read: the redirect is not followed but reported.
 async function api(method, path, body) {
-  const opt = { method, redirect: 'manual', credentials: 'same-origin', headers: { Accept: 'application/json' } };
+  // A request that hangs (a master slow to answer /master/state, a connection gone half-open)
+  // ends in an error after 10 s, so that polled pages show it and try again.
+  const opt = { method, redirect: 'manual', credentials: 'same-origin', headers: { Accept: 'application/json' }, signal: AbortSignal.timeout(10000) };
   if (body !== undefined) {
     opt.body = typeof body === 'string' ? body : JSON.stringify(body);
     opt.headers['Content-Type'] = 'application/json';
@@ -32,7 +34,7 @@ async function api(method, path, body) {
   try {
     r = await fetch(path, opt);
   } catch (e) {
-    throw new ApiError(0, 'the scheduler cannot be reached: ' + e.message);
+    throw new ApiError(0, e.name === 'TimeoutError' ? 'the scheduler did not answer ' + method + ' ' + path + ' within 10 s' : 'the scheduler cannot be reached: ' + e.message);
   }
   if (r.type === 'opaqueredirect') {
     if (standbySeen) standbySeen();
@@ -258,7 +260,7 @@ function AppForm({ name }) {
   }, [editing, existing.data]);
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
-  const set = (k) => (v) => setForm({ ...form, [k]: v });
+  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
   const submit = async (ev) => {
     ev.preventDefault();
     setGeneral(null);
@@ -393,11 +395,11 @@ function JobForm({ name }) {
     setForm(f);
   }, [editing, existing.data]);
   useEffect(() => {
-    if (form && !form.appName && apps.data && apps.data.length) setForm({ ...form, appName: apps.data[0].appName });
-  }, [form, apps.data]);
+    if (apps.data && apps.data.length) setForm((f) => (f && !f.appName ? { ...f, appName: apps.data[0].appName } : f));
+  }, [form && form.appName, apps.data]);
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
-  const set = (k) => (v) => setForm({ ...form, [k]: v });
+  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
   const submit = async (ev) => {
     ev.preventDefault();
     setGeneral(null);
