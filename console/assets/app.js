@@ -23,9 +23,14 @@ let standbySeen = null; // set by api() when this instance answers 307: it is a 
 // api calls the REST API. A standby answers every /api path 307 to the leader, whose origin
 // the browser would not let this page read: the redirect is not followed but reported.
 async function api(method, path, body) {
-  // A request that hangs (a master slow to answer /master/state, a connection gone half-open)
-  // ends in an error after 10 s, so that polled pages show it and try again.
-  const opt = { method, redirect: 'manual', credentials: 'same-origin', headers: { Accept: 'application/json' }, signal: AbortSignal.timeout(10000) };
+  // no-store: the console shows the cluster as it is now, and the HTTP cache would also make
+  // requests for one URL wait on each other (Chromium's cache lock held by a request that a page
+  // left mid-way stalled the next page's GET of the same URL for 20 s). A request that hangs
+  // anyway ends in an error after 10 s, so that polled pages say so and try again.
+  const opt = {
+    method, redirect: 'manual', credentials: 'same-origin', cache: 'no-store',
+    headers: { Accept: 'application/json' }, signal: AbortSignal.timeout(10000),
+  };
   if (body !== undefined) {
     opt.body = typeof body === 'string' ? body : JSON.stringify(body);
     opt.headers['Content-Type'] = 'application/json';
@@ -689,7 +694,7 @@ function App() {
     const on = () => setRoute(parseRoute());
     window.addEventListener('hashchange', on);
     standbySeen = () => setStandby(true);
-    fetch('/console/session', { credentials: 'same-origin' }).then((r) => r.json()).then(setSession).catch(() => setSession({ role: 'guest' }));
+    fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' }).then((r) => r.json()).then(setSession).catch(() => setSession({ role: 'guest' }));
     return () => window.removeEventListener('hashchange', on);
   }, []);
   const canWrite = !!session && session.role === 'root';
