@@ -7,7 +7,7 @@ BINARIES := ./scheduler/cmd/ejcloud-scheduler ./executor/cmd/ejcloud-executor ./
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint soak zookeeper databases clean images static docker-test docker-engine busybox-static
+.PHONY: build test run bench fuzz lint soak zookeeper databases chromium clean images static docker-test docker-engine busybox-static
 
 build:
 	@mkdir -p $(BIN)
@@ -19,7 +19,7 @@ build:
 # themselves in temporary directories); install them when they are missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
 # scripts included) is still alive after `go test` ends.
-test: zookeeper databases
+test: zookeeper databases chromium
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
 	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
@@ -57,6 +57,13 @@ databases:
 	  own=; if [ ! -e /usr/sbin/policy-rc.d ]; then own=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q postgresql mariadb-server; rc=$$?; \
 	  if [ -n "$$own" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+	fi
+
+# The console's browser tests (integration/console_test.go) drive Debian's chromium headless.
+chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "chromium is missing: installing Debian's chromium (the console's browser tests)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; \
 	fi
 
 clean:

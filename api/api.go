@@ -108,6 +108,7 @@ func New(store Store, sched Scheduler, cfg Config) http.Handler {
 	})
 	s.appRoutes(r)
 	s.traceRoutes(r) // before the job routes: /api/job/events/… is not a job named "events"
+	s.clusterRoutes(r)
 	s.jobRoutes(r)
 	s.operateRoutes(r)
 	return s.auth(r)
@@ -116,26 +117,49 @@ func New(store Store, sched Scheduler, cfg Config) http.Handler {
 // auth enforces HTTP Basic credentials when a root user is configured: the guest may only read.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Root == "" {
+		switch Role(s.cfg.Root, s.cfg.Guest, r) {
+		case RoleRoot:
 			next.ServeHTTP(w, r)
-			return
-		}
-		user, pass, ok := r.BasicAuth()
-		given := user + ":" + pass
-		switch {
-		case ok && equal(given, s.cfg.Root):
-			next.ServeHTTP(w, r)
-		case ok && s.cfg.Guest != "" && equal(given, s.cfg.Guest):
+		case RoleGuest:
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				writeError(w, http.StatusForbidden, "the guest may only read", "")
 				return
 			}
 			next.ServeHTTP(w, r)
 		default:
-			w.Header().Set("WWW-Authenticate", `Basic realm="ejcloud"`)
+			w.Header().Set("WWW-Authenticate", Realm)
 			writeError(w, http.StatusUnauthorized, "credentials required", "")
 		}
 	})
+}
+
+// Realm is the WWW-Authenticate challenge of the API, and of the console, so that a browser
+// sends the credentials given once to both.
+const Realm = `Basic realm="ejcloud"`
+
+// The roles Role tells apart.
+const (
+	RoleNone  = ""
+	RoleRoot  = "root"
+	RoleGuest = "guest"
+)
+
+// Role is whom the request's HTTP Basic credentials name, given the root and guest
+// "user:password" pairs: RoleRoot, RoleGuest, or RoleNone. Without a root user every request
+// is root's.
+func Role(root, guest string, r *http.Request) string {
+	if root == "" {
+		return RoleRoot
+	}
+	user, pass, ok := r.BasicAuth()
+	given := user + ":" + pass
+	switch {
+	case ok && equal(given, root):
+		return RoleRoot
+	case ok && guest != "" && equal(given, guest):
+		return RoleGuest
+	}
+	return RoleNone
 }
 
 // equal compares credentials in constant time.

@@ -291,3 +291,57 @@ func TestOperateAndTraceEndpoints(t *testing.T) {
 		t.Fatalf("operations %v", ops)
 	}
 }
+
+func TestClusterAndUnplaced(t *testing.T) {
+	f := newFixture(Config{Root: "root:secret", Guest: "guest:look"})
+	if rec := f.do("GET", "/api/operate/cluster", "", "root", "secret"); rec.Code != 501 {
+		t.Fatalf("cluster of a scheduler without the view: %d %s; want 501", rec.Code, rec.Body)
+	}
+	o := &fakeOverseer{fakeSched: f.sched,
+		cluster: Cluster{Leader: "127.0.0.1:1", Subscribed: true, FrameworkID: "fw-1", Master: "http://127.0.0.1:2",
+			Agents: []Agent{{ID: "S2"}, {ID: "S1", Hostname: "h", Total: Resources{CPUs: 4, MemMB: 1024}, Free: Resources{CPUs: 3, MemMB: 512},
+				Executors: []Executor{{ID: "app@-@S1", AppName: "app", Tasks: 2}}}}},
+		unplaced: map[string]map[string]int{"big": {"cpu": 3}}}
+	h := New(f.store, o, Config{Root: "root:secret", Guest: "guest:look", Log: f.log})
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"/api/operate/cluster", `{"leader":"127.0.0.1:1","subscribed":true,"frameworkId":"fw-1","master":"http://127.0.0.1:2","agents":[` +
+			`{"id":"S1","hostname":"h","active":false,"total":{"cpus":4,"mem":1024,"disk":0},"used":{"cpus":0,"mem":0,"disk":0},` +
+			`"offered":{"cpus":0,"mem":0,"disk":0},"free":{"cpus":3,"mem":512,"disk":0},"executors":[{"id":"app@-@S1","appName":"app","tasks":2}]},` +
+			`{"id":"S2","hostname":"","active":false,"total":{"cpus":0,"mem":0,"disk":0},"used":{"cpus":0,"mem":0,"disk":0},` +
+			`"offered":{"cpus":0,"mem":0,"disk":0},"free":{"cpus":0,"mem":0,"disk":0},"executors":[]}]}`},
+		{"/api/job/unplaced", `{"big":{"cpu":3}}`},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.SetBasicAuth("guest", "look") // both are reads: the guest may see them
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if got := strings.TrimSpace(rec.Body.String()); rec.Code != 200 || got != tc.want {
+			t.Errorf("GET %s = %d %s; want 200 %s", tc.path, rec.Code, got, tc.want)
+		}
+	}
+}
+
+func TestRole(t *testing.T) {
+	for _, tc := range []struct {
+		root, guest string
+		auth        []string
+		want        string
+	}{
+		{"", "", nil, RoleRoot},
+		{"root:pw", "", nil, RoleNone},
+		{"root:pw", "g:x", []string{"root", "pw"}, RoleRoot},
+		{"root:pw", "g:x", []string{"g", "x"}, RoleGuest},
+		{"root:pw", "g:x", []string{"g", "pw"}, RoleNone},
+		{"root:pw", "", []string{"", ""}, RoleNone},
+	} {
+		req := httptest.NewRequest("GET", "/", nil)
+		if tc.auth != nil {
+			req.SetBasicAuth(tc.auth[0], tc.auth[1])
+		}
+		if got := Role(tc.root, tc.guest, req); got != tc.want {
+			t.Errorf("Role(%q, %q, %v) = %q; want %q", tc.root, tc.guest, tc.auth, got, tc.want)
+		}
+	}
+}

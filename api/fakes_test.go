@@ -241,3 +241,13 @@ func (f *fakeSched) Reconcile(_ context.Context, explicit bool) error {
 func (f *fakeSched) Sandboxes(_ context.Context, app string) ([]Sandbox, error) {
 	return []Sandbox{{Hostname: "127.0.0.2", Path: "/work/slaves/S0/frameworks/F/executors/" + app + "@-@S0/runs/latest"}}, nil
 }
+
+// fakeOverseer is a fakeSched that also answers the cluster view and the unplaced reasons.
+type fakeOverseer struct {
+	*fakeSched
+	cluster  Cluster
+	unplaced map[string]map[string]int
+}
+
+func (f *fakeOverseer) Cluster(context.Context) (Cluster, error) { return f.cluster, nil }
+func (f *fakeOverseer) Unplaced() map[string]map[string]int      { return f.unplaced }

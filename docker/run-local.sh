@@ -135,7 +135,7 @@ register "job demo-script (TRANSIENT, every 10 s, 4 shards)" POST /api/job/regis
 register "job demo-daemon (DAEMON, every 5 s)" POST /api/job/register '{"jobName":"demo-daemon","appName":"demo-app","jobType":"SCRIPT","jobExecutionType":"DAEMON","cron":"*/5 * * * * ?","shardingTotalCount":1,"cpuCount":0.1,"memoryMB":32,"scriptCommandLine":"echo \"demo-daemon ran at $(date +%T)\"","description":"make run demo: a long-running task that runs its script on its own cron"}'
 
 echo
-echo "API           http://$http_addr   user:password $creds"
+echo "API           http://$http_addr   user:password $creds   (the web console: http://$http_addr/ with these credentials)"
 echo "History       the event trace in $run/trace.db (SQLite): /api/job/events/executions, /api/job/statistics/…"
 echo "              e.g. curl -u \"\$(cat ${run#"$root/"}/credentials)\" http://$http_addr/api/job/tasks/running"
 echo "Scheduler     health /healthz, leadership /readyz, metrics /metrics"

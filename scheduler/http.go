@@ -25,6 +25,11 @@ func (s *instance) routes() http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	// The console is static and only calls the API, so standbys serve it too; its API calls then
+	// meet the standby's 307, and it links to /console/leader, which a standby redirects.
+	mux.Handle("GET /{$}", s.console)
+	mux.Handle("GET /console/", s.console)
+	mux.HandleFunc("GET /console/leader", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusFound) }))
 	mux.HandleFunc("/", s.notLeaderOr(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 	}))

@@ -237,11 +237,20 @@ type masterState struct {
 			ExecutorID string `json:"executor_id"`
 			SlaveID    string `json:"slave_id"`
 		} `json:"executors"`
+		Tasks []struct {
+			ExecutorID string `json:"executor_id"`
+			SlaveID    string `json:"slave_id"`
+		} `json:"tasks"` // the master lists terminal tasks under completed_tasks
 	} `json:"frameworks"`
 	Slaves []struct {
 		ID       string `json:"id"`
 		Hostname string `json:"hostname"`
 		PID      string `json:"pid"` // slave(1)@ip:port: where the agent serves its /state
+		Active   bool   `json:"active"`
+		// Scalars as numbers, ranges ("ports") as strings: only the scalars are read.
+		Resources        map[string]any `json:"resources"`
+		UsedResources    map[string]any `json:"used_resources"`
+		OfferedResources map[string]any `json:"offered_resources"`
 	} `json:"slaves"`
 }
 

@@ -20,6 +20,7 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/console"
 	"github.com/ejcloud/ejcloud/state"
 )
 
@@ -103,7 +104,11 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		}
 		h.mesos = m
 	}
-	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h, trace: trace}
+	con, err := console.New(console.Config{Root: cfg.AuthRoot, Guest: cfg.AuthGuest})
+	if err != nil {
+		return err
+	}
+	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h, trace: trace, console: con}
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx, cancel = context.WithCancel(ctx)
@@ -153,6 +158,7 @@ type instance struct {
 	subscribed bool
 	ld         *leader      // the leader's state while this instance leads
 	api        http.Handler // the REST API, bound to the leader's fenced store
+	console    http.Handler // the web console, served by every instance
 
 	metrics *metrics
 	hooks   hooks

@@ -1,0 +1,742 @@
+// ejcloud console: Preact components written with htm, talking only to the REST API (SPEC §7)
+// of the scheduler that served this page. Pages are picked by the URL's hash (#/jobs/...), so
+// the server serves one page and a reload keeps the view.
+import { h, render } from 'preact';
+import { useState, useEffect, useCallback, useRef } from 'preact/hooks';
+import htm from 'htm';
+import uPlot from 'uplot';
+
+const html = htm.bind(h);
+
+// ---------------------------------------------------------------- the API
+
+class ApiError extends Error {
+  constructor(status, message, field) {
+    super(message);
+    this.status = status;
+    this.field = field || '';
+  }
+}
+
+let standbySeen = null; // set by api() when this instance answers 307: it is a standby
+
+// api calls the REST API. A standby answers every /api path 307 to the leader, whose origin
+// the browser would not let this page read: the redirect is not followed but reported.
+async function api(method, path, body) {
+  // no-store: the console shows the cluster as it is now, and the HTTP cache would also make
+  // requests for one URL wait on each other (Chromium's cache lock held by a request that a page
+  // left mid-way stalled the next page's GET of the same URL for 20 s). A request that hangs
+  // anyway ends in an error after 10 s, so that polled pages say so and try again.
+  const opt = {
+    method, redirect: 'manual', credentials: 'same-origin', cache: 'no-store',
+    headers: { Accept: 'application/json' }, signal: AbortSignal.timeout(10000),
+  };
+  if (body !== undefined) {
+    opt.body = typeof body === 'string' ? body : JSON.stringify(body);
+    opt.headers['Content-Type'] = 'application/json';
+  }
+  let r;
+  try {
+    r = await fetch(path, opt);
+  } catch (e) {
+    throw new ApiError(0, e.name === 'TimeoutError' ? 'the scheduler did not answer ' + method + ' ' + path + ' within 10 s' : 'the scheduler cannot be reached: ' + e.message);
+  }
+  if (r.type === 'opaqueredirect') {
+    if (standbySeen) standbySeen();
+    throw new ApiError(307, 'this scheduler instance is a standby: the leader serves the API');
+  }
+  if (r.status === 204) return null;
+  const text = await r.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  if (!r.ok) throw new ApiError(r.status, (data && data.error) || (r.status + ' ' + r.statusText), data && data.field);
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+// useApi loads GET paths (one or several) and reloads them on demand or every `every` ms.
+function useApi(paths, every) {
+  const key = JSON.stringify(paths);
+  const [state, setState] = useState({ data: null, error: null, loading: true });
+  const [tick, setTick] = useState(0);
+  const reload = useCallback(() => setTick((t) => t + 1), []);
+  useEffect(() => {
+    let live = true;
+    const list = Array.isArray(paths) ? paths : [paths];
+    Promise.all(list.map((p) => (p ? api('GET', p) : Promise.resolve(null))))
+      .then((res) => live && setState({ data: Array.isArray(paths) ? res : res[0], error: null, loading: false }))
+      .catch((e) => live && setState((s) => ({ data: s.data, error: e, loading: false })));
+    return () => { live = false; };
+  }, [key, tick]);
+  useEffect(() => {
+    if (!every) return undefined;
+    const t = setInterval(reload, every);
+    return () => clearInterval(t);
+  }, [every, reload]);
+  return { ...state, reload };
+}
+
+// ---------------------------------------------------------------- small pieces
+
+const fmtTime = (v) => {
+  if (v === null || v === undefined || v === '') return '';
+  const d = new Date(v);
+  return isNaN(d) ? String(v) : d.toLocaleString();
+};
+const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+
+// fireTime shows an RFC 3339 fire time (in the job's zone) in the browser's zone, with the
+// clock time in the job's own zone beside it.
+function FireTime({ at, zone }) {
+  const local = fmtTime(at);
+  const m = /T(\d\d:\d\d:\d\d)/.exec(at || '');
+  return html`<span><time datetime=${at}>${local}</time>${zone && m ? html` <span class="muted">(${m[1]} ${zone})</span>` : ''}</span>`;
+}
+
+function Banner({ error, ok, warn }) {
+  if (error) return html`<div class="banner error" role="alert">${error.message || String(error)}</div>`;
+  if (warn) return html`<div class="banner warn" role="status">${warn}</div>`;
+  if (ok) return html`<div class="banner ok" role="status">${ok}</div>`;
+  return null;
+}
+
+function Tag({ kind, children }) {
+  return html`<span class=${'tag ' + (kind || '')}>${children}</span>`;
+}
+
+let fieldSeq = 0;
+// Field is a labelled input with its error beside it (aria-invalid, aria-describedby).
+function Field({ label, name, value, onInput, error, type = 'text', options, hint, required, readOnly, wide, step, min, rows }) {
+  const id = useRef('f' + (++fieldSeq)).current;
+  const errId = id + '-err';
+  const common = {
+    id, name, 'aria-invalid': error ? 'true' : undefined, 'aria-describedby': error ? errId : (hint ? id + '-hint' : undefined),
+    required, readOnly,
+  };
+  let input;
+  if (type === 'checkbox') {
+    return html`<label class=${wide ? 'wide' : ''} for=${id}>
+      <input type="checkbox" role="switch" ...${common} checked=${!!value} onChange=${(e) => onInput(e.target.checked)} /> ${label}
+      ${error ? html`<small id=${errId} class="field-error">${error}</small>` : ''}</label>`;
+  }
+  if (options) {
+    input = html`<select ...${common} value=${value} onChange=${(e) => onInput(e.target.value)}>
+      ${options.map((o) => (Array.isArray(o) ? html`<option value=${o[0]}>${o[1]}</option>` : html`<option value=${o}>${o}</option>`))}</select>`;
+  } else if (type === 'textarea') {
+    input = html`<textarea ...${common} rows=${rows || 2} value=${value} onInput=${(e) => onInput(e.target.value)}></textarea>`;
+  } else {
+    input = html`<input type=${type} step=${step} min=${min} ...${common} value=${value} onInput=${(e) => onInput(e.target.value)} />`;
+  }
+  return html`<label class=${wide ? 'wide' : ''} for=${id}>${label}${required ? html` <span aria-hidden="true">*</span>` : ''}
+    ${input}
+    ${error ? html`<small id=${errId} class="field-error">${error}</small>` : hint ? html`<small id=${id + '-hint'}>${hint}</small>` : ''}</label>`;
+}
+
+// Pager pages a list on the client.
+function usePages(rows, size) {
+  const [page, setPage] = useState(1);
+  const pages = Math.max(1, Math.ceil(rows.length / size));
+  const p = Math.min(page, pages);
+  return { rows: rows.slice((p - 1) * size, p * size), page: p, pages, setPage, total: rows.length };
+}
+
+function Pager({ page, pages, setPage, total, label }) {
+  return html`<nav class="pager" aria-label=${label + ' pages'}>
+    <button class="secondary outline" disabled=${page <= 1} onClick=${() => setPage(page - 1)} aria-label="Previous page">‹</button>
+    <span>Page ${page} of ${pages} · ${total} ${total === 1 ? 'row' : 'rows'}</span>
+    <button class="secondary outline" disabled=${page >= pages} onClick=${() => setPage(page + 1)} aria-label="Next page">›</button>
+  </nav>`;
+}
+
+// Confirm is a button that asks again before it acts (no modal: keyboard and tests stay simple).
+function Confirm({ label, question, onYes, danger }) {
+  const [asking, setAsking] = useState(false);
+  if (!asking) return html`<button class=${danger ? 'secondary' : ''} onClick=${() => setAsking(true)}>${label}</button>`;
+  return html`<span class="actions" role="group" aria-label=${question}>
+    <span>${question}</span>
+    <button class="contrast" onClick=${() => { setAsking(false); onYes(); }}>Yes, ${label.toLowerCase()}</button>
+    <button class="secondary outline" onClick=${() => setAsking(false)}>Cancel</button></span>`;
+}
+
+// useAction runs a write and reports how it went.
+function useAction(after) {
+  const [msg, setMsg] = useState({});
+  const run = useCallback(async (what, method, path, body) => {
+    try {
+      await api(method, path, body);
+      setMsg({ ok: what + ': done' });
+      if (after) after();
+    } catch (e) {
+      setMsg({ error: new Error(what + ': ' + e.message) });
+    }
+  }, [after]);
+  return [msg, run];
+}
+
+// ---------------------------------------------------------------- validation, as the server does it
+
+const NAME = /^[A-Za-z0-9_.-]+$/;
+function checkName(field, v) {
+  if (!v) return field + ' is required';
+  if (v.length > 100) return field + ' must be at most 100 characters, got ' + v.length;
+  if (!NAME.test(v)) return field + " may contain only letters, digits, '_', '.' and '-'";
+  if (v === '.' || v === '..') return field + ' must not be "' + v + '"';
+  return '';
+}
+const num = (v) => (v === '' || v === null || v === undefined ? NaN : Number(v));
+
+function validateApp(a) {
+  const e = {};
+  const n = checkName('appName', a.appName); if (n) e.appName = n;
+  if (!a.appURL) e.appURL = 'appURL is required';
+  else if (/\s/.test(a.appURL)) e.appURL = 'appURL must not contain white space';
+  else if (!/^(https?:\/\/|file:\/\/|\/)/.test(a.appURL)) e.appURL = 'appURL must be an http://, https:// or file:// URL or an absolute path, got "' + a.appURL + '"';
+  if (!a.bootstrapScript) e.bootstrapScript = 'bootstrapScript is required';
+  if (!(num(a.cpuCount) > 0)) e.cpuCount = 'cpuCount must be greater than 0, got ' + a.cpuCount;
+  if (!(num(a.memoryMB) >= 32)) e.memoryMB = 'memoryMB must be at least 32, got ' + a.memoryMB;
+  const s = num(a.eventTraceSamplingCount);
+  if (!(Number.isInteger(s) && s >= 0)) e.eventTraceSamplingCount = 'eventTraceSamplingCount must be at least 0, got ' + a.eventTraceSamplingCount;
+  return e;
+}
+
+function validateJob(j) {
+  const e = {};
+  const n = checkName('jobName', j.jobName); if (n) e.jobName = n;
+  if (!j.appName) e.appName = 'appName is required';
+  if ((j.jobType === 'SIMPLE' || j.jobType === 'DATAFLOW') && !j.jobClass) e.jobClass = 'jobClass is required for ' + j.jobType + ' jobs';
+  if (j.jobType === 'SCRIPT' && !j.scriptCommandLine) e.scriptCommandLine = 'scriptCommandLine is required for SCRIPT jobs';
+  if (j.streamingProcess && j.jobType !== 'DATAFLOW') e.streamingProcess = 'streamingProcess applies to DATAFLOW jobs only';
+  if (j.jobExecutionType === 'DAEMON' && !j.cron) e.cron = 'cron is required for DAEMON jobs';
+  const total = num(j.shardingTotalCount);
+  if (!(Number.isInteger(total) && total >= 1 && total <= 10000)) e.shardingTotalCount = 'shardingTotalCount must be 1 to 10000, got ' + j.shardingTotalCount;
+  if (!(num(j.cpuCount) >= 0.001)) e.cpuCount = 'cpuCount must be at least 0.001, got ' + j.cpuCount;
+  if (!(num(j.memoryMB) >= 1)) e.memoryMB = 'memoryMB must be at least 1, got ' + j.memoryMB;
+  if (j.jobPropertiesText) {
+    try {
+      const p = JSON.parse(j.jobPropertiesText);
+      if (typeof p !== 'object' || Array.isArray(p) || p === null || Object.values(p).some((v) => typeof v !== 'string')) throw new Error();
+    } catch (x) { e.jobProperties = 'jobProperties must be a JSON object of strings, such as {"key":"value"}'; }
+  }
+  return e;
+}
+
+// ---------------------------------------------------------------- Apps
+
+const appDefaults = { appName: '', appURL: '', bootstrapScript: '', cpuCount: '1', memoryMB: '128', appCacheEnable: true, eventTraceSamplingCount: '0' };
+
+function AppsPage({ canWrite }) {
+  const apps = useApi('/api/app/list');
+  const names = (apps.data || []).map((a) => a.appName);
+  const states = useApi(names.map((n) => '/api/app/' + enc(n) + '/disable'));
+  const [msg, run] = useAction(() => { apps.reload(); states.reload(); });
+  const pg = usePages(apps.data || [], 20);
+  return html`<section>
+    <div class="toolbar"><h1>Apps</h1>${canWrite ? html`<a href="#/apps/new" role="button">Add app</a>` : ''}</div>
+    <${Banner} error=${apps.error || msg.error} ok=${msg.ok} />
+    ${apps.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
+      <thead><tr><th scope="col">App</th><th scope="col">URL</th><th scope="col">CPU</th><th scope="col">Memory (MB)</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
+      <tbody>${pg.rows.map((a) => {
+        const off = states.data && states.data[names.indexOf(a.appName)];
+        return html`<tr key=${a.appName}>
+          <td><a href=${'#/apps/' + enc(a.appName)}>${a.appName}</a></td><td>${a.appURL}</td><td>${a.cpuCount}</td><td>${a.memoryMB}</td>
+          <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</td>
+          ${canWrite ? html`<td class="actions">
+            <a role="button" class="outline" href=${'#/apps/' + enc(a.appName) + '/edit'}>Modify</a>
+            ${off ? html`<button onClick=${() => run('enable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/enable')}>Enable</button>`
+              : html`<button class="secondary" onClick=${() => run('disable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/disable')}>Disable</button>`}
+            <${Confirm} label="Delete" danger question=${'Delete app ' + a.appName + ' and its jobs?'} onYes=${() => run('delete ' + a.appName, 'DELETE', '/api/app/' + enc(a.appName))} />
+          </td>` : ''}</tr>`;
+      })}
+      ${pg.total === 0 ? html`<tr><td colspan="6" class="muted">No apps registered.</td></tr>` : ''}</tbody></table></div>
+      <${Pager} ...${pg} label="Apps" />`}
+  </section>`;
+}
+
+function AppForm({ name }) {
+  const editing = !!name;
+  const existing = useApi(editing ? '/api/app/' + enc(name) : null);
+  const [form, setForm] = useState(null);
+  const [errors, setErrors] = useState({});
+  const [general, setGeneral] = useState(null);
+  useEffect(() => {
+    if (!editing) setForm({ ...appDefaults });
+    else if (existing.data) setForm(Object.fromEntries(Object.entries({ ...appDefaults, ...existing.data }).map(([k, v]) => [k, typeof v === 'number' ? String(v) : v])));
+  }, [editing, existing.data]);
+  if (existing.error) return html`<${Banner} error=${existing.error} />`;
+  if (!form) return html`<p aria-busy="true">Loading…</p>`;
+  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
+  const submit = async (ev) => {
+    ev.preventDefault();
+    setGeneral(null);
+    const errs = validateApp(form);
+    setErrors(errs);
+    if (Object.keys(errs).length) { focusError(); return; }
+    const body = { ...form, cpuCount: num(form.cpuCount), memoryMB: num(form.memoryMB), eventTraceSamplingCount: num(form.eventTraceSamplingCount) };
+    try {
+      await api(editing ? 'PUT' : 'POST', '/api/app', body);
+      location.hash = '#/apps/' + enc(form.appName);
+    } catch (e) {
+      if (e.field && e.field in appDefaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
+    }
+  };
+  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
+  return html`<section>
+    <h1>${editing ? 'Modify app ' + name : 'Add an app'}</h1>
+    <${Banner} error=${general} />
+    <form onSubmit=${submit} novalidate aria-label=${editing ? 'Modify app' : 'Add app'}>
+      <div class="grid-form">
+        ${f('appName', 'App name', { required: true, readOnly: editing, hint: 'letters, digits, _ . -; at most 100' })}
+        ${f('appURL', 'App URL', { required: true, hint: 'http://, https://, file:// or an absolute path; archives are extracted' })}
+        ${f('bootstrapScript', 'Bootstrap script', { required: true, wide: true, hint: 'the command that starts the executor in the sandbox' })}
+        ${f('cpuCount', 'Executor CPUs', { type: 'number', step: 'any', min: '0' })}
+        ${f('memoryMB', 'Executor memory (MB)', { type: 'number', step: 'any', min: '32' })}
+        ${f('eventTraceSamplingCount', 'Event trace sampling count', { type: 'number', step: '1', min: '0', hint: 'DAEMON jobs record every N-th run; 0 = all' })}
+        ${f('appCacheEnable', 'Use the Mesos fetcher cache', { type: 'checkbox' })}
+      </div>
+      <div class="actions"><button type="submit">${editing ? 'Save' : 'Add app'}</button><a role="button" class="secondary outline" href="#/apps">Cancel</a></div>
+    </form></section>`;
+}
+
+function focusError() {
+  setTimeout(() => { const el = document.querySelector('[aria-invalid="true"]'); if (el) el.focus(); }, 0);
+}
+
+function AppDetail({ name, canWrite }) {
+  const d = useApi(['/api/app/' + enc(name), '/api/app/' + enc(name) + '/disable', '/api/job/jobs']);
+  const boxes = useApi('/api/operate/sandbox?appName=' + enc(name));
+  const [msg, run] = useAction(d.reload);
+  if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
+  if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
+  const [app, off, jobs] = d.data;
+  const mine = (jobs || []).filter((j) => j.appName === name);
+  return html`<section>
+    <div class="toolbar"><h1>App ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
+    <${Banner} error=${msg.error} ok=${msg.ok} />
+    ${canWrite ? html`<div class="actions">
+      <a role="button" class="outline" href=${'#/apps/' + enc(name) + '/edit'}>Modify</a>
+      ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/app/' + enc(name) + '/enable')}>Enable</button>`
+        : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/app/' + enc(name) + '/disable')}>Disable</button>`}
+      <${Confirm} label="Delete" danger question=${'Delete app ' + name + ' and its jobs?'} onYes=${async () => { await run('delete', 'DELETE', '/api/app/' + enc(name)); location.hash = '#/apps'; }} />
+    </div>` : ''}
+    <article><dl class="kv">${Object.entries(app).map(([k, v]) => html`<dt>${k}</dt><dd>${String(v)}</dd>`)}</dl></article>
+    <h2>Jobs</h2>
+    ${mine.length ? html`<ul>${mine.map((j) => html`<li><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a> <span class="muted">${j.jobExecutionType} ${j.cron || ''}</span></li>`)}</ul>` : html`<p class="muted">No jobs.</p>`}
+    <h2>Executor sandboxes</h2>
+    ${boxes.error ? html`<p class="muted">${boxes.error.message}</p>` : !boxes.data ? html`<p aria-busy="true">Loading…</p>`
+      : boxes.data.length ? html`<ul>${boxes.data.map((b) => html`<li><code>${b.hostname}:${b.path}</code></li>`)}</ul>` : html`<p class="muted">No live executor.</p>`}
+  </section>`;
+}
+
+// ---------------------------------------------------------------- Jobs
+
+const jobDefaults = {
+  jobName: '', appName: '', jobType: 'SCRIPT', jobClass: '', jobExecutionType: 'TRANSIENT', cron: '', timeZone: '',
+  shardingTotalCount: '1', shardingItemParameters: '', jobParameter: '', cpuCount: '0.1', memoryMB: '64',
+  failover: false, misfire: false, streamingProcess: false, scriptCommandLine: '', placement: 'SPREAD',
+  jobShardingStrategyType: 'AVG_ALLOCATION', description: '', jobProperties: {},
+};
+
+function describeUnplaced(reasons) {
+  const say = { cpu: 'not enough CPU', mem: 'not enough memory', integrity: 'fits, but not every shard of the job does', 'no-offers': 'no agent offered resources' };
+  return Object.entries(reasons || {}).map(([r, n]) => (say[r] || r) + (r === 'no-offers' ? '' : ' on ' + n + (n === 1 ? ' agent' : ' agents'))).join('; ');
+}
+
+function JobsPage({ canWrite }) {
+  const jobs = useApi(['/api/job/jobs', '/api/job/unplaced'], 5000);
+  const list = (jobs.data && jobs.data[0]) || [];
+  const unplaced = (jobs.data && jobs.data[1]) || {};
+  const names = list.map((j) => j.jobName);
+  const states = useApi(names.map((n) => '/api/job/' + enc(n) + '/disable'), 5000);
+  const next = useApi(list.map((j) => (j.cron ? '/api/job/' + enc(j.jobName) + '/next?count=1' : null)), 5000);
+  const [q, setQ] = useState('');
+  const [msg, run] = useAction(() => { jobs.reload(); states.reload(); });
+  const shown = list.filter((j) => !q || j.jobName.includes(q) || j.appName.includes(q));
+  const pg = usePages(shown, 20);
+  return html`<section>
+    <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href="#/jobs/new" role="button">Add job</a>` : ''}
+      <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => setQ(e.target.value)} /></div>
+    <${Banner} error=${jobs.error || msg.error} ok=${msg.ok} />
+    ${jobs.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
+      <thead><tr><th scope="col">Job</th><th scope="col">App</th><th scope="col">Type</th><th scope="col">Cron</th><th scope="col">Shards</th><th scope="col">Next fire</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
+      <tbody>${pg.rows.map((j) => {
+        const i = names.indexOf(j.jobName);
+        const off = states.data && states.data[i];
+        const n = next.data && next.data[i];
+        const u = unplaced[j.jobName];
+        return html`<tr key=${j.jobName}>
+          <td><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a></td><td>${j.appName}</td>
+          <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code class="nowrap">${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
+          <td>${n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${j.cron ? '' : 'on trigger only'}</span>`}</td>
+          <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
+            ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}</td>
+          ${canWrite ? html`<td class="actions">
+            <a role="button" class="outline" href=${'#/jobs/' + enc(j.jobName) + '/edit'}>Modify</a>
+            ${j.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger ' + j.jobName, 'POST', '/api/job/trigger', j.jobName)}>Trigger</button>` : ''}
+            ${off ? html`<button onClick=${() => run('enable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/enable')}>Enable</button>`
+              : html`<button class="secondary" onClick=${() => run('disable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/disable')}>Disable</button>`}
+            <${Confirm} label="Delete" danger question=${'Delete job ' + j.jobName + '?'} onYes=${() => run('delete ' + j.jobName, 'DELETE', '/api/job/deregister', JSON.stringify(j.jobName))} />
+          </td>` : ''}</tr>`;
+      })}
+      ${pg.total === 0 ? html`<tr><td colspan="8" class="muted">No jobs${q ? ' match' : ' registered'}.</td></tr>` : ''}</tbody></table></div>
+      <${Pager} ...${pg} label="Jobs" />
+      <p class="muted">Times are in your browser's zone (${browserZone}); the job's own zone is beside each.</p>`}
+  </section>`;
+}
+
+function JobForm({ name }) {
+  const editing = !!name;
+  const existing = useApi(editing ? '/api/job/jobs/' + enc(name) : null);
+  const apps = useApi('/api/app/list');
+  const [form, setForm] = useState(null);
+  const [errors, setErrors] = useState({});
+  const [general, setGeneral] = useState(null);
+  useEffect(() => {
+    const base = editing ? existing.data : {};
+    if (!base) return;
+    const f = { ...jobDefaults, ...base };
+    for (const k of Object.keys(f)) if (typeof f[k] === 'number') f[k] = String(f[k]);
+    f.jobPropertiesText = f.jobProperties && Object.keys(f.jobProperties).length ? JSON.stringify(f.jobProperties) : '';
+    setForm(f);
+  }, [editing, existing.data]);
+  useEffect(() => {
+    if (apps.data && apps.data.length) setForm((f) => (f && !f.appName ? { ...f, appName: apps.data[0].appName } : f));
+  }, [form && form.appName, apps.data]);
+  if (existing.error) return html`<${Banner} error=${existing.error} />`;
+  if (!form) return html`<p aria-busy="true">Loading…</p>`;
+  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
+  const submit = async (ev) => {
+    ev.preventDefault();
+    setGeneral(null);
+    const errs = validateJob(form);
+    setErrors(errs);
+    if (Object.keys(errs).length) { focusError(); return; }
+    const { jobPropertiesText, ...body } = form;
+    body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
+    for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
+    if (!body.timeZone) delete body.timeZone; // the scheduler's zone
+    try {
+      await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
+      location.hash = '#/jobs/' + enc(form.jobName);
+    } catch (e) {
+      if (e.field && e.field in jobDefaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
+    }
+  };
+  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
+  const appNames = (apps.data || []).map((a) => a.appName);
+  return html`<section>
+    <h1>${editing ? 'Modify job ' + name : 'Add a job'}</h1>
+    <${Banner} error=${general} />
+    ${!editing && apps.data && !apps.data.length ? html`<${Banner} warn="Register an app first: a job runs in an app's executor." />` : ''}
+    <form onSubmit=${submit} novalidate aria-label=${editing ? 'Modify job' : 'Add job'}>
+      <div class="grid-form">
+        ${f('jobName', 'Job name', { required: true, readOnly: editing })}
+        ${f('appName', 'App', { required: true, options: appNames.length ? appNames : [['', '(no app registered)']] })}
+        ${f('jobType', 'Job type', { options: ['SCRIPT', 'SIMPLE', 'DATAFLOW'] })}
+        ${f('jobExecutionType', 'Execution type', { options: ['TRANSIENT', 'DAEMON'] })}
+        ${f('cron', 'Cron (Quartz)', { hint: 'sec min hour day-of-month month day-of-week [year], e.g. 0/10 * * * * ?; empty: TRANSIENT jobs run on trigger only' })}
+        ${f('timeZone', 'Time zone', { hint: 'IANA name such as Asia/Shanghai; empty: the scheduler\'s zone' })}
+        ${f('shardingTotalCount', 'Shards', { type: 'number', step: '1', min: '1', required: true })}
+        ${f('shardingItemParameters', 'Shard parameters', { hint: 'e.g. 0=a,1=b' })}
+        ${f('cpuCount', 'CPUs per shard', { type: 'number', step: 'any', min: '0.001', required: true })}
+        ${f('memoryMB', 'Memory per shard (MB)', { type: 'number', step: 'any', min: '1', required: true })}
+        ${form.jobType === 'SCRIPT' ? f('scriptCommandLine', 'Script command line', { type: 'textarea', wide: true, required: true })
+          : f('jobClass', 'Job class', { required: true, hint: 'the name the job is registered under in the executor' })}
+        ${f('jobParameter', 'Job parameter')}
+        ${f('placement', 'Placement', { options: ['SPREAD', 'BINPACK'] })}
+        ${f('jobShardingStrategyType', 'Sharding strategy', { options: ['AVG_ALLOCATION', 'ODEVITY', 'ROUND_ROBIN'] })}
+        ${f('description', 'Description', { wide: true })}
+        ${f('jobPropertiesText', 'Job properties (JSON object)', { type: 'textarea', wide: true, error: errors.jobProperties, hint: 'passed to the executor unchanged' })}
+        ${f('failover', 'Failover', { type: 'checkbox' })}
+        ${f('misfire', 'Misfire', { type: 'checkbox' })}
+        ${form.jobType === 'DATAFLOW' ? f('streamingProcess', 'Streaming process', { type: 'checkbox' }) : ''}
+      </div>
+      <div class="actions"><button type="submit">${editing ? 'Save' : 'Add job'}</button><a role="button" class="secondary outline" href="#/jobs">Cancel</a></div>
+    </form></section>`;
+}
+
+function JobDetail({ name, canWrite }) {
+  const d = useApi(['/api/job/jobs/' + enc(name), '/api/job/' + enc(name) + '/disable', '/api/job/unplaced', '/api/job/' + enc(name) + '/failure',
+    '/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], 3000);
+  const job = d.data && d.data[0];
+  const next = useApi(job && job.cron ? '/api/job/' + enc(name) + '/next?count=5' : null);
+  const [msg, run] = useAction(d.reload);
+  if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
+  if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
+  const [, off, unplaced, failure, running, ready, failover] = d.data;
+  const u = unplaced && unplaced[name];
+  const mineRunning = (running || []).filter((t) => t.metaInfo.jobName === name);
+  const mineReady = (ready || []).find((r) => r.jobName === name);
+  const mineFailover = (failover || []).filter((f) => f.taskInfo.jobName === name);
+  return html`<section>
+    <div class="toolbar"><h1>Job ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
+    <${Banner} error=${msg.error} ok=${msg.ok} />
+    ${canWrite ? html`<div class="actions">
+      <a role="button" class="outline" href=${'#/jobs/' + enc(name) + '/edit'}>Modify</a>
+      ${job.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger', 'POST', '/api/job/trigger', name)}>Trigger</button>` : ''}
+      ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
+        : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>`}
+      <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name)); location.hash = '#/jobs'; }} />
+    </div>` : ''}
+    ${u ? html`<div class="banner warn unplaced" role="status"><strong>Waiting in the ready queue:</strong> its shards found no room in the last offer cycle — ${describeUnplaced(u)}.</div>` : ''}
+    ${failure && failure.stopped ? html`<div class="banner error" role="status"><strong>Stopped:</strong> ${failure.stop && (failure.stop.reason + ' — ' + (failure.stop.message || ''))}. Enable or trigger the job to try again.</div>` : ''}
+    <div class="grid">
+      <article><header>Now</header>
+        <p>Running shards: <strong>${mineRunning.length}</strong>${mineRunning.length ? ' (' + mineRunning.flatMap((t) => t.metaInfo.shardingItems).sort((a, b) => a - b).join(', ') + ')' : ''}</p>
+        <p>Ready runs: <strong>${mineReady ? mineReady.times : 0}</strong> · failover shards: <strong>${mineFailover.length}</strong></p>
+        ${failure && failure.backoff && failure.backoff.length ? html`<p>Backoff: ${failure.backoff.map((b) => html`<span class="tag warn">shard ${b.shardingItem}: ${b.failures} failures, retry ${fmtTime(b.retryAt)}</span> `)}</p>` : ''}
+      </article>
+      <article><header>Next fire times</header>
+        ${!job.cron ? html`<p class="muted">No cron: runs only when triggered.</p>` : next.error ? html`<p>${next.error.message}</p>` : html`<ol>${(next.data || []).map((t) => html`<li><${FireTime} at=${t} zone=${job.timeZone} /></li>`)}</ol>`}
+        <p class="muted">In your zone (${browserZone}); the job's zone in brackets.</p>
+      </article>
+    </div>
+    <article><header>Configuration</header><dl class="kv">${Object.entries(job).map(([k, v]) => html`<dt>${k}</dt><dd>${typeof v === 'object' ? JSON.stringify(v) : String(v)}</dd>`)}</dl></article>
+  </section>`;
+}
+
+// ---------------------------------------------------------------- Status
+
+function StatusPage() {
+  const [auto, setAuto] = useState(true);
+  const [tab, setTab] = useState('running');
+  const [q, setQ] = useState('');
+  const d = useApi(['/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], auto ? 2000 : 0);
+  const [running, ready, failover] = d.data || [[], [], []];
+  const match = (s) => !q || s.toLowerCase().includes(q.toLowerCase());
+  const rows = {
+    running: (running || []).filter((t) => match(t.id)),
+    ready: (ready || []).filter((r) => match(r.jobName)),
+    failover: (failover || []).filter((f) => match(f.taskInfo.jobName) || match(f.originalTaskId || '')),
+  }[tab];
+  const pg = usePages(rows, 15);
+  const tabs = [['running', 'Running', (running || []).length], ['ready', 'Ready', (ready || []).length], ['failover', 'Failover', (failover || []).length]];
+  return html`<section>
+    <div class="toolbar"><h1>Status</h1>
+      <label><input type="checkbox" role="switch" checked=${auto} onChange=${(e) => setAuto(e.target.checked)} /> Refresh every 2 s</label>
+      <button class="secondary outline" onClick=${d.reload}>Refresh now</button></div>
+    <${Banner} error=${d.error} />
+    <div role="tablist" aria-label="Queues" class="toolbar">
+      ${tabs.map(([k, label, n]) => html`<button role="tab" id=${'tab-' + k} aria-selected=${tab === k ? 'true' : 'false'} aria-controls="queue"
+        class=${tab === k ? '' : 'outline'} onClick=${() => { setTab(k); pg.setPage(1); }}>${label} (${n})</button>`)}
+      <input type="search" aria-label="Search the queue" placeholder="Search by job or task id" value=${q} onInput=${(e) => { setQ(e.target.value); pg.setPage(1); }} />
+    </div>
+    <div id="queue" role="tabpanel" aria-labelledby=${'tab-' + tab} class="scroll">
+    ${tab === 'running' ? html`<table class="striped"><thead><tr><th scope="col">Job</th><th scope="col">Shards</th><th scope="col">Task id</th><th scope="col">Agent</th><th scope="col">Type</th><th scope="col">Idle</th></tr></thead>
+      <tbody>${pg.rows.map((t) => html`<tr key=${t.id}><td><a href=${'#/jobs/' + enc(t.metaInfo.jobName)}>${t.metaInfo.jobName}</a></td><td>${t.metaInfo.shardingItems.join(', ')}</td><td><code>${t.id}</code></td><td>${t.slaveId}</td><td>${t.type}</td><td>${t.idle ? 'yes' : 'no'}</td></tr>`)}</tbody></table>` : ''}
+    ${tab === 'ready' ? html`<table class="striped"><thead><tr><th scope="col">Job</th><th scope="col">Runs waiting</th></tr></thead>
+      <tbody>${pg.rows.map((r) => html`<tr key=${r.jobName}><td><a href=${'#/jobs/' + enc(r.jobName)}>${r.jobName}</a></td><td>${r.times}</td></tr>`)}</tbody></table>` : ''}
+    ${tab === 'failover' ? html`<table class="striped"><thead><tr><th scope="col">Job</th><th scope="col">Shards</th><th scope="col">Original task id</th></tr></thead>
+      <tbody>${pg.rows.map((f) => html`<tr key=${f.originalTaskId + f.taskInfo.shardingItems}><td><a href=${'#/jobs/' + enc(f.taskInfo.jobName)}>${f.taskInfo.jobName}</a></td><td>${f.taskInfo.shardingItems.join(', ')}</td><td><code>${f.originalTaskId}</code></td></tr>`)}</tbody></table>` : ''}
+    ${pg.total === 0 ? html`<p class="muted">The ${tab} queue is empty${q ? ' for this search' : ''}.</p>` : ''}
+    </div>
+    <${Pager} ...${pg} label="Queue" />
+  </section>`;
+}
+
+// ---------------------------------------------------------------- History
+
+// toServerTime turns a datetime-local value (the browser's zone) into the API's UTC form.
+function toServerTime(v) {
+  if (!v) return '';
+  const d = new Date(v);
+  // RFC 3339 in UTC: the server reads a time without a zone in its own zone.
+  return isNaN(d) ? v : d.toISOString().slice(0, 19) + 'Z';
+}
+
+const traceKinds = {
+  executions: {
+    label: 'Execution log',
+    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['ip', 'IP'], ['isSuccess', 'Result', [['', 'any'], ['1', 'succeeded'], ['0', 'failed']]]],
+    cols: [['jobName', 'Job'], ['shardingItem', 'Shard'], ['hostname', 'Host'], ['ip', 'IP'], ['source', 'Source'], ['startTime', 'Started', 1], ['completeTime', 'Completed', 1], ['success', 'Result'], ['failureCause', 'Failure cause']],
+    sort: 'startTime',
+  },
+  statusTraces: {
+    label: 'Status traces',
+    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source'], ['executionType', 'Execution type', [['', 'any'], ['READY', 'READY'], ['FAILOVER', 'FAILOVER']]],
+      ['state', 'State', [['', 'any'], 'TASK_STAGING', 'TASK_RUNNING', 'TASK_FINISHED', 'TASK_FAILED', 'TASK_KILLED', 'TASK_LOST', 'TASK_ERROR']]],
+    cols: [['jobName', 'Job'], ['shardingItems', 'Shards'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source'], ['executionType', 'Execution'], ['state', 'State'], ['message', 'Message'], ['creationTime', 'Time', 1]],
+    sort: 'creationTime',
+  },
+};
+
+function TraceTable({ kind }) {
+  const k = traceKinds[kind];
+  const blank = Object.fromEntries(k.filters.map(([n]) => [n, ''])) ;
+  const [filters, setFilters] = useState({ ...blank, startTime: '', endTime: '' });
+  const [applied, setApplied] = useState(filters);
+  const [page, setPage] = useState(1);
+  const [order, setOrder] = useState('desc');
+  const per = 20;
+  const qs = new URLSearchParams({ per_page: per, page, sort: k.sort, order });
+  for (const [n, v] of Object.entries(applied)) if (v) qs.set(n, n === 'startTime' || n === 'endTime' ? toServerTime(v) : v);
+  const d = useApi('/api/job/events/' + kind + '?' + qs);
+  const errField = d.error && d.error.field;
+  const pages = Math.max(1, Math.ceil(((d.data && d.data.total) || 0) / per));
+  const apply = (ev) => { ev.preventDefault(); setPage(1); setApplied({ ...filters }); };
+  const fld = (n, label, options, type) => html`<${Field} name=${n} label=${label} value=${filters[n]} options=${options} type=${type}
+    onInput=${(v) => setFilters({ ...filters, [n]: v })} error=${errField === n ? d.error.message : ''} />`;
+  return html`<div>
+    <form onSubmit=${apply} aria-label=${k.label + ' filters'}>
+      <div class="grid-form">${k.filters.map(([n, label, options]) => fld(n, label, options))}
+        ${fld('startTime', 'From (your time)', null, 'datetime-local')}${fld('endTime', 'To (your time)', null, 'datetime-local')}</div>
+      <div class="actions"><button type="submit">Search</button>
+        <button type="button" class="secondary outline" onClick=${() => setOrder(order === 'desc' ? 'asc' : 'desc')}>${order === 'desc' ? 'Newest first' : 'Oldest first'}</button></div>
+    </form>
+    ${d.error && !['startTime', 'endTime', ...k.filters.map((f) => f[0])].includes(errField) ? html`<${Banner} error=${d.error} />` : ''}
+    <div class="scroll"><table class="striped"><thead><tr>${k.cols.map(([, label]) => html`<th scope="col">${label}</th>`)}</tr></thead>
+      <tbody>${((d.data && d.data.rows) || []).map((r) => html`<tr>${k.cols.map(([c, , time]) => html`<td>${time ? fmtTime(r[c])
+        : c === 'success' ? (r[c] ? html`<${Tag} kind="on">success<//>` : r.completeTime ? html`<${Tag} kind="off">failed<//>` : html`<${Tag}>running<//>`)
+        : Array.isArray(r[c]) ? r[c].join(', ') : String(r[c] === undefined || r[c] === null ? '' : r[c])}</td>`)}</tr>`)}
+      ${d.data && d.data.total === 0 ? html`<tr><td colspan=${k.cols.length} class="muted">No ${k.label.toLowerCase()} recorded for these filters.</td></tr>` : ''}</tbody></table></div>
+    <${Pager} page=${page} pages=${pages} setPage=${setPage} total=${(d.data && d.data.total) || 0} label=${k.label} />
+  </div>`;
+}
+
+// Chart draws time series with uPlot; rows are the statistics endpoints' rows.
+function Chart({ title, rows, series }) {
+  const el = useRef(null);
+  useEffect(() => {
+    if (!el.current || !rows || !rows.length) return undefined;
+    const xs = rows.map((r) => new Date(r.statisticsTime).getTime() / 1000);
+    const data = [xs, ...series.map(([k]) => rows.map((r) => r[k]))];
+    const width = Math.max(260, el.current.clientWidth);
+    const plot = new uPlot({
+      width, height: 200, title: '',
+      series: [{}, ...series.map(([, label, stroke]) => ({ label, stroke, width: 2 }))],
+      axes: [{}, { size: 40 }],
+    }, data, el.current);
+    return () => plot.destroy();
+  }, [rows, series]);
+  return html`<article><header>${title}</header>
+    ${rows && rows.length ? html`<div ref=${el} role="img" aria-label=${title + ' chart'}></div>` : html`<p class="muted">No statistics recorded in this period.</p>`}</article>`;
+}
+
+const resultSeries = [['successCount', 'succeeded', '#2e7d32'], ['failedCount', 'failed', '#c62828']];
+const runningSeries = [['runningCount', 'running', '#1565c0']];
+const registerSeries = [['registeredCount', 'registered', '#6a1b9a']];
+
+function Dashboard() {
+  const d = useApi(['/api/job/statistics/tasks/results/lastMinute', '/api/job/statistics/tasks/results/lastHour', '/api/job/statistics/tasks/results/lastDay',
+    '/api/job/statistics/tasks/results/lastWeek', '/api/job/statistics/jobs/executionType', '/api/job/statistics/tasks/results?since=last24hours',
+    '/api/job/statistics/tasks/running?since=lastWeek', '/api/job/statistics/jobs/running?since=lastWeek', '/api/job/statistics/jobs/register?since=lastWeek'], 30000);
+  if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
+  if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
+  const [m, hr, day, wk, types, results, tasks, jobs, reg] = d.data;
+  const count = (label, r) => html`<div><span class="muted">${label}</span><strong>${r.successCount} / ${r.failedCount}</strong><span class="muted">succeeded / failed</span></div>`;
+  return html`<div>
+    <article><header>Task results</header><div class="counts">
+      ${count('last minute', m)}${count('last hour', hr)}${count('last day', day)}${count('last week', wk)}
+      <div><span class="muted">jobs</span><strong>${types.transientJobCount} / ${types.daemonJobCount}</strong><span class="muted">transient / daemon</span></div>
+    </div></article>
+    <div class="charts">
+      <${Chart} title="Task results, last 24 hours" rows=${results} series=${resultSeries} />
+      <${Chart} title="Running tasks, last week" rows=${tasks} series=${runningSeries} />
+      <${Chart} title="Running jobs, last week" rows=${jobs} series=${runningSeries} />
+      <${Chart} title="Registered jobs, last week" rows=${reg} series=${registerSeries} />
+    </div></div>`;
+}
+
+function HistoryPage() {
+  const [tab, setTab] = useState('executions');
+  const tabs = [['executions', 'Execution log'], ['statusTraces', 'Status traces'], ['dashboard', 'Dashboard']];
+  return html`<section>
+    <h1>History</h1>
+    <div role="tablist" aria-label="History views" class="toolbar">${tabs.map(([k, label]) => html`<button role="tab" id=${'htab-' + k}
+      aria-selected=${tab === k ? 'true' : 'false'} aria-controls="history" class=${tab === k ? '' : 'outline'} onClick=${() => setTab(k)}>${label}</button>`)}</div>
+    <div id="history" role="tabpanel" aria-labelledby=${'htab-' + tab}>
+      ${tab === 'dashboard' ? html`<${Dashboard} />` : html`<${TraceTable} kind=${tab} key=${tab} />`}
+    </div></section>`;
+}
+
+// ---------------------------------------------------------------- Operations
+
+function OperationsPage({ canWrite }) {
+  const d = useApi('/api/operate/cluster', 5000);
+  const [msg, run] = useAction(d.reload);
+  const c = d.data;
+  const res = (r) => r.cpus.toFixed(2) + ' CPU · ' + Math.round(r.mem) + ' MB';
+  return html`<section>
+    <h1>Operations</h1>
+    <${Banner} error=${d.error || msg.error} ok=${msg.ok} />
+    ${c ? html`<article><header>Scheduler</header><dl class="kv">
+      <dt>Leader</dt><dd><code>${c.leader}</code></dd>
+      <dt>Mesos subscription</dt><dd>${c.subscribed ? html`<${Tag} kind="on">subscribed<//>` : html`<${Tag} kind="off">not subscribed<//>`}</dd>
+      <dt>Mesos master</dt><dd>${c.master ? html`<code>${c.master}</code>` : html`<span class="muted">none yet</span>`}</dd>
+      <dt>Framework id</dt><dd><code>${c.frameworkId || '—'}</code></dd></dl>
+      ${canWrite ? html`<footer class="actions">
+        <button onClick=${() => run('explicit reconciliation', 'POST', '/api/operate/reconcile/explicit')}>Reconcile explicitly</button>
+        <button class="secondary" onClick=${() => run('implicit reconciliation', 'POST', '/api/operate/reconcile/implicit')}>Reconcile implicitly</button>
+        <span class="muted">each at most every 10 s</span></footer>` : ''}
+    </article>
+    <h2>Agents</h2>
+    ${c.agentsError ? html`<${Banner} warn=${'The master\'s state cannot be read: ' + c.agentsError} />` : ''}
+    <div class="scroll"><table class="striped"><thead><tr><th scope="col">Agent</th><th scope="col">Host</th><th scope="col">State</th><th scope="col">Free</th><th scope="col">Total</th><th scope="col">Executors (tasks)</th></tr></thead>
+      <tbody>${c.agents.map((a) => html`<tr key=${a.id}><td><code>${a.id}</code></td><td>${a.hostname}</td>
+        <td>${a.active ? html`<${Tag} kind="on">active<//>` : html`<${Tag} kind="off">inactive<//>`}</td>
+        <td>${res(a.free)}</td><td>${res(a.total)}</td>
+        <td>${a.executors.length ? a.executors.map((e) => html`<div><a href=${'#/apps/' + enc(e.appName)}>${e.appName}</a> (${e.tasks})</div>`) : html`<span class="muted">none</span>`}</td></tr>`)}
+      ${c.agents.length === 0 ? html`<tr><td colspan="6" class="muted">No agents.</td></tr>` : ''}</tbody></table></div>` : d.loading ? html`<p aria-busy="true">Loading…</p>` : ''}
+  </section>`;
+}
+
+// ---------------------------------------------------------------- the frame
+
+function parseRoute() {
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  return { page: parts[0] || 'jobs', name: parts[1] || '', sub: parts[2] || '' };
+}
+
+function App() {
+  const [route, setRoute] = useState(parseRoute());
+  const [session, setSession] = useState(null);
+  const [standby, setStandby] = useState(false);
+  useEffect(() => {
+    const on = () => setRoute(parseRoute());
+    window.addEventListener('hashchange', on);
+    standbySeen = () => setStandby(true);
+    fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' }).then((r) => r.json()).then(setSession).catch(() => setSession({ role: 'guest' }));
+    return () => window.removeEventListener('hashchange', on);
+  }, []);
+  const canWrite = !!session && session.role === 'root';
+  const nav = [['apps', 'Apps'], ['jobs', 'Jobs'], ['status', 'Status'], ['history', 'History'], ['operations', 'Operations']];
+  const { page, name, sub } = route;
+  let body;
+  if (!session) body = html`<p aria-busy="true">Loading…</p>`;
+  else if ((name === 'new' || sub === 'edit') && !canWrite) body = html`<${Banner} error=${new Error('The guest may only read: signed in as ' + session.role + '.')} />`;
+  else if (page === 'apps') body = name === 'new' && canWrite ? html`<${AppForm} />` : name && sub === 'edit' && canWrite ? html`<${AppForm} name=${name} key=${name} />`
+    : name ? html`<${AppDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${AppsPage} canWrite=${canWrite} />`;
+  else if (page === 'jobs') body = name === 'new' && canWrite ? html`<${JobForm} />` : name && sub === 'edit' && canWrite ? html`<${JobForm} name=${name} key=${name} />`
+    : name ? html`<${JobDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${JobsPage} canWrite=${canWrite} />`;
+  else if (page === 'status') body = html`<${StatusPage} />`;
+  else if (page === 'history') body = html`<${HistoryPage} />`;
+  else if (page === 'operations') body = html`<${OperationsPage} canWrite=${canWrite} />`;
+  else body = html`<${Banner} error=${new Error('no such page: ' + page)} />`;
+  return html`
+    <header class="container"><nav aria-label="Main">
+      <ul><li><a href="#/jobs" class="brand">ejcloud</a></li></ul>
+      <ul>${nav.map(([k, label]) => html`<li><a href=${'#/' + k} aria-current=${page === k ? 'page' : undefined}>${label}</a></li>`)}
+        ${session ? html`<li><span class="role" title="signed in as">${session.role === 'root' && !session.authenticated ? 'no authentication' : session.role}</span></li>` : ''}</ul>
+    </nav></header>
+    <main class="container">
+      ${standby ? html`<div class="banner warn" role="alert">This scheduler instance is a standby: the API is served by the leader.${' '}
+        <a href="/console/leader">Open the leader's console</a>.</div>` : ''}
+      ${body}
+    </main>`;
+}
+
+// On a phone's width tables stack each row as a card (console.css); each cell then shows its
+// column's name, which it takes from the table's header whenever the page changes.
+function labelCells(root) {
+  for (const table of root.querySelectorAll('table')) {
+    const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent);
+    for (const row of table.querySelectorAll('tbody tr')) {
+      [...row.children].forEach((td, i) => { if (heads[i] && td.dataset.label !== heads[i]) td.dataset.label = heads[i]; });
+    }
+  }
+}
+
+const root = document.getElementById('root');
+root.textContent = '';
+new MutationObserver(() => labelCells(root)).observe(root, { childList: true, subtree: true });
+render(html`<${App} />`, root);
