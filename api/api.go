@@ -48,6 +48,8 @@ type Store interface {
 	Running(ctx context.Context) ([]state.RunningEntry, error)
 	Ready(ctx context.Context) ([]state.ReadyEntry, error)
 	Failovers(ctx context.Context) ([]state.FailoverEntry, error)
+	// FireLedger is the job's fire ledger (GET /api/job/{jobName}/fires).
+	FireLedger(ctx context.Context, job string) (state.Ledger, bool, error)
 }
 
 // Scheduler is what the handlers ask of the leader: the operations that also act on Mesos.

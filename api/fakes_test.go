@@ -22,6 +22,14 @@ type fakeStore struct {
 	ready    []state.ReadyEntry
 	failover []state.FailoverEntry
 	fault    error // returned by every call when set
+	ledgers  map[string]state.Ledger
+}
+
+func (f *fakeStore) FireLedger(_ context.Context, job string) (state.Ledger, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.ledgers[job]
+	return l, ok, f.fault
 }
 
 func newFakeStore() *fakeStore {

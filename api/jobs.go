@@ -13,6 +13,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -32,6 +33,7 @@ func (s *Server) jobRoutes(r *mux.Router) {
 	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
 	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(http.MethodGet)
 	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(http.MethodGet)
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
@@ -194,6 +196,47 @@ func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 	out := make([]string, len(times))
 	for i, t := range times {
 		out[i] = t.Format(time.RFC3339)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// JobFires is the answer of GET /api/job/{jobName}/fires: the fire ledger, newest slot first.
+type JobFires struct {
+	JobName          string            `json:"jobName"`
+	MisfirePolicy    string            `json:"misfirePolicy"`    // in effect (the job's, or its default)
+	StartingDeadline int               `json:"startingDeadline"` // seconds; 0: none
+	LastSlot         *time.Time        `json:"lastSlot"`         // the latest cron slot handled; null before the first
+	Fires            []state.FireEntry `json:"fires"`            // newest first
+}
+
+// jobFires lists the job's recent cron slots with their outcome and the task ids they
+// produced (?limit=20, at most state.LedgerKeep).
+func (s *Server) jobFires(w http.ResponseWriter, r *http.Request) {
+	limit := 20
+	if c := r.URL.Query().Get("limit"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > state.LedgerKeep {
+			s.fail(w, r, &config.FieldError{Field: "limit", Message: fmt.Sprintf("limit must be an integer from 1 to %d, got %q", state.LedgerKeep, c)})
+			return
+		}
+		limit = n
+	}
+	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	l, _, err := s.store.FireLedger(r.Context(), j.JobName)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := JobFires{JobName: j.JobName, MisfirePolicy: j.EffectiveMisfirePolicy(), StartingDeadline: j.StartingDeadline, Fires: []state.FireEntry{}}
+	if !l.Last.IsZero() {
+		out.LastSlot = &l.Last
+	}
+	for i := len(l.Fires) - 1; i >= 0 && len(out.Fires) < limit; i-- {
+		out.Fires = append(out.Fires, l.Fires[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }

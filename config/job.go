@@ -25,6 +25,12 @@ const (
 	AvgAllocation = "AVG_ALLOCATION"
 	Odevity       = "ODEVITY"
 	RoundRobin    = "ROUND_ROBIN"
+
+	// The misfire policies (issue 19): what a new leader does with the cron slots that fell
+	// while no instance led. README "schedule semantics".
+	FireOnce = "fireOnce" // one catch-up run for all of them (the default with misfire)
+	FireAll  = "fireAll"  // one run per missed slot, at most 100
+	Skip     = "skip"     // none (2.1.5's behaviour; the default without misfire)
 )
 
 // MaxShards is the largest shardingTotalCount.
@@ -54,6 +60,10 @@ type Job struct {
 	JobProperties           map[string]string `json:"jobProperties"`
 	BeanName                string            `json:"beanName"`
 	ApplicationContext      string            `json:"applicationContext"`
+	// Issue 19's options are additions to the 2.1.5 contract: absent, they keep today's
+	// behaviour, and a job stored without them reads as it did.
+	MisfirePolicy    string `json:"misfirePolicy,omitempty"`    // fireOnce, fireAll or skip; default from misfire
+	StartingDeadline int    `json:"startingDeadline,omitempty"` // seconds; a missed slot older than this is skipped; 0: none
 }
 
 // DecodeJob decodes and validates a whole job config from a request body (registration and
@@ -85,6 +95,8 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"jobProperties":           stringMap(&j.JobProperties),
 		"beanName":                str(&j.BeanName),
 		"applicationContext":      str(&j.ApplicationContext),
+		"misfirePolicy":           str(&j.MisfirePolicy),
+		"startingDeadline":        integer(&j.StartingDeadline),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
 		"bootstrapScript": ignored,
@@ -102,6 +114,9 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	}
 	if j.JobProperties == nil {
 		j.JobProperties = map[string]string{}
+	}
+	if j.MisfirePolicy == "" && j.JobExecutionType == Transient && j.Cron != "" {
+		j.MisfirePolicy = j.EffectiveMisfirePolicy() // shown in the job's JSON
 	}
 	if err := j.Validate(); err != nil {
 		return Job{}, err
@@ -177,7 +192,27 @@ func (j Job) Validate() error {
 	default:
 		return fieldErr("jobShardingStrategyType", "must be AVG_ALLOCATION, ODEVITY or ROUND_ROBIN, got %q", j.JobShardingStrategyType)
 	}
+	switch j.MisfirePolicy {
+	case "", FireOnce, FireAll, Skip:
+	default:
+		return fieldErr("misfirePolicy", "must be fireOnce, fireAll or skip, got %q", j.MisfirePolicy)
+	}
+	if j.StartingDeadline < 0 {
+		return fieldErr("startingDeadline", "must be a number of seconds, at least 0 (0: no deadline), got %d", j.StartingDeadline)
+	}
 	return nil
+}
+
+// EffectiveMisfirePolicy is the job's misfirePolicy, or its default: fireOnce with misfire, skip
+// without.
+func (j Job) EffectiveMisfirePolicy() string {
+	switch {
+	case j.MisfirePolicy != "":
+		return j.MisfirePolicy
+	case j.Misfire:
+		return FireOnce
+	}
+	return Skip
 }
 
 // Schedule parses the job's cron; it is nil for a TRANSIENT job that runs only when triggered.

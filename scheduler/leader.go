@@ -410,7 +410,7 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 	}
 	scheduled := 0
 	for _, j := range jobs {
-		if err := ld.prod.Put(j); err != nil {
+		if err := ld.prod.Put(ctx, j); err != nil {
 			ld.log.WithError(err).WithField("job", j.JobName).Warn("job not scheduled")
 			continue
 		}
@@ -486,7 +486,7 @@ func (ld *leader) jobChanged(ctx context.Context, name string) {
 	case err != nil:
 		ld.log.WithError(err).WithField("job", name).Warn("cannot read a changed job")
 	default:
-		if err := ld.prod.Put(j); err != nil {
+		if err := ld.prod.Put(ctx, j); err != nil {
 			ld.log.WithError(err).WithField("job", name).Warn("job not scheduled")
 		}
 		if j.JobExecutionType == config.Daemon {

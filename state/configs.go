@@ -280,7 +280,7 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 // deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
 func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
 	ops := []any{deleteOp(s.path(jobsDir, name), version)}
-	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name)} {
+	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name), s.path(firesDir, name)} {
 		st, err := s.stat(ctx, p)
 		if err != nil {
 			return nil, err

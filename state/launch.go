@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -21,7 +22,8 @@ type Launch struct {
 }
 
 // RecordLaunch writes a launch ahead of telling Mesos, as one multi: it creates the running
-// node of every task, deletes the relaunched failover entries and decrements the ready counts.
+// node of every task, deletes the relaunched failover entries, decrements the ready counts and
+// writes the task ids into the fire ledgers (fires.go).
 // If anything changed since the caller read it (a version check fails, a shard is already
 // running), nothing is written and the error says which node; the caller must then launch
 // nothing this cycle.
@@ -56,6 +58,11 @@ func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
 			ops = append(ops, setOp(p, []byte(strconv.Itoa(r.Count-1)), r.Version))
 		}
 	}
+	ledger, err := s.launchLedgerOps(ctx, l, time.Now())
+	if err != nil {
+		return fmt.Errorf("record launch: %w", err)
+	}
+	ops = append(ops, ledger...)
 	if err := s.multi(ctx, ops...); err != nil {
 		var op *OpError
 		if errors.As(err, &op) && op.Op == "create" && errors.Is(err, ErrNotFound) {
