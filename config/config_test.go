@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const validJob = `{"jobName":"job_a","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT",
@@ -63,6 +64,10 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 		{`"misfirePolicy":"FIRE_ONCE"`, "", 0, "misfirePolicy"},
 		{`"startingDeadline":-1`, "", 0, "startingDeadline"},
 		{`"startingDeadline":"soon"`, "", 0, "startingDeadline"},
+		{`"retry":{"maxAttempts":0}`, "", 0, "retry"},
+		{`"retry":{"maxAttempts":3,"backoff":-1}`, "", 0, "retry"},
+		{`"retry":{"maxAttempts":3,"tries":2}`, "", 0, "retry"},
+		{`"retry":3`, "", 0, "retry"},
 	}
 	for _, c := range cases {
 		j, err := DecodeJob(with(c.extra), "UTC")
@@ -76,6 +81,13 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 		if err != nil || j.MisfirePolicy != c.policy || j.StartingDeadline != c.deadline {
 			t.Errorf("%s: policy %q deadline %d err %v; want %q %d", c.extra, j.MisfirePolicy, j.StartingDeadline, err, c.policy, c.deadline)
 		}
+	}
+	j, err := DecodeJob(with(`"retry":{"maxAttempts":"3","backoff":1.5,"maxBackoff":60}`), "UTC")
+	if err != nil || j.Attempts() != 3 || j.Retry.BackoffDuration() != 1500*time.Millisecond || j.Retry.MaxBackoffDuration() != time.Minute {
+		t.Errorf("retry: %+v, %v", j.Retry, err)
+	}
+	if j, _ := DecodeJob([]byte(validJob), "UTC"); j.Attempts() != 1 || j.Retry != nil {
+		t.Errorf("no retry given: %d attempts, %+v; want 1, none", j.Attempts(), j.Retry)
 	}
 	// A job stored before issue 19 has no policy: it reads as misfire said.
 	old, err := ParseJob([]byte(`{"jobName":"j","misfire":true}`))

@@ -64,6 +64,38 @@ type Job struct {
 	// behaviour, and a job stored without them reads as it did.
 	MisfirePolicy    string `json:"misfirePolicy,omitempty"`    // fireOnce, fireAll or skip; default from misfire
 	StartingDeadline int    `json:"startingDeadline,omitempty"` // seconds; a missed slot older than this is skipped; 0: none
+	Retry            *Retry `json:"retry,omitempty"`            // retries of shards that fail by the job's own fault
+}
+
+// Retry says how a TRANSIENT job's shards that fail by the job's own fault (the executor's
+// job-failure marker, not an infrastructure failure) are run again: only the failed shards, up
+// to MaxAttempts runs in all, the n-th retry Backoff·2^(n-1) seconds after the failure, at most
+// MaxBackoff.
+type Retry struct {
+	MaxAttempts int     `json:"maxAttempts"` // runs of a shard per fire, the first included; 1: no retry
+	Backoff     float64 `json:"backoff"`     // seconds before the first retry
+	MaxBackoff  float64 `json:"maxBackoff"`  // seconds; 0: no bound
+}
+
+// MaxRetryAttempts bounds retry.maxAttempts.
+const MaxRetryAttempts = 100
+
+// BackoffDuration and MaxBackoffDuration are the retry's waits as durations.
+func (r Retry) BackoffDuration() time.Duration {
+	return time.Duration(r.Backoff * float64(time.Second))
+}
+
+// MaxBackoffDuration is MaxBackoff as a duration.
+func (r Retry) MaxBackoffDuration() time.Duration {
+	return time.Duration(r.MaxBackoff * float64(time.Second))
+}
+
+// Attempts is how many runs a shard of the job gets per fire.
+func (j Job) Attempts() int {
+	if j.Retry == nil || j.Retry.MaxAttempts < 1 || j.JobExecutionType != Transient {
+		return 1
+	}
+	return j.Retry.MaxAttempts
 }
 
 // DecodeJob decodes and validates a whole job config from a request body (registration and
@@ -97,6 +129,7 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"applicationContext":      str(&j.ApplicationContext),
 		"misfirePolicy":           str(&j.MisfirePolicy),
 		"startingDeadline":        integer(&j.StartingDeadline),
+		"retry":                   retryPolicy(&j.Retry),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
 		"bootstrapScript": ignored,
@@ -199,6 +232,18 @@ func (j Job) Validate() error {
 	}
 	if j.StartingDeadline < 0 {
 		return fieldErr("startingDeadline", "must be a number of seconds, at least 0 (0: no deadline), got %d", j.StartingDeadline)
+	}
+	if r := j.Retry; r != nil {
+		switch {
+		case r.MaxAttempts < 1 || r.MaxAttempts > MaxRetryAttempts:
+			return fieldErr("retry", "maxAttempts must be 1 to %d, got %d", MaxRetryAttempts, r.MaxAttempts)
+		case !(r.Backoff >= 0) || r.Backoff > 86400:
+			return fieldErr("retry", "backoff must be 0 to 86400 seconds, got %v", r.Backoff)
+		case !(r.MaxBackoff >= 0) || r.MaxBackoff > 86400:
+			return fieldErr("retry", "maxBackoff must be 0 to 86400 seconds (0: no bound), got %v", r.MaxBackoff)
+		case r.MaxAttempts > 1 && j.JobExecutionType == Daemon:
+			return fieldErr("retry", "applies to TRANSIENT jobs only (a DAEMON job's shards are relaunched by failover)")
+		}
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // leader is this instance's work while it leads: the Mesos subscription, the producer and one
@@ -47,8 +48,9 @@ type leader struct {
 	stale       staleTasks
 	lastRecon   time.Time
 
-	relaunch *relaunches // failures in a row per shard: failover backoff and stops
-	fires    fireTimes   // cron times of the queued runs this leader's producer wrote: schedule lag
+	relaunch *relaunches                      // failures in a row per shard: failover backoff and stops
+	retries  map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
+	fires    fireTimes                        // cron times of the queued runs this leader's producer wrote: schedule lag
 
 	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a

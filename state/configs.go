@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // CreateApp stores a new app. Of concurrent creates of one name exactly one succeeds; the
@@ -287,6 +288,15 @@ func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([
 		}
 		if st != nil {
 			ops = append(ops, deleteOp(p, st.Version))
+		}
+	}
+	retries, err := s.children(ctx, s.path(retryDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range retries {
+		if m, err := taskid.ParseMeta(r); err == nil && m.JobName == name {
+			ops = append(ops, deleteOp(s.path(retryDir, r), -1))
 		}
 	}
 	parent := s.path(failoverDir, name)

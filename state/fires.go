@@ -51,9 +51,11 @@ type FireEntry struct {
 	Reason  string    `json:"reason,omitempty"`
 	// Triggered marks a run asked for through the API, not by the cron; its Slot is when.
 	Triggered bool      `json:"triggered,omitempty"`
-	Launched  time.Time `json:"launched,omitzero"` // when its tasks were written ahead
-	Tasks     int       `json:"tasks,omitempty"`   // tasks launched for it, relaunches included
-	TaskIDs   []string  `json:"taskIds,omitempty"` // the first LedgerTaskIDs of them
+	Launched  time.Time `json:"launched,omitzero"`  // when its tasks were written ahead
+	Tasks     int       `json:"tasks,omitempty"`    // tasks launched for it, relaunches included
+	TaskIDs   []string  `json:"taskIds,omitempty"`  // the first LedgerTaskIDs of them
+	Attempts  int       `json:"attempts,omitempty"` // the highest attempt a shard of the run was launched as (retries)
+	Failed    string    `json:"failed,omitempty"`   // the run failed for good: why (set once)
 }
 
 // Ledger is a job's fire ledger.
@@ -260,7 +262,13 @@ func (s *Store) launchLedgerOps(ctx context.Context, l Launch, now time.Time) ([
 		var fresh []string
 		for _, id := range byJob[job] {
 			if id.Type == taskid.Failover {
-				if orig, ok := replaced[id.Meta.String()]; ok && led.relaunched(orig, id.String()) {
+				attempt := 0
+				if r, ok, err := s.RetryOf(ctx, id.Meta); err != nil {
+					return nil, err
+				} else if ok {
+					attempt = r.Attempt
+				}
+				if orig, ok := replaced[id.Meta.String()]; ok && led.relaunched(orig, id.String(), attempt) {
 					changed = true
 				}
 				continue
@@ -302,19 +310,33 @@ func (l *Ledger) launched(count int, ids []string, now time.Time) bool {
 	return true
 }
 
-// relaunched adds a failover task to the entry whose task it replaces.
-func (l *Ledger) relaunched(orig, id string) bool {
-	for i := len(l.Fires) - 1; i >= 0; i-- {
-		e := l.Fires[i]
-		if !slices.Contains(e.TaskIDs, orig) {
-			continue
-		}
-		e.Tasks++
-		if len(e.TaskIDs) < LedgerTaskIDs {
-			e.TaskIDs = append(slices.Clip(e.TaskIDs), id)
-		}
-		l.Fires[i] = e
-		return true
+// relaunched adds a relaunch (a failover or a retry, as attempt) to its run's entry.
+func (l *Ledger) relaunched(orig, id string, attempt int) bool {
+	i := l.runOf(orig)
+	if i < 0 {
+		return false
 	}
-	return false
+	e := l.Fires[i]
+	e.Tasks++
+	if len(e.TaskIDs) < LedgerTaskIDs {
+		e.TaskIDs = append(slices.Clip(e.TaskIDs), id)
+	}
+	e.Attempts = max(e.Attempts, attempt)
+	l.Fires[i] = e
+	return true
+}
+
+// runOf returns the index of the entry of the run task belongs to: the one that names it, or
+// the latest launched (a job's runs never overlap); -1 when there is none.
+func (l *Ledger) runOf(task string) int {
+	latest := -1
+	for i := len(l.Fires) - 1; i >= 0; i-- {
+		if slices.Contains(l.Fires[i].TaskIDs, task) {
+			return i
+		}
+		if latest < 0 && !l.Fires[i].Launched.IsZero() {
+			latest = i
+		}
+	}
+	return latest
 }

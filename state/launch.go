@@ -108,23 +108,41 @@ type Ended struct {
 	// Stopped is true when EndTaskAndStop wrote the job's stop mark; it is false when the job
 	// was stopped already (the first reason is kept).
 	Stopped bool
+	// Retried is true when EndTaskWith queued the shard's retry.
+	Retried bool
+}
+
+// EndOptions are what issue 19 adds to the end of a task.
+type EndOptions struct {
+	// Retry, with the Failover follow-up, queues the shard's next attempt: its failover node
+	// and its retry node (retry.go).
+	Retry *RetryState
+	// FireFailed, if set, marks the run's fire ledger entry as failed for good, once.
+	FireFailed string
 }
 
 // EndTask records the end of a task as one multi: its running node goes and, with Failover,
 // its shard joins the failover queue unless queued already, or, with Rerun, the job's ready
 // count becomes 1. The caller decides the follow-up from the job's config and disable state.
 func (s *Store) EndTask(ctx context.Context, id taskid.ID, next FollowUp) (Ended, error) {
-	return s.endTask(ctx, id, next, nil)
+	return s.endTask(ctx, id, next, nil, EndOptions{})
+}
+
+// EndTaskWith is EndTask with a retry or a failed run (EndOptions) written in the same multi.
+// Without a retry, a task that ends with no follow-up (finished, failed for good, killed) also
+// removes its shard's retry node: that retry is over.
+func (s *Store) EndTaskWith(ctx context.Context, id taskid.ID, next FollowUp, o EndOptions) (Ended, error) {
+	return s.endTask(ctx, id, next, nil, o)
 }
 
 // EndTaskAndStop records the end of a task that failed in a way retrying cannot heal: in one
 // multi its running node goes and the job's stop mark is written (unless the job is stopped
 // already), so that the mark survives a leader change exactly when the end is recorded.
 func (s *Store) EndTaskAndStop(ctx context.Context, id taskid.ID, stop Stop) (Ended, error) {
-	return s.endTask(ctx, id, NoFollowUp, &stop)
+	return s.endTask(ctx, id, NoFollowUp, &stop, EndOptions{})
 }
 
-func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop) (Ended, error) {
+func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop, o EndOptions) (Ended, error) {
 	var out Ended
 	parent := s.path(runningDir, id.JobName)
 	p := parent + "/" + id.Meta.String()
@@ -161,11 +179,29 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 				return err
 			}
 		}
-		ops = append(append(ops, follow...), mark...)
+		var retry []any
+		retried := o.Retry != nil && next == Failover && len(follow) > 0
+		switch {
+		case retried:
+			retry, err = s.retryOps(ctx, id.Meta, o.Retry)
+		case next == NoFollowUp:
+			retry, err = s.retryOps(ctx, id.Meta, nil)
+		}
+		if err != nil {
+			return err
+		}
+		if o.FireFailed != "" {
+			failed, err := s.fireFailedOps(ctx, id, o.FireFailed)
+			if err != nil {
+				return err
+			}
+			retry = append(retry, failed...)
+		}
+		ops = append(append(append(ops, follow...), mark...), retry...)
 		if err := s.multi(ctx, ops...); err != nil {
 			return conflictIfExists(err)
 		}
-		out = Ended{Removed: true, Requeued: len(follow) > 0, Stopped: len(mark) > 0}
+		out = Ended{Removed: true, Requeued: len(follow) > 0, Stopped: len(mark) > 0, Retried: retried}
 		return nil
 	})
 	if err != nil {
