@@ -39,7 +39,7 @@ func TestDecodeJobAppliesDefaults(t *testing.T) {
 	want := Job{JobName: "job_a", AppName: "app", JobType: Script, JobExecutionType: Transient, Cron: "0/5 * * * * ?",
 		TimeZone: "Asia/Shanghai", ShardingTotalCount: 3, CPUCount: 0.5, MemoryMB: 64, ScriptCommandLine: "echo hi",
 		Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{},
-		MisfirePolicy: Skip} // issue 19: without misfire, missed fires are skipped, as in 2.1.5
+		MisfirePolicy: Skip, ConcurrencyPolicy: Forbid} // issue 19: 2.1.5's behaviour, named
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("DecodeJob = %+v; want %+v", j, want)
 	}
@@ -68,6 +68,8 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 		{`"retry":{"maxAttempts":3,"backoff":-1}`, "", 0, "retry"},
 		{`"retry":{"maxAttempts":3,"tries":2}`, "", 0, "retry"},
 		{`"retry":3`, "", 0, "retry"},
+		{`"concurrencyPolicy":"Allow"`, "", 0, "concurrencyPolicy"},
+		{`"concurrencyPolicy":"replace"`, "", 0, "concurrencyPolicy"},
 	}
 	for _, c := range cases {
 		j, err := DecodeJob(with(c.extra), "UTC")
@@ -85,6 +87,9 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 	j, err := DecodeJob(with(`"retry":{"maxAttempts":"3","backoff":1.5,"maxBackoff":60}`), "UTC")
 	if err != nil || j.Attempts() != 3 || j.Retry.BackoffDuration() != 1500*time.Millisecond || j.Retry.MaxBackoffDuration() != time.Minute {
 		t.Errorf("retry: %+v, %v", j.Retry, err)
+	}
+	if j, err := DecodeJob(with(`"concurrencyPolicy":"Replace"`), "UTC"); err != nil || j.ConcurrencyPolicy != Replace {
+		t.Errorf("Replace: %q, %v", j.ConcurrencyPolicy, err)
 	}
 	if j, _ := DecodeJob([]byte(validJob), "UTC"); j.Attempts() != 1 || j.Retry != nil {
 		t.Errorf("no retry given: %d attempts, %+v; want 1, none", j.Attempts(), j.Retry)

@@ -31,6 +31,11 @@ const (
 	FireOnce = "fireOnce" // one catch-up run for all of them (the default with misfire)
 	FireAll  = "fireAll"  // one run per missed slot, at most 100
 	Skip     = "skip"     // none (2.1.5's behaviour; the default without misfire)
+
+	// The concurrency policies (issue 19): what a fire does that finds the job's last run
+	// still running.
+	Forbid  = "Forbid"  // it waits for that run to end: queued, or merged without misfire (2.1.5)
+	Replace = "Replace" // that run's shards are killed (SIGTERM, SIGKILL after the grace), then it starts
 )
 
 // MaxShards is the largest shardingTotalCount.
@@ -65,6 +70,8 @@ type Job struct {
 	MisfirePolicy    string `json:"misfirePolicy,omitempty"`    // fireOnce, fireAll or skip; default from misfire
 	StartingDeadline int    `json:"startingDeadline,omitempty"` // seconds; a missed slot older than this is skipped; 0: none
 	Retry            *Retry `json:"retry,omitempty"`            // retries of shards that fail by the job's own fault
+	// ConcurrencyPolicy is Forbid or Replace; default Forbid.
+	ConcurrencyPolicy string `json:"concurrencyPolicy,omitempty"`
 }
 
 // Retry says how a TRANSIENT job's shards that fail by the job's own fault (the executor's
@@ -130,6 +137,7 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"misfirePolicy":           str(&j.MisfirePolicy),
 		"startingDeadline":        integer(&j.StartingDeadline),
 		"retry":                   retryPolicy(&j.Retry),
+		"concurrencyPolicy":       str(&j.ConcurrencyPolicy),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
 		"bootstrapScript": ignored,
@@ -150,6 +158,9 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	}
 	if j.MisfirePolicy == "" && j.JobExecutionType == Transient && j.Cron != "" {
 		j.MisfirePolicy = j.EffectiveMisfirePolicy() // shown in the job's JSON
+	}
+	if j.ConcurrencyPolicy == "" && j.JobExecutionType == Transient {
+		j.ConcurrencyPolicy = Forbid
 	}
 	if err := j.Validate(); err != nil {
 		return Job{}, err
@@ -232,6 +243,18 @@ func (j Job) Validate() error {
 	}
 	if j.StartingDeadline < 0 {
 		return fieldErr("startingDeadline", "must be a number of seconds, at least 0 (0: no deadline), got %d", j.StartingDeadline)
+	}
+	switch j.ConcurrencyPolicy {
+	case "", Forbid:
+	case Replace:
+		if j.JobExecutionType != Transient {
+			return fieldErr("concurrencyPolicy", "Replace applies to TRANSIENT jobs only")
+		}
+	case "Allow":
+		// Two runs of one shard at once would need two running nodes of it (SPEC §4 keeps one).
+		return fieldErr("concurrencyPolicy", "Allow is not supported: a shard runs one task at a time; use Forbid or Replace")
+	default:
+		return fieldErr("concurrencyPolicy", "must be Forbid or Replace, got %q", j.ConcurrencyPolicy)
 	}
 	if r := j.Retry; r != nil {
 		switch {

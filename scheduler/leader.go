@@ -48,9 +48,10 @@ type leader struct {
 	stale       staleTasks
 	lastRecon   time.Time
 
-	relaunch *relaunches                      // failures in a row per shard: failover backoff and stops
-	retries  map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
-	fires    fireTimes                        // cron times of the queued runs this leader's producer wrote: schedule lag
+	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
+	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
+	replacing jobSet                           // Replace jobs with a new fire, for the event loop
+	fires     fireTimes                        // cron times of the queued runs this leader's producer wrote: schedule lag
 
 	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a
@@ -97,6 +98,12 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	ld.confirm = l.Confirm
 	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(job string, at []time.Time) {
 		ld.fires.fired(job, at)
+		// A Replace job's new run replaces the one still running (issue 19): the event loop
+		// kills it when it takes the work this poke announced. Never a blocking send here: the
+		// loop runs only while subscribed, and the producer must not wait for Mesos.
+		if j, err := ld.store.Job(ctx, job); err == nil && j.ConcurrencyPolicy == config.Replace {
+			ld.replacing.add(job)
+		}
 		ld.poke()
 	})
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api")}))
@@ -323,6 +330,9 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case f := <-ld.exec:
 			f(ctx)
 		case <-ld.work:
+			for _, job := range ld.replacing.take() {
+				ld.replace(ctx, job)
+			}
 			// New work REVIVEs even when not suppressed (SPEC §5.4 step 6): REVIVE also clears
 			// the refusal filters of the last declines, so that every agent is offered to the
 			// new work at once — SPREAD needs them all — instead of after the filters expire.

@@ -358,6 +358,9 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); err != nil {
 		return err
 	}
+	if j.ConcurrencyPolicy == config.Replace {
+		ld.replacing.add(job)
+	}
 	ld.poke()
 	return nil
 }

@@ -116,3 +116,52 @@ func (s *Store) fireFailedOps(ctx context.Context, id taskid.ID, reason string) 
 	}
 	return []any{setOp(s.path(firesDir, id.JobName), data, n.version)}, nil
 }
+
+// DropWaiting removes a job's shards that wait for a relaunch (failover entries and retries),
+// in one multi: the run they belong to is given up (a Replace).
+func (s *Store) DropWaiting(ctx context.Context, job string) (int, error) {
+	var dropped int
+	err := retry(ctx, func() error {
+		dropped = 0
+		var ops []any
+		parent := s.path(failoverDir, job)
+		items, err := s.readChildren(ctx, parent)
+		if err != nil {
+			return err
+		}
+		for _, n := range items {
+			ops = append(ops, deleteOp(parent+"/"+n.name, n.version))
+		}
+		dropped = len(items)
+		names, err := s.children(ctx, s.path(retryDir))
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if m, err := taskid.ParseMeta(name); err == nil && m.JobName == job {
+				ops = append(ops, deleteOp(s.path(retryDir, name), -1))
+			}
+		}
+		return s.multi(ctx, ops...)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop the waiting shards of job %q: %w", job, err)
+	}
+	s.bestEffortDelete(ctx, s.path(failoverDir, job))
+	return dropped, nil
+}
+
+// FailRun marks, once, the fire ledger entry of the run task belongs to as failed.
+func (s *Store) FailRun(ctx context.Context, id taskid.ID, reason string) error {
+	err := retry(ctx, func() error {
+		ops, err := s.fireFailedOps(ctx, id, reason)
+		if err != nil {
+			return err
+		}
+		return s.multi(ctx, ops...)
+	})
+	if err != nil {
+		return fmt.Errorf("mark the run of %s failed: %w", id, err)
+	}
+	return nil
+}
