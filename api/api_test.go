@@ -62,6 +62,15 @@ func seeded() *fixture {
 	return f
 }
 
+// withDeps is jobBody renamed, with dependsOn.
+func withDeps(name string, deps ...string) string {
+	var j map[string]any
+	json.Unmarshal([]byte(jobBody), &j)
+	j["jobName"], j["dependsOn"] = name, deps
+	b, _ := json.Marshal(j)
+	return string(b)
+}
+
 func TestEndpoints(t *testing.T) {
 	id := taskid.New(taskid.Meta{JobName: "job", Item: 1}, taskid.Failover, "S3")
 	tests := []struct {
@@ -118,8 +127,16 @@ func TestEndpoints(t *testing.T) {
 			wantBody: `{"jobName":"job","misfirePolicy":"fireAll","startingDeadline":30,"lastSlot":"2026-11-22T00:00:10Z","fires":[` +
 				`{"slot":"2026-11-22T00:00:10Z","count":1,"outcome":"fired","launched":"2026-11-22T00:00:11Z","tasks":1,"taskIds":["` + id.String() + `"]},` +
 				`{"slot":"2026-11-22T00:00:05Z","count":1,"outcome":"merged","reason":"merged into the run already queued"}]}`},
+		{name: "fires of a job waiting for its dependency", method: "GET", path: "/api/job/dep/fires", wantCode: 200,
+			wantBody: `"dependsOn":["job"],"waiting":"dependsOn: waiting for \"job\""`},
 		{name: "fires of a missing job", method: "GET", path: "/api/job/nope/fires", wantCode: 404},
 		{name: "fires with a bad limit", method: "GET", path: "/api/job/job/fires?limit=65", wantCode: 400, wantBody: `"field":"limit"`},
+		{name: "depends on a job", method: "POST", path: "/api/job/register", body: withDeps("b", "job"), wantCode: 204, wantOps: []string{"changed b"}},
+		{name: "depends on a missing job", method: "POST", path: "/api/job/register", body: withDeps("b", "nope"), wantCode: 400, wantBody: `does not exist`},
+		{name: "depends on a DAEMON job", method: "POST", path: "/api/job/register", body: withDeps("b", "daemon"), wantCode: 400, wantBody: `"field":"dependsOn"`},
+		{name: "depends on itself", method: "POST", path: "/api/job/register", body: withDeps("b", "b"), wantCode: 400, wantBody: `cycle: b → b`},
+		{name: "an update that closes a cycle", method: "PUT", path: "/api/job/update", body: withDeps("job", "dep"), wantCode: 400,
+			wantBody: `{"error":"dependsOn would close a cycle: job → dep → job","field":"dependsOn"}`},
 		{name: "next with a bad count", method: "GET", path: "/api/job/job/next?count=0", wantCode: 400, wantBody: `"field":"count"`},
 		{name: "running tasks", method: "GET", path: "/api/job/tasks/running", wantCode: 200,
 			wantBody: `[{"id":"` + id.String() + `","metaInfo":{"jobName":"job","shardingItems":[1]},"type":"FAILOVER","slaveId":"S3","idle":true}]`},
@@ -139,6 +156,9 @@ func TestEndpoints(t *testing.T) {
 				Stop:    &state.Stop{Reason: "unknown jobClass", Message: `unknown jobClass "x"`, TaskID: id.String(), State: "TASK_ERROR", Since: at},
 				Backoff: []ShardBackoff{{JobName: "daemon", ShardingItem: 2, Failures: 3, DelaySeconds: 4, RetryAt: at.Add(4 * time.Second), LastFailure: "TASK_LOST"}}}}
 			f.store.ready = []state.ReadyEntry{{JobName: "job", Count: 2}}
+			dep := f.store.jobs["job"]
+			dep.JobName, dep.DependsOn = "dep", []string{"job"}
+			f.store.jobs["dep"] = dep
 			j := f.store.jobs["job"]
 			j.MisfirePolicy, j.StartingDeadline = config.FireAll, 30
 			f.store.jobs["job"] = j

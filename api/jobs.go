@@ -13,6 +13,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/scheduler/schedule"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -43,6 +44,9 @@ func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := config.DecodeJob(b, s.cfg.Zone)
 	if err == nil {
+		err = s.checkDependsOn(r.Context(), j)
+	}
+	if err == nil {
 		err = s.store.CreateJob(r.Context(), j)
 	}
 	if err != nil {
@@ -62,6 +66,9 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := config.DecodeJob(b, s.cfg.Zone)
 	if err == nil {
+		err = s.checkDependsOn(r.Context(), j)
+	}
+	if err == nil {
 		err = s.sched.UpdateJob(r.Context(), j)
 	}
 	if err != nil {
@@ -69,6 +76,39 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noContent(w)
+}
+
+// checkDependsOn validates a job's dependsOn against the other jobs (issue 19): each names a
+// TRANSIENT job with a cron, and together they close no cycle — a job in a cycle would wait
+// for itself. The 400 names the field and the cycle.
+func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
+	if len(j.DependsOn) == 0 {
+		return nil
+	}
+	jobs, err := s.store.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	deps := map[string][]string{}
+	byName := map[string]config.Job{}
+	for _, o := range jobs {
+		deps[o.JobName], byName[o.JobName] = o.DependsOn, o
+	}
+	deps[j.JobName] = j.DependsOn
+	for _, d := range j.DependsOn {
+		o, ok := byName[d]
+		switch {
+		case d == j.JobName:
+		case !ok:
+			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which does not exist", d)}
+		case o.JobExecutionType != config.Transient || o.Cron == "":
+			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which is not a TRANSIENT job with a cron", d)}
+		}
+	}
+	if c := schedule.Cycle(deps, j.JobName); c != nil {
+		return &config.FieldError{Field: "dependsOn", Message: "dependsOn would close a cycle: " + strings.Join(c, " → ")}
+	}
+	return nil
 }
 
 // jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms).
@@ -206,7 +246,9 @@ type JobFires struct {
 	MisfirePolicy    string            `json:"misfirePolicy"`    // in effect (the job's, or its default)
 	StartingDeadline int               `json:"startingDeadline"` // seconds; 0: none
 	LastSlot         *time.Time        `json:"lastSlot"`         // the latest cron slot handled; null before the first
-	Fires            []state.FireEntry `json:"fires"`            // newest first
+	DependsOn        []string          `json:"dependsOn,omitempty"`
+	Waiting          string            `json:"waiting,omitempty"` // why its queued run waits (dependencies)
+	Fires            []state.FireEntry `json:"fires"`             // newest first
 }
 
 // jobFires lists the job's recent cron slots with their outcome and the task ids they
@@ -231,7 +273,8 @@ func (s *Server) jobFires(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := JobFires{JobName: j.JobName, MisfirePolicy: j.EffectiveMisfirePolicy(), StartingDeadline: j.StartingDeadline, Fires: []state.FireEntry{}}
+	out := JobFires{JobName: j.JobName, MisfirePolicy: j.EffectiveMisfirePolicy(), StartingDeadline: j.StartingDeadline,
+		DependsOn: j.DependsOn, Waiting: s.sched.Waiting(j.JobName), Fires: []state.FireEntry{}}
 	if !l.Last.IsZero() {
 		out.LastSlot = &l.Last
 	}

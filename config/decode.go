@@ -174,6 +174,17 @@ func retryPolicy(dst **Retry) setter {
 	}
 }
 
+func stringList(dst *[]string) setter {
+	return func(raw json.RawMessage) error {
+		var l []string
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return fmt.Errorf("must be an array of job names")
+		}
+		*dst = l
+		return nil
+	}
+}
+
 // mark records in given that the field had a value (JSON null is no value).
 func mark(given map[string]bool, name string, set setter) setter {
 	return func(raw json.RawMessage) error {

@@ -72,6 +72,9 @@ type Job struct {
 	Retry            *Retry `json:"retry,omitempty"`            // retries of shards that fail by the job's own fault
 	// ConcurrencyPolicy is Forbid or Replace; default Forbid.
 	ConcurrencyPolicy string `json:"concurrencyPolicy,omitempty"`
+	// DependsOn names jobs whose run for the same logical time (each one's latest slot at or
+	// before this job's slot) must have succeeded before a run of this job starts.
+	DependsOn []string `json:"dependsOn,omitempty"`
 }
 
 // Retry says how a TRANSIENT job's shards that fail by the job's own fault (the executor's
@@ -138,6 +141,7 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"startingDeadline":        integer(&j.StartingDeadline),
 		"retry":                   retryPolicy(&j.Retry),
 		"concurrencyPolicy":       str(&j.ConcurrencyPolicy),
+		"dependsOn":               stringList(&j.DependsOn),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
 		"bootstrapScript": ignored,
@@ -255,6 +259,21 @@ func (j Job) Validate() error {
 		return fieldErr("concurrencyPolicy", "Allow is not supported: a shard runs one task at a time; use Forbid or Replace")
 	default:
 		return fieldErr("concurrencyPolicy", "must be Forbid or Replace, got %q", j.ConcurrencyPolicy)
+	}
+	if len(j.DependsOn) > 0 {
+		if j.JobExecutionType != Transient || j.Cron == "" {
+			return fieldErr("dependsOn", "applies to TRANSIENT jobs with a cron only (a run waits for its dependencies' runs of the same logical time)")
+		}
+		seen := map[string]bool{}
+		for _, d := range j.DependsOn {
+			if err := validName("dependsOn", d); err != nil {
+				return err
+			}
+			if seen[d] {
+				return fieldErr("dependsOn", "names %q twice", d)
+			}
+			seen[d] = true
+		}
 	}
 	if r := j.Retry; r != nil {
 		switch {

@@ -58,9 +58,10 @@ type leader struct {
 	// leader without an election.
 	confirm func(context.Context) error
 
-	mu       sync.Mutex // guards unplaced and idle, read by the API
+	mu       sync.Mutex // guards unplaced, idle and waiting, read by the API
 	unplaced map[string]map[string]int
 	idle     map[string]bool
+	waiting  map[string]string // why a job's queued run waits for its dependencies (issue 19)
 }
 
 // lead runs the leader's work until the leadership is lost or ctx ends. It returns a fatal

@@ -184,6 +184,10 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 		counts[r.JobName] = r.Count
 	}
 	ld.fires.settle(mark, counts)
+	waiting := ld.gateDependencies(ctx, &snap)
+	ld.mu.Lock()
+	ld.waiting = waiting
+	ld.mu.Unlock()
 	now := time.Now()
 	var retries map[taskid.Meta]state.RetryState
 	if len(snap.Failovers) > 0 {

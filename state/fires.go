@@ -56,7 +56,13 @@ type FireEntry struct {
 	TaskIDs   []string  `json:"taskIds,omitempty"`  // the first LedgerTaskIDs of them
 	Attempts  int       `json:"attempts,omitempty"` // the highest attempt a shard of the run was launched as (retries)
 	Failed    string    `json:"failed,omitempty"`   // the run failed for good: why (set once)
+	// Ended is when the run's last shard ended (none running or waiting for a relaunch): the
+	// run succeeded if Failed is empty. Dependent jobs wait for it (dependsOn).
+	Ended time.Time `json:"ended,omitzero"`
 }
+
+// Succeeded reports whether the entry is a run that ended with every shard successful.
+func (e FireEntry) Succeeded() bool { return !e.Ended.IsZero() && e.Failed == "" }
 
 // Ledger is a job's fire ledger.
 type Ledger struct {
@@ -290,8 +296,10 @@ func (s *Store) launchLedgerOps(ctx context.Context, l Launch, now time.Time) ([
 	return ops, nil
 }
 
-// launched gives ids to the fired entry the launch of a ready count of count runs belongs to.
-func (l *Ledger) launched(count int, ids []string, now time.Time) bool {
+// NextRun returns the index of the fired entry the next launch of a job with count queued runs
+// belongs to: the oldest of the latest count fired entries not yet launched (older ones left
+// the queue without a launch: a disable dropped the count); -1 when there is none.
+func (l Ledger) NextRun(count int) int {
 	var pending []int
 	for i, e := range l.Fires {
 		if e.Outcome == OutcomeFired && e.Launched.IsZero() {
@@ -299,10 +307,17 @@ func (l *Ledger) launched(count int, ids []string, now time.Time) bool {
 		}
 	}
 	if len(pending) == 0 {
+		return -1
+	}
+	return pending[max(len(pending)-count, 0)]
+}
+
+// launched gives ids to the fired entry the launch of a ready count of count runs belongs to.
+func (l *Ledger) launched(count int, ids []string, now time.Time) bool {
+	i := l.NextRun(count)
+	if i < 0 {
 		return false
 	}
-	// Older pending entries left the queue without a launch (a disable dropped the count).
-	i := pending[max(len(pending)-count, 0)]
 	e := l.Fires[i]
 	e.Launched, e.Tasks = now, len(ids)
 	e.TaskIDs = slices.Clone(ids[:min(len(ids), LedgerTaskIDs)])
@@ -339,4 +354,30 @@ func (l *Ledger) runOf(task string) int {
 		}
 	}
 	return latest
+}
+
+// SkipQueuedRun drops a job's next queued run, read as r, and records its slot as skipped with
+// reason, in one multi (a run whose dependency failed, issue 19).
+func (s *Store) SkipQueuedRun(ctx context.Context, r ReadyEntry, reason string) error {
+	led, n, err := s.readLedger(ctx, r.JobName)
+	if err != nil {
+		return fmt.Errorf("skip the queued run of job %q: %w", r.JobName, err)
+	}
+	p := s.path(readyDir, r.JobName)
+	ops := []any{setOp(p, []byte(strconv.Itoa(r.Count-1)), r.Version)}
+	if r.Count <= 1 {
+		ops = []any{deleteOp(p, r.Version)}
+	}
+	if i := led.NextRun(r.Count); i >= 0 && n.exists {
+		led.Fires[i].Outcome, led.Fires[i].Reason = OutcomeSkipped, reason
+		data, err := json.Marshal(led)
+		if err != nil {
+			return fmt.Errorf("encode the fire ledger: %w", err)
+		}
+		ops = append(ops, setOp(s.path(firesDir, r.JobName), data, n.version))
+	}
+	if err := s.multi(ctx, ops...); err != nil {
+		return fmt.Errorf("skip the queued run of job %q: %w", r.JobName, err)
+	}
+	return nil
 }

@@ -190,12 +190,24 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 		if err != nil {
 			return err
 		}
-		if o.FireFailed != "" {
-			failed, err := s.fireFailedOps(ctx, id, o.FireFailed)
+		// The run is over when this was its last shard: none other running, none waiting for a
+		// relaunch (issue 19: dependent jobs wait for that).
+		var runEnded time.Time
+		if len(follow) == 0 && next != Rerun {
+			last, err := s.lastShard(ctx, id.JobName)
 			if err != nil {
 				return err
 			}
-			retry = append(retry, failed...)
+			if last {
+				runEnded = time.Now().UTC()
+			}
+		}
+		if o.FireFailed != "" || !runEnded.IsZero() {
+			end, err := s.runEndOps(ctx, id, o.FireFailed, runEnded)
+			if err != nil {
+				return err
+			}
+			retry = append(retry, end...)
 		}
 		ops = append(append(append(ops, follow...), mark...), retry...)
 		if err := s.multi(ctx, ops...); err != nil {
@@ -211,6 +223,20 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 		s.bestEffortDelete(ctx, parent)
 	}
 	return out, nil
+}
+
+// lastShard reports whether the job's running node being removed is its last one and no shard
+// of it waits for a relaunch.
+func (s *Store) lastShard(ctx context.Context, job string) (bool, error) {
+	st, err := s.stat(ctx, s.path(runningDir, job))
+	if err != nil || st == nil || st.NumChildren > 1 {
+		return false, err
+	}
+	fo, err := s.stat(ctx, s.path(failoverDir, job))
+	if err != nil {
+		return false, err
+	}
+	return fo == nil || fo.NumChildren == 0, nil
 }
 
 // rerunOps returns the ops that set a job's ready count to at least 1.

@@ -97,19 +97,37 @@ func (s *Store) retryOps(ctx context.Context, m taskid.Meta, r *RetryState) ([]a
 }
 
 // fireFailedOps returns the op that marks, once, the ledger entry of the run task id belongs
-// to as failed. A job's runs never overlap (its ready runs wait while a shard runs or waits for
-// a relaunch), so the run is the entry that names the task or, in a job of more shards than an
-// entry keeps ids of, the latest launched.
+// to as failed.
 func (s *Store) fireFailedOps(ctx context.Context, id taskid.ID, reason string) ([]any, error) {
+	return s.runEndOps(ctx, id, reason, time.Time{})
+}
+
+// runEndOps returns the op that records in the fire ledger what became of the run task id
+// belongs to: failed for good (failed, once), and, with a non-zero ended, that the run is over
+// (its last shard ended). A job's runs never overlap (its ready runs wait while a shard runs or
+// waits for a relaunch), so the run is the entry that names the task or, in a job of more
+// shards than an entry keeps ids of, the latest launched.
+func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ended time.Time) ([]any, error) {
 	led, n, err := s.readLedger(ctx, id.JobName)
 	if err != nil || !n.exists {
 		return nil, err
 	}
 	i := led.runOf(id.String())
-	if i < 0 || led.Fires[i].Failed != "" {
+	if i < 0 {
 		return nil, nil
 	}
-	led.Fires[i].Failed = reason
+	e := led.Fires[i]
+	changed := false
+	if failed != "" && e.Failed == "" {
+		e.Failed, changed = failed, true
+	}
+	if !ended.IsZero() && e.Ended.IsZero() {
+		e.Ended, changed = ended, true
+	}
+	if !changed {
+		return nil, nil
+	}
+	led.Fires[i] = e
 	data, err := json.Marshal(led)
 	if err != nil {
 		return nil, fmt.Errorf("encode the fire ledger: %w", err)
