@@ -68,7 +68,7 @@ type Scheduler interface {
 	Failure(ctx context.Context, job string) (JobFailure, error)
 	// AppUpdated tells the leader that an app's config changed: its jobs' stop marks clear.
 	AppUpdated(ctx context.Context, app string) error
-	// Waiting is why the job's queued run waits for its dependencies (dependsOn), or "".
+	// Waiting is why the job's queued run waits (dependencies, a retry's backoff, the last run still running), or "".
 	Waiting(job string) string
 }
 

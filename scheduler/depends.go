@@ -13,6 +13,7 @@ import (
 	"github.com/ejcloud/ejcloud/scheduler/plan"
 	"github.com/ejcloud/ejcloud/scheduler/schedule"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // Dependencies (issue 19): a queued run of a job with dependsOn starts only once, for each
@@ -130,7 +131,47 @@ func (ld *leader) dependencies(ctx context.Context, j config.Job, r state.ReadyE
 	return depSucceeded, ""
 }
 
-// Waiting returns why the job's queued run waits for its dependencies, or "".
+// waitReasons adds to waiting why each queued run that the cycle's work leaves out waits, where
+// it is the job's own schedule semantics (issue 19): a retry's backoff, a failed-over shard's
+// backoff, or the last run still running (concurrencyPolicy). Disabled and stopped jobs say so
+// elsewhere; unplaced shards have their own reasons.
+func waitReasons(snap plan.Snapshot, w plan.Work, retries map[taskid.Meta]state.RetryState, now time.Time, waiting map[string]string) {
+	chosen := map[string]bool{}
+	for _, j := range w.Jobs {
+		chosen[j.JobName] = true
+	}
+	running := map[string]int{}
+	for _, r := range snap.Running {
+		running[r.Meta.JobName]++
+	}
+	relaunch := map[string][]string{}
+	for _, f := range snap.Failovers {
+		if r, ok := retries[f.Meta]; ok && now.Before(r.NotBefore) {
+			relaunch[f.Meta.JobName] = append(relaunch[f.Meta.JobName],
+				fmt.Sprintf("shard %d's retry (attempt %d) at %s", f.Meta.Item, r.Attempt, r.NotBefore.UTC().Format(time.RFC3339Nano)))
+		} else if _, launched := w.Failover[f.Meta.JobName]; !launched {
+			relaunch[f.Meta.JobName] = append(relaunch[f.Meta.JobName], fmt.Sprintf("shard %d's relaunch backoff", f.Meta.Item))
+		}
+	}
+	for _, r := range snap.Ready {
+		if chosen[r.JobName] || waiting[r.JobName] != "" {
+			continue
+		}
+		j := snap.Jobs[r.JobName]
+		switch {
+		case len(relaunch[r.JobName]) > 0:
+			sort.Strings(relaunch[r.JobName])
+			waiting[r.JobName] = "waiting for " + strings.Join(relaunch[r.JobName], ", ")
+		case running[r.JobName] > 0 && j.ConcurrencyPolicy == config.Replace:
+			waiting[r.JobName] = fmt.Sprintf("concurrencyPolicy Replace: waiting for the %d killed shards of the last run to end", running[r.JobName])
+		case running[r.JobName] > 0:
+			waiting[r.JobName] = fmt.Sprintf("concurrencyPolicy Forbid: waiting for the last run to end (%d shards running)", running[r.JobName])
+		}
+	}
+}
+
+// Waiting returns why the job's queued run waits (dependencies, retries, relaunches, the last
+// run still running), or "".
 func (s *instance) Waiting(job string) string {
 	s.mu.Lock()
 	ld := s.ld

@@ -185,9 +185,6 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	}
 	ld.fires.settle(mark, counts)
 	waiting := ld.gateDependencies(ctx, &snap)
-	ld.mu.Lock()
-	ld.waiting = waiting
-	ld.mu.Unlock()
 	now := time.Now()
 	var retries map[taskid.Meta]state.RetryState
 	if len(snap.Failovers) > 0 {
@@ -201,6 +198,10 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	w := plan.Eligible(snap, func(m taskid.Meta) bool {
 		return ld.relaunch.due(m, now) && !now.Before(retries[m].NotBefore)
 	})
+	waitReasons(snap, w, retries, now, waiting)
+	ld.mu.Lock()
+	ld.waiting = waiting
+	ld.mu.Unlock()
 	for _, m := range w.StaleFailover {
 		if err := ld.store.RemoveFailover(ctx, m); err != nil {
 			ld.log.WithError(err).WithField("shard", m.String()).Warn("cannot remove the failover entry of a deleted job")

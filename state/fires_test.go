@@ -190,3 +190,53 @@ func TestTheLedgerIsBounded(t *testing.T) {
 		t.Fatalf("ready count %d; want every run", r.Count)
 	}
 }
+
+// A run's entry records when its last shard ended; a run whose shards still run or wait for a
+// relaunch has not ended.
+func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	r, _ := s.ReadyOf(ctx, "j")
+	a, b := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
+	_, err = s.EndTask(ctx, a, state.NoFollowUp)
+	must(t, err, "EndTask a")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Fires[0].Ended.IsZero() {
+		t.Fatal("the run ended with a shard still running")
+	}
+	_, err = s.EndTask(ctx, b, state.Failover) // lost: relaunched
+	must(t, err, "EndTask b")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Fires[0].Ended.IsZero() {
+		t.Fatal("the run ended with a shard waiting for its relaunch")
+	}
+	fos, _ := s.Failovers(ctx)
+	re := taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Failover, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{re}, Failover: fos}), "RecordLaunch relaunch")
+	_, err = s.EndTask(ctx, re, state.NoFollowUp)
+	must(t, err, "EndTask relaunch")
+	l, _, _ := s.FireLedger(ctx, "j")
+	if !l.Fires[0].Succeeded() {
+		t.Fatalf("entry %+v; want ended, succeeded", l.Fires[0])
+	}
+}
+
+// A queued run skipped (its dependency failed) leaves the ready queue and the ledger says why.
+func TestSkipQueuedRun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(2 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(0), fired(2)}})
+	must(t, err, "RecordFires")
+	r, _ := s.ReadyOf(ctx, "j")
+	must(t, s.SkipQueuedRun(ctx, r, "upstream failed"), "SkipQueuedRun")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 1 {
+		t.Fatalf("ready count %d; want 1", r.Count)
+	}
+	l, _, _ := s.FireLedger(ctx, "j")
+	if want := []string{"skipped@0", "fired@2"}; !slices.Equal(outcomes(l), want) || l.Fires[0].Reason != "upstream failed" {
+		t.Fatalf("ledger %v %q; want %v, the oldest skipped with the reason", outcomes(l), l.Fires[0].Reason, want)
+	}
+}
