@@ -48,6 +48,8 @@ type Store interface {
 	Running(ctx context.Context) ([]state.RunningEntry, error)
 	Ready(ctx context.Context) ([]state.ReadyEntry, error)
 	Failovers(ctx context.Context) ([]state.FailoverEntry, error)
+	// FireLedger is the job's fire ledger (GET /api/job/{jobName}/fires).
+	FireLedger(ctx context.Context, job string) (state.Ledger, bool, error)
 }
 
 // Scheduler is what the handlers ask of the leader: the operations that also act on Mesos.
@@ -66,6 +68,8 @@ type Scheduler interface {
 	Failure(ctx context.Context, job string) (JobFailure, error)
 	// AppUpdated tells the leader that an app's config changed: its jobs' stop marks clear.
 	AppUpdated(ctx context.Context, app string) error
+	// Waiting is why the job's queued run waits (dependencies, a retry's backoff, the last run still running), or "".
+	Waiting(job string) string
 }
 
 // Config is the API's configuration.

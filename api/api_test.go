@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -59,6 +60,15 @@ func seeded() *fixture {
 	f.do("POST", "/api/job/register", d)
 	f.sched.ops = nil
 	return f
+}
+
+// withDeps is jobBody renamed, with dependsOn.
+func withDeps(name string, deps ...string) string {
+	var j map[string]any
+	json.Unmarshal([]byte(jobBody), &j)
+	j["jobName"], j["dependsOn"] = name, deps
+	b, _ := json.Marshal(j)
+	return string(b)
 }
 
 func TestEndpoints(t *testing.T) {
@@ -111,6 +121,22 @@ func TestEndpoints(t *testing.T) {
 			wantBody: `{"jobName":"daemon","stopped":true,"stop":{"reason":"unknown jobClass","message":"unknown jobClass \"x\"","taskId":"` + id.String() + `","state":"TASK_ERROR","since":"2026-11-22T00:00:00Z"},` +
 				`"backoff":[{"jobName":"daemon","shardingItem":2,"failures":3,"delaySeconds":4,"retryAt":"2026-11-22T00:00:04Z","lastFailure":"TASK_LOST"}]}`},
 		{name: "failure of a missing job", method: "GET", path: "/api/job/nope/failure", wantCode: 404},
+		{name: "fires of a job that has not fired", method: "GET", path: "/api/job/daemon/fires", wantCode: 200,
+			wantBody: `{"jobName":"daemon","misfirePolicy":"skip","startingDeadline":0,"lastSlot":null,"fires":[]}`},
+		{name: "fires, newest first, limited", method: "GET", path: "/api/job/job/fires?limit=2", wantCode: 200,
+			wantBody: `{"jobName":"job","misfirePolicy":"fireAll","startingDeadline":30,"lastSlot":"2026-11-22T00:00:10Z","fires":[` +
+				`{"slot":"2026-11-22T00:00:10Z","count":1,"outcome":"fired","launched":"2026-11-22T00:00:11Z","tasks":1,"taskIds":["` + id.String() + `"]},` +
+				`{"slot":"2026-11-22T00:00:05Z","count":1,"outcome":"merged","reason":"merged into the run already queued"}]}`},
+		{name: "fires of a job waiting for its dependency", method: "GET", path: "/api/job/dep/fires", wantCode: 200,
+			wantBody: `"dependsOn":["job"],"waiting":"dependsOn: waiting for \"job\""`},
+		{name: "fires of a missing job", method: "GET", path: "/api/job/nope/fires", wantCode: 404},
+		{name: "fires with a bad limit", method: "GET", path: "/api/job/job/fires?limit=65", wantCode: 400, wantBody: `"field":"limit"`},
+		{name: "depends on a job", method: "POST", path: "/api/job/register", body: withDeps("b", "job"), wantCode: 204, wantOps: []string{"changed b"}},
+		{name: "depends on a missing job", method: "POST", path: "/api/job/register", body: withDeps("b", "nope"), wantCode: 400, wantBody: `does not exist`},
+		{name: "depends on a DAEMON job", method: "POST", path: "/api/job/register", body: withDeps("b", "daemon"), wantCode: 400, wantBody: `"field":"dependsOn"`},
+		{name: "depends on itself", method: "POST", path: "/api/job/register", body: withDeps("b", "b"), wantCode: 400, wantBody: `cycle: b → b`},
+		{name: "an update that closes a cycle", method: "PUT", path: "/api/job/update", body: withDeps("job", "dep"), wantCode: 400,
+			wantBody: `{"error":"dependsOn would close a cycle: job → dep → job","field":"dependsOn"}`},
 		{name: "next with a bad count", method: "GET", path: "/api/job/job/next?count=0", wantCode: 400, wantBody: `"field":"count"`},
 		{name: "running tasks", method: "GET", path: "/api/job/tasks/running", wantCode: 200,
 			wantBody: `[{"id":"` + id.String() + `","metaInfo":{"jobName":"job","shardingItems":[1]},"type":"FAILOVER","slaveId":"S3","idle":true}]`},
@@ -130,6 +156,16 @@ func TestEndpoints(t *testing.T) {
 				Stop:    &state.Stop{Reason: "unknown jobClass", Message: `unknown jobClass "x"`, TaskID: id.String(), State: "TASK_ERROR", Since: at},
 				Backoff: []ShardBackoff{{JobName: "daemon", ShardingItem: 2, Failures: 3, DelaySeconds: 4, RetryAt: at.Add(4 * time.Second), LastFailure: "TASK_LOST"}}}}
 			f.store.ready = []state.ReadyEntry{{JobName: "job", Count: 2}}
+			dep := f.store.jobs["job"]
+			dep.JobName, dep.DependsOn = "dep", []string{"job"}
+			f.store.jobs["dep"] = dep
+			j := f.store.jobs["job"]
+			j.MisfirePolicy, j.StartingDeadline = config.FireAll, 30
+			f.store.jobs["job"] = j
+			f.store.ledgers = map[string]state.Ledger{"job": {Cron: j.Cron, Zone: "UTC", Last: at.Add(10 * time.Second), Fires: []state.FireEntry{
+				{Slot: at, Count: 1, Outcome: state.OutcomeSkipped, Reason: "old"},
+				{Slot: at.Add(5 * time.Second), Count: 1, Outcome: state.OutcomeMerged, Reason: state.ReasonMergedQueued},
+				{Slot: at.Add(10 * time.Second), Count: 1, Outcome: state.OutcomeFired, Launched: at.Add(11 * time.Second), Tasks: 1, TaskIDs: []string{id.String()}}}}}
 			f.store.failover = []state.FailoverEntry{{Meta: id.Meta, TaskID: id.String()}}
 			rec := f.do(tc.method, tc.path, tc.body)
 			if rec.Code != tc.wantCode {

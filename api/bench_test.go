@@ -37,6 +37,7 @@ func (noScheduler) EnableApp(context.Context, string) error     { return nil }
 func (noScheduler) DeleteApp(context.Context, string) error     { return nil }
 func (noScheduler) Trigger(context.Context, string) error       { return nil }
 func (noScheduler) Idle(string) bool                            { return false }
+func (noScheduler) Waiting(string) string                       { return "" }
 func (noScheduler) AppUpdated(context.Context, string) error    { return nil }
 func (noScheduler) Failure(_ context.Context, job string) (api.JobFailure, error) {
 	return api.JobFailure{JobName: job}, nil

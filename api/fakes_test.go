@@ -22,6 +22,14 @@ type fakeStore struct {
 	ready    []state.ReadyEntry
 	failover []state.FailoverEntry
 	fault    error // returned by every call when set
+	ledgers  map[string]state.Ledger
+}
+
+func (f *fakeStore) FireLedger(_ context.Context, job string) (state.Ledger, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.ledgers[job]
+	return l, ok, f.fault
 }
 
 func newFakeStore() *fakeStore {
@@ -204,6 +212,12 @@ func (f *fakeSched) DeleteApp(ctx context.Context, app string) error {
 	return f.appOp(ctx, "delete-app", app)
 }
 func (f *fakeSched) Idle(taskID string) bool { return f.idle[taskID] }
+func (f *fakeSched) Waiting(job string) string {
+	if job == "dep" {
+		return "dependsOn: waiting for \"job\""
+	}
+	return ""
+}
 func (f *fakeSched) Failure(ctx context.Context, job string) (JobFailure, error) {
 	if err := f.existingJob(ctx, job); err != nil {
 		return JobFailure{}, err

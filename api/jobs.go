@@ -13,6 +13,8 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
+	"github.com/ejcloud/ejcloud/scheduler/schedule"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -32,6 +34,7 @@ func (s *Server) jobRoutes(r *mux.Router) {
 	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
 	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(http.MethodGet)
 	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(http.MethodGet)
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +43,9 @@ func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j, err := config.DecodeJob(b, s.cfg.Zone)
+	if err == nil {
+		err = s.checkDependsOn(r.Context(), j)
+	}
 	if err == nil {
 		err = s.store.CreateJob(r.Context(), j)
 	}
@@ -60,6 +66,9 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := config.DecodeJob(b, s.cfg.Zone)
 	if err == nil {
+		err = s.checkDependsOn(r.Context(), j)
+	}
+	if err == nil {
 		err = s.sched.UpdateJob(r.Context(), j)
 	}
 	if err != nil {
@@ -67,6 +76,39 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noContent(w)
+}
+
+// checkDependsOn validates a job's dependsOn against the other jobs (issue 19): each names a
+// TRANSIENT job with a cron, and together they close no cycle — a job in a cycle would wait
+// for itself. The 400 names the field and the cycle.
+func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
+	if len(j.DependsOn) == 0 {
+		return nil
+	}
+	jobs, err := s.store.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	deps := map[string][]string{}
+	byName := map[string]config.Job{}
+	for _, o := range jobs {
+		deps[o.JobName], byName[o.JobName] = o.DependsOn, o
+	}
+	deps[j.JobName] = j.DependsOn
+	for _, d := range j.DependsOn {
+		o, ok := byName[d]
+		switch {
+		case d == j.JobName:
+		case !ok:
+			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which does not exist", d)}
+		case o.JobExecutionType != config.Transient || o.Cron == "":
+			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which is not a TRANSIENT job with a cron", d)}
+		}
+	}
+	if c := schedule.Cycle(deps, j.JobName); c != nil {
+		return &config.FieldError{Field: "dependsOn", Message: "dependsOn would close a cycle: " + strings.Join(c, " → ")}
+	}
+	return nil
 }
 
 // jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms).
@@ -194,6 +236,50 @@ func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 	out := make([]string, len(times))
 	for i, t := range times {
 		out[i] = t.Format(time.RFC3339)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// JobFires is the answer of GET /api/job/{jobName}/fires: the fire ledger, newest slot first.
+type JobFires struct {
+	JobName          string            `json:"jobName"`
+	MisfirePolicy    string            `json:"misfirePolicy"`    // in effect (the job's, or its default)
+	StartingDeadline int               `json:"startingDeadline"` // seconds; 0: none
+	LastSlot         *time.Time        `json:"lastSlot"`         // the latest cron slot handled; null before the first
+	DependsOn        []string          `json:"dependsOn,omitempty"`
+	Waiting          string            `json:"waiting,omitempty"` // why its queued run waits (dependencies)
+	Fires            []state.FireEntry `json:"fires"`             // newest first
+}
+
+// jobFires lists the job's recent cron slots with their outcome and the task ids they
+// produced (?limit=20, at most state.LedgerKeep).
+func (s *Server) jobFires(w http.ResponseWriter, r *http.Request) {
+	limit := 20
+	if c := r.URL.Query().Get("limit"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > state.LedgerKeep {
+			s.fail(w, r, &config.FieldError{Field: "limit", Message: fmt.Sprintf("limit must be an integer from 1 to %d, got %q", state.LedgerKeep, c)})
+			return
+		}
+		limit = n
+	}
+	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	l, _, err := s.store.FireLedger(r.Context(), j.JobName)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := JobFires{JobName: j.JobName, MisfirePolicy: j.EffectiveMisfirePolicy(), StartingDeadline: j.StartingDeadline,
+		DependsOn: j.DependsOn, Waiting: s.sched.Waiting(j.JobName), Fires: []state.FireEntry{}}
+	if !l.Last.IsZero() {
+		out.LastSlot = &l.Last
+	}
+	for i := len(l.Fires) - 1; i >= 0 && len(out.Fires) < limit; i-- {
+		out.Fires = append(out.Fires, l.Fires[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const validJob = `{"jobName":"job_a","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT",
@@ -37,9 +38,66 @@ func TestDecodeJobAppliesDefaults(t *testing.T) {
 	}
 	want := Job{JobName: "job_a", AppName: "app", JobType: Script, JobExecutionType: Transient, Cron: "0/5 * * * * ?",
 		TimeZone: "Asia/Shanghai", ShardingTotalCount: 3, CPUCount: 0.5, MemoryMB: 64, ScriptCommandLine: "echo hi",
-		Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{}}
+		Placement: Spread, JobShardingStrategyType: AvgAllocation, JobProperties: map[string]string{},
+		MisfirePolicy: Skip, ConcurrencyPolicy: Forbid} // issue 19: 2.1.5's behaviour, named
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("DecodeJob = %+v; want %+v", j, want)
+	}
+}
+
+// Issue 19's misfire options: defaults that keep the behaviour of misfire, and a 400 naming
+// the field for a bad value.
+func TestDecodeJobMisfireOptions(t *testing.T) {
+	with := func(extra string) []byte {
+		return []byte(strings.TrimSuffix(strings.TrimSpace(validJob), "}") + "," + extra + "}")
+	}
+	cases := []struct {
+		extra    string
+		policy   string
+		deadline int
+		field    string
+	}{
+		{`"misfire":true`, FireOnce, 0, ""},
+		{`"misfire":false`, Skip, 0, ""},
+		{`"misfire":true,"misfirePolicy":"fireAll","startingDeadline":"30"`, FireAll, 30, ""},
+		{`"misfirePolicy":"fireOnce"`, FireOnce, 0, ""},
+		{`"misfirePolicy":"FIRE_ONCE"`, "", 0, "misfirePolicy"},
+		{`"startingDeadline":-1`, "", 0, "startingDeadline"},
+		{`"startingDeadline":"soon"`, "", 0, "startingDeadline"},
+		{`"retry":{"maxAttempts":0}`, "", 0, "retry"},
+		{`"retry":{"maxAttempts":3,"backoff":-1}`, "", 0, "retry"},
+		{`"retry":{"maxAttempts":3,"tries":2}`, "", 0, "retry"},
+		{`"retry":3`, "", 0, "retry"},
+		{`"concurrencyPolicy":"Allow"`, "", 0, "concurrencyPolicy"},
+		{`"concurrencyPolicy":"replace"`, "", 0, "concurrencyPolicy"},
+	}
+	for _, c := range cases {
+		j, err := DecodeJob(with(c.extra), "UTC")
+		if c.field != "" {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field {
+				t.Errorf("%s: %v; want a FieldError on %s", c.extra, err, c.field)
+			}
+			continue
+		}
+		if err != nil || j.MisfirePolicy != c.policy || j.StartingDeadline != c.deadline {
+			t.Errorf("%s: policy %q deadline %d err %v; want %q %d", c.extra, j.MisfirePolicy, j.StartingDeadline, err, c.policy, c.deadline)
+		}
+	}
+	j, err := DecodeJob(with(`"retry":{"maxAttempts":"3","backoff":1.5,"maxBackoff":60}`), "UTC")
+	if err != nil || j.Attempts() != 3 || j.Retry.BackoffDuration() != 1500*time.Millisecond || j.Retry.MaxBackoffDuration() != time.Minute {
+		t.Errorf("retry: %+v, %v", j.Retry, err)
+	}
+	if j, err := DecodeJob(with(`"concurrencyPolicy":"Replace"`), "UTC"); err != nil || j.ConcurrencyPolicy != Replace {
+		t.Errorf("Replace: %q, %v", j.ConcurrencyPolicy, err)
+	}
+	if j, _ := DecodeJob([]byte(validJob), "UTC"); j.Attempts() != 1 || j.Retry != nil {
+		t.Errorf("no retry given: %d attempts, %+v; want 1, none", j.Attempts(), j.Retry)
+	}
+	// A job stored before issue 19 has no policy: it reads as misfire said.
+	old, err := ParseJob([]byte(`{"jobName":"j","misfire":true}`))
+	if err != nil || old.EffectiveMisfirePolicy() != FireOnce {
+		t.Errorf("a stored job with misfire: %q, %v; want fireOnce", old.EffectiveMisfirePolicy(), err)
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -146,6 +147,40 @@ func stringMap(dst *map[string]string) setter {
 			return fmt.Errorf("must be an object whose values are strings")
 		}
 		*dst = m
+		return nil
+	}
+}
+
+// retryPolicy decodes a job's retry object; a nested field's error names it ("retry: maxAttempts …").
+func retryPolicy(dst **Retry) setter {
+	return func(raw json.RawMessage) error {
+		r := Retry{MaxAttempts: 1}
+		if err := decodeObject(raw, map[string]setter{
+			"maxAttempts": integer(&r.MaxAttempts),
+			"backoff":     float(&r.Backoff),
+			"maxBackoff":  float(&r.MaxBackoff),
+		}); err != nil {
+			var fe *FieldError
+			switch {
+			case errors.As(err, &fe) && fe.Field == "body":
+				return fmt.Errorf("must be an object {maxAttempts, backoff, maxBackoff}")
+			case errors.As(err, &fe):
+				return errors.New(fe.Message)
+			}
+			return err
+		}
+		*dst = &r
+		return nil
+	}
+}
+
+func stringList(dst *[]string) setter {
+	return func(raw json.RawMessage) error {
+		var l []string
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return fmt.Errorf("must be an array of job names")
+		}
+		*dst = l
 		return nil
 	}
 }

@@ -25,6 +25,17 @@ const (
 	AvgAllocation = "AVG_ALLOCATION"
 	Odevity       = "ODEVITY"
 	RoundRobin    = "ROUND_ROBIN"
+
+	// The misfire policies (issue 19): what a new leader does with the cron slots that fell
+	// while no instance led. README "schedule semantics".
+	FireOnce = "fireOnce" // one catch-up run for all of them (the default with misfire)
+	FireAll  = "fireAll"  // one run per missed slot, at most 100
+	Skip     = "skip"     // none (2.1.5's behaviour; the default without misfire)
+
+	// The concurrency policies (issue 19): what a fire does that finds the job's last run
+	// still running.
+	Forbid  = "Forbid"  // it waits for that run to end: queued, or merged without misfire (2.1.5)
+	Replace = "Replace" // that run's shards are killed (SIGTERM, SIGKILL after the grace), then it starts
 )
 
 // MaxShards is the largest shardingTotalCount.
@@ -54,6 +65,47 @@ type Job struct {
 	JobProperties           map[string]string `json:"jobProperties"`
 	BeanName                string            `json:"beanName"`
 	ApplicationContext      string            `json:"applicationContext"`
+	// Issue 19's options are additions to the 2.1.5 contract: absent, they keep today's
+	// behaviour, and a job stored without them reads as it did.
+	MisfirePolicy    string `json:"misfirePolicy,omitempty"`    // fireOnce, fireAll or skip; default from misfire
+	StartingDeadline int    `json:"startingDeadline,omitempty"` // seconds; a missed slot older than this is skipped; 0: none
+	Retry            *Retry `json:"retry,omitempty"`            // retries of shards that fail by the job's own fault
+	// ConcurrencyPolicy is Forbid or Replace; default Forbid.
+	ConcurrencyPolicy string `json:"concurrencyPolicy,omitempty"`
+	// DependsOn names jobs whose run for the same logical time (each one's latest slot at or
+	// before this job's slot) must have succeeded before a run of this job starts.
+	DependsOn []string `json:"dependsOn,omitempty"`
+}
+
+// Retry says how a TRANSIENT job's shards that fail by the job's own fault (the executor's
+// job-failure marker, not an infrastructure failure) are run again: only the failed shards, up
+// to MaxAttempts runs in all, the n-th retry Backoff·2^(n-1) seconds after the failure, at most
+// MaxBackoff.
+type Retry struct {
+	MaxAttempts int     `json:"maxAttempts"` // runs of a shard per fire, the first included; 1: no retry
+	Backoff     float64 `json:"backoff"`     // seconds before the first retry
+	MaxBackoff  float64 `json:"maxBackoff"`  // seconds; 0: no bound
+}
+
+// MaxRetryAttempts bounds retry.maxAttempts.
+const MaxRetryAttempts = 100
+
+// BackoffDuration and MaxBackoffDuration are the retry's waits as durations.
+func (r Retry) BackoffDuration() time.Duration {
+	return time.Duration(r.Backoff * float64(time.Second))
+}
+
+// MaxBackoffDuration is MaxBackoff as a duration.
+func (r Retry) MaxBackoffDuration() time.Duration {
+	return time.Duration(r.MaxBackoff * float64(time.Second))
+}
+
+// Attempts is how many runs a shard of the job gets per fire.
+func (j Job) Attempts() int {
+	if j.Retry == nil || j.Retry.MaxAttempts < 1 || j.JobExecutionType != Transient {
+		return 1
+	}
+	return j.Retry.MaxAttempts
 }
 
 // DecodeJob decodes and validates a whole job config from a request body (registration and
@@ -85,6 +137,11 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"jobProperties":           stringMap(&j.JobProperties),
 		"beanName":                str(&j.BeanName),
 		"applicationContext":      str(&j.ApplicationContext),
+		"misfirePolicy":           str(&j.MisfirePolicy),
+		"startingDeadline":        integer(&j.StartingDeadline),
+		"retry":                   retryPolicy(&j.Retry),
+		"concurrencyPolicy":       str(&j.ConcurrencyPolicy),
+		"dependsOn":               stringList(&j.DependsOn),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
 		"bootstrapScript": ignored,
@@ -102,6 +159,12 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	}
 	if j.JobProperties == nil {
 		j.JobProperties = map[string]string{}
+	}
+	if j.MisfirePolicy == "" && j.JobExecutionType == Transient && j.Cron != "" {
+		j.MisfirePolicy = j.EffectiveMisfirePolicy() // shown in the job's JSON
+	}
+	if j.ConcurrencyPolicy == "" && j.JobExecutionType == Transient {
+		j.ConcurrencyPolicy = Forbid
 	}
 	if err := j.Validate(); err != nil {
 		return Job{}, err
@@ -177,7 +240,66 @@ func (j Job) Validate() error {
 	default:
 		return fieldErr("jobShardingStrategyType", "must be AVG_ALLOCATION, ODEVITY or ROUND_ROBIN, got %q", j.JobShardingStrategyType)
 	}
+	switch j.MisfirePolicy {
+	case "", FireOnce, FireAll, Skip:
+	default:
+		return fieldErr("misfirePolicy", "must be fireOnce, fireAll or skip, got %q", j.MisfirePolicy)
+	}
+	if j.StartingDeadline < 0 {
+		return fieldErr("startingDeadline", "must be a number of seconds, at least 0 (0: no deadline), got %d", j.StartingDeadline)
+	}
+	switch j.ConcurrencyPolicy {
+	case "", Forbid:
+	case Replace:
+		if j.JobExecutionType != Transient {
+			return fieldErr("concurrencyPolicy", "Replace applies to TRANSIENT jobs only")
+		}
+	case "Allow":
+		// Two runs of one shard at once would need two running nodes of it (SPEC §4 keeps one).
+		return fieldErr("concurrencyPolicy", "Allow is not supported: a shard runs one task at a time; use Forbid or Replace")
+	default:
+		return fieldErr("concurrencyPolicy", "must be Forbid or Replace, got %q", j.ConcurrencyPolicy)
+	}
+	if len(j.DependsOn) > 0 {
+		if j.JobExecutionType != Transient || j.Cron == "" {
+			return fieldErr("dependsOn", "applies to TRANSIENT jobs with a cron only (a run waits for its dependencies' runs of the same logical time)")
+		}
+		seen := map[string]bool{}
+		for _, d := range j.DependsOn {
+			if err := validName("dependsOn", d); err != nil {
+				return err
+			}
+			if seen[d] {
+				return fieldErr("dependsOn", "names %q twice", d)
+			}
+			seen[d] = true
+		}
+	}
+	if r := j.Retry; r != nil {
+		switch {
+		case r.MaxAttempts < 1 || r.MaxAttempts > MaxRetryAttempts:
+			return fieldErr("retry", "maxAttempts must be 1 to %d, got %d", MaxRetryAttempts, r.MaxAttempts)
+		case !(r.Backoff >= 0) || r.Backoff > 86400:
+			return fieldErr("retry", "backoff must be 0 to 86400 seconds, got %v", r.Backoff)
+		case !(r.MaxBackoff >= 0) || r.MaxBackoff > 86400:
+			return fieldErr("retry", "maxBackoff must be 0 to 86400 seconds (0: no bound), got %v", r.MaxBackoff)
+		case r.MaxAttempts > 1 && j.JobExecutionType == Daemon:
+			return fieldErr("retry", "applies to TRANSIENT jobs only (a DAEMON job's shards are relaunched by failover)")
+		}
+	}
 	return nil
+}
+
+// EffectiveMisfirePolicy is the job's misfirePolicy, or its default: fireOnce with misfire, skip
+// without.
+func (j Job) EffectiveMisfirePolicy() string {
+	switch {
+	case j.MisfirePolicy != "":
+		return j.MisfirePolicy
+	case j.Misfire:
+		return FireOnce
+	}
+	return Skip
 }
 
 // Schedule parses the job's cron; it is nil for a TRANSIENT job that runs only when triggered.

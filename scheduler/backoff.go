@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/plan"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -195,8 +197,19 @@ func (r *relaunches) waiting(job string, now time.Time) []api.ShardBackoff {
 //
 // The write goes through store (a group); the returned func does the rest once it is in
 // ZooKeeper.
-func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus, follow state.FollowUp, failed bool, log logrus.FieldLogger) (func(), state.Ended, error) {
+//
+// retry is a business failure's decision (issue 19): a retry queues the shard again, alone,
+// with its attempt and backoff; a run that failed for good is marked so in the fire ledger.
+func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus, follow state.FollowUp, failed bool, retry plan.RetryDecision, log logrus.FieldLogger) (func(), state.Ended, error) {
 	now := time.Now()
+	var o state.EndOptions
+	if retry.Retry {
+		follow = state.Failover
+		o.Retry = &state.RetryState{Attempt: retry.Next, NotBefore: now.Add(retry.Delay).UTC()}
+	}
+	if retry.Failed {
+		o.FireFailed = state.ReasonRetriesExhausted(retry.Attempts)
+	}
 	var f failure
 	var stop *state.Stop
 	if failed {
@@ -214,7 +227,7 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 	if stop != nil {
 		ended, err = store.EndTaskAndStop(ctx, id, *stop)
 	} else {
-		ended, err = store.EndTask(ctx, id, follow)
+		ended, err = store.EndTaskWith(ctx, id, follow, o)
 	}
 	if err != nil || !ended.Removed {
 		return func() {}, ended, err // a duplicate or stale update counts no failure
@@ -242,6 +255,13 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 			} else {
 				log.Warn("task failed; its shard is not relaunched (no failover, or the job or app is disabled)")
 			}
+		case ended.Retried:
+			ld.relaunch.ran(id.Meta)
+			time.AfterFunc(retry.Delay, ld.poke) // the retry may go: REVIVE for it
+			log.WithFields(logrus.Fields{"attempt": retry.Next, "backoff": retry.Delay}).Warn("shard failed by the job's own fault; it is retried after the backoff")
+		case retry.Retry:
+			ld.relaunch.ran(id.Meta)
+			log.Warn("shard failed by the job's own fault; its retry could not be queued (the failover queue is full)")
 		default:
 			ld.relaunch.ran(id.Meta)
 		}
@@ -313,8 +333,21 @@ func (s *instance) Failure(ctx context.Context, job string) (api.JobFailure, err
 	if ok {
 		out.Stopped, out.Stop = true, &stop
 	}
-	if w := ld.relaunch.waiting(job, time.Now()); w != nil {
+	now := time.Now()
+	if w := ld.relaunch.waiting(job, now); w != nil {
 		out.Backoff = w
+	}
+	// Shards waiting for a retry's backoff (issue 19) wait here too, with their attempt.
+	retries, err := ld.store.Retries(ctx)
+	if err != nil {
+		return out, err
+	}
+	for m, r := range retries {
+		if m.JobName == job && now.Before(r.NotBefore) {
+			out.Backoff = append(out.Backoff, api.ShardBackoff{JobName: job, ShardingItem: m.Item, Failures: r.Attempt - 1,
+				DelaySeconds: r.NotBefore.Sub(now).Seconds(), RetryAt: r.NotBefore,
+				LastFailure: fmt.Sprintf("the job's own failure; retry attempt %d", r.Attempt)})
+		}
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // leader is this instance's work while it leads: the Mesos subscription, the producer and one
@@ -47,17 +48,20 @@ type leader struct {
 	stale       staleTasks
 	lastRecon   time.Time
 
-	relaunch *relaunches // failures in a row per shard: failover backoff and stops
-	fires    fireTimes   // cron times of the queued runs this leader's producer wrote: schedule lag
+	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
+	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
+	replacing jobSet                           // Replace jobs with a new fire, for the event loop
+	fires     fireTimes                        // cron times of the queued runs this leader's producer wrote: schedule lag
 
 	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a
 	// leader without an election.
 	confirm func(context.Context) error
 
-	mu       sync.Mutex // guards unplaced and idle, read by the API
+	mu       sync.Mutex // guards unplaced, idle and waiting, read by the API
 	unplaced map[string]map[string]int
 	idle     map[string]bool
+	waiting  map[string]string // why a job's queued run waits for its dependencies (issue 19)
 }
 
 // lead runs the leader's work until the leadership is lost or ctx ends. It returns a fatal
@@ -95,6 +99,12 @@ func (s *instance) lead(ctx context.Context, l *state.Leadership) error {
 	ld.confirm = l.Confirm
 	ld.prod = producer.New(fireGate{ld.store}, producer.RealClock, ld.log.WithField("component", "producer"), func(job string, at []time.Time) {
 		ld.fires.fired(job, at)
+		// A Replace job's new run replaces the one still running (issue 19): the event loop
+		// kills it when it takes the work this poke announced. Never a blocking send here: the
+		// loop runs only while subscribed, and the producer must not wait for Mesos.
+		if j, err := ld.store.Job(ctx, job); err == nil && j.ConcurrencyPolicy == config.Replace {
+			ld.replacing.add(job)
+		}
 		ld.poke()
 	})
 	s.setLeaderState(ld, api.New(ld.store, s, api.Config{Root: s.cfg.AuthRoot, Guest: s.cfg.AuthGuest, Log: s.log.WithField("component", "api"), Trace: s.trace.api()}))
@@ -322,6 +332,9 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case f := <-ld.exec:
 			f(ctx)
 		case <-ld.work:
+			for _, job := range ld.replacing.take() {
+				ld.replace(ctx, job)
+			}
 			// New work REVIVEs even when not suppressed (SPEC §5.4 step 6): REVIVE also clears
 			// the refusal filters of the last declines, so that every agent is offered to the
 			// new work at once — SPREAD needs them all — instead of after the filters expire.
@@ -411,7 +424,7 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 	}
 	scheduled := 0
 	for _, j := range jobs {
-		if err := ld.prod.Put(j); err != nil {
+		if err := ld.prod.Put(ctx, j); err != nil {
 			ld.log.WithError(err).WithField("job", j.JobName).Warn("job not scheduled")
 			continue
 		}
@@ -487,7 +500,7 @@ func (ld *leader) jobChanged(ctx context.Context, name string) {
 	case err != nil:
 		ld.log.WithError(err).WithField("job", name).Warn("cannot read a changed job")
 	default:
-		if err := ld.prod.Put(j); err != nil {
+		if err := ld.prod.Put(ctx, j); err != nil {
 			ld.log.WithError(err).WithField("job", name).Warn("job not scheduled")
 		}
 		if j.JobExecutionType == config.Daemon {

@@ -73,7 +73,11 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			for _, t := range p.Tasks {
 				agent := t.ID.AgentID
 				like := byAgent[agent][0].Resources
-				tasks[agent] = append(tasks[agent], taskInfo(t.ID, t.Job, ld.executorFor(t.App, agent, like), like))
+				info := taskInfo(t.ID, t.Job, ld.executorFor(t.App, agent, like), like)
+				if r, ok := ld.retries[t.ID.Meta]; ok && t.ID.Type == taskid.Failover {
+					withAttempt(&info, r.Attempt)
+				}
+				tasks[agent] = append(tasks[agent], info)
 			}
 		}
 	}
@@ -181,8 +185,24 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 		counts[r.JobName] = r.Count
 	}
 	ld.fires.settle(mark, counts)
+	waiting := ld.gateDependencies(ctx, &snap)
 	now := time.Now()
-	w := plan.Eligible(snap, func(m taskid.Meta) bool { return ld.relaunch.due(m, now) })
+	var retries map[taskid.Meta]state.RetryState
+	if len(snap.Failovers) > 0 {
+		if retries, err = ld.store.Retries(ctx); err != nil {
+			return plan.Work{}, err
+		}
+	}
+	ld.retries = retries
+	// A shard's failover entry goes once its failover backoff and its retry backoff (issue 19)
+	// have both run out.
+	w := plan.Eligible(snap, func(m taskid.Meta) bool {
+		return ld.relaunch.due(m, now) && !now.Before(retries[m].NotBefore)
+	})
+	waitReasons(snap, w, retries, now, waiting)
+	ld.mu.Lock()
+	ld.waiting = waiting
+	ld.mu.Unlock()
 	for _, m := range w.StaleFailover {
 		if err := ld.store.RemoveFailover(ctx, m); err != nil {
 			ld.log.WithError(err).WithField("shard", m.String()).Warn("cannot remove the failover entry of a deleted job")

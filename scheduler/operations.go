@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 	"github.com/sirupsen/logrus"
@@ -14,6 +15,7 @@ import (
 	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/executor"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -358,8 +360,15 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	if err := ld.clearStop(ctx, job, "job trigger"); err != nil {
 		return err
 	}
-	if err := ld.store.AddReady(ctx, job, true); err != nil {
+	// Recorded in the fire ledger like a cron fire, so that the run's task ids show there and a
+	// later launch is matched to the right slot; the ledger's last slot does not move.
+	now := time.Now()
+	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Entries: []state.FireEntry{{
+		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); err != nil {
 		return err
+	}
+	if j.ConcurrencyPolicy == config.Replace {
+		ld.replacing.add(job)
 	}
 	ld.poke()
 	return nil

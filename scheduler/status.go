@@ -178,7 +178,13 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 		}, nil
 	}
 	follow, failed := m.Follow, m.Failed
-	endedAfter, ended, err := ld.endTask(ctx, store, id, st, follow, failed, log)
+	var retry plan.RetryDecision
+	if facts.State == mesos.TASK_FAILED && facts.JobFailed {
+		if retry, err = ld.retryFacts(ctx, store, id); err != nil {
+			return nil, err
+		}
+	}
+	endedAfter, ended, err := ld.endTask(ctx, store, id, st, follow, failed, retry, log)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +241,27 @@ func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, s
 		f.Current = ok && cur == id.String()
 	}
 	return f, nil
+}
+
+// retryFacts reads what plan.DecideRetry needs of a shard that failed by the job's own fault
+// and asks it.
+func (ld *leader) retryFacts(ctx context.Context, store *state.Store, id taskid.ID) (plan.RetryDecision, error) {
+	var f plan.RetryFacts
+	var err error
+	if f.Job, f.JobGone, err = ld.job(ctx, store, id.JobName); err != nil || f.JobGone {
+		return plan.DecideRetry(f), err
+	}
+	gate := fireGate{store}
+	if f.Disabled, err = gate.JobOrAppDisabled(ctx, f.Job); err != nil {
+		return plan.RetryDecision{}, err
+	}
+	f.Attempt = 1
+	if r, ok, err := store.RetryOf(ctx, id.Meta); err != nil {
+		return plan.RetryDecision{}, err
+	} else if ok {
+		f.Attempt = r.Attempt
+	}
+	return plan.DecideRetry(f), nil
 }
 
 func (ld *leader) setIdle(tid string, idle, forget bool) {

@@ -72,4 +72,16 @@ func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, like []meso
 	}
 }
 
+// AttemptLabel is the TaskInfo label that carries a retry's attempt number (issue 19): 2 for a
+// shard's first retry. Tasks of a fire's first run do not carry it.
+const AttemptLabel = "ejcloud.attempt"
+
+func withAttempt(t *mesos.TaskInfo, attempt int) {
+	v := itoa(attempt)
+	if t.Labels == nil {
+		t.Labels = &mesos.Labels{}
+	}
+	t.Labels.Labels = append(t.Labels.Labels, mesos.Label{Key: AttemptLabel, Value: &v})
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }

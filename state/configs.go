@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // CreateApp stores a new app. Of concurrent creates of one name exactly one succeeds; the
@@ -280,13 +281,22 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 // deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
 func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
 	ops := []any{deleteOp(s.path(jobsDir, name), version)}
-	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name)} {
+	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name), s.path(firesDir, name)} {
 		st, err := s.stat(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		if st != nil {
 			ops = append(ops, deleteOp(p, st.Version))
+		}
+	}
+	retries, err := s.children(ctx, s.path(retryDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range retries {
+		if m, err := taskid.ParseMeta(r); err == nil && m.JobName == name {
+			ops = append(ops, deleteOp(s.path(retryDir, r), -1))
 		}
 	}
 	parent := s.path(failoverDir, name)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -21,7 +22,8 @@ type Launch struct {
 }
 
 // RecordLaunch writes a launch ahead of telling Mesos, as one multi: it creates the running
-// node of every task, deletes the relaunched failover entries and decrements the ready counts.
+// node of every task, deletes the relaunched failover entries, decrements the ready counts and
+// writes the task ids into the fire ledgers (fires.go).
 // If anything changed since the caller read it (a version check fails, a shard is already
 // running), nothing is written and the error says which node; the caller must then launch
 // nothing this cycle.
@@ -56,6 +58,11 @@ func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
 			ops = append(ops, setOp(p, []byte(strconv.Itoa(r.Count-1)), r.Version))
 		}
 	}
+	ledger, err := s.launchLedgerOps(ctx, l, time.Now())
+	if err != nil {
+		return fmt.Errorf("record launch: %w", err)
+	}
+	ops = append(ops, ledger...)
 	if err := s.multi(ctx, ops...); err != nil {
 		var op *OpError
 		if errors.As(err, &op) && op.Op == "create" && errors.Is(err, ErrNotFound) {
@@ -101,23 +108,41 @@ type Ended struct {
 	// Stopped is true when EndTaskAndStop wrote the job's stop mark; it is false when the job
 	// was stopped already (the first reason is kept).
 	Stopped bool
+	// Retried is true when EndTaskWith queued the shard's retry.
+	Retried bool
+}
+
+// EndOptions are what issue 19 adds to the end of a task.
+type EndOptions struct {
+	// Retry, with the Failover follow-up, queues the shard's next attempt: its failover node
+	// and its retry node (retry.go).
+	Retry *RetryState
+	// FireFailed, if set, marks the run's fire ledger entry as failed for good, once.
+	FireFailed string
 }
 
 // EndTask records the end of a task as one multi: its running node goes and, with Failover,
 // its shard joins the failover queue unless queued already, or, with Rerun, the job's ready
 // count becomes 1. The caller decides the follow-up from the job's config and disable state.
 func (s *Store) EndTask(ctx context.Context, id taskid.ID, next FollowUp) (Ended, error) {
-	return s.endTask(ctx, id, next, nil)
+	return s.endTask(ctx, id, next, nil, EndOptions{})
+}
+
+// EndTaskWith is EndTask with a retry or a failed run (EndOptions) written in the same multi.
+// Without a retry, a task that ends with no follow-up (finished, failed for good, killed) also
+// removes its shard's retry node: that retry is over.
+func (s *Store) EndTaskWith(ctx context.Context, id taskid.ID, next FollowUp, o EndOptions) (Ended, error) {
+	return s.endTask(ctx, id, next, nil, o)
 }
 
 // EndTaskAndStop records the end of a task that failed in a way retrying cannot heal: in one
 // multi its running node goes and the job's stop mark is written (unless the job is stopped
 // already), so that the mark survives a leader change exactly when the end is recorded.
 func (s *Store) EndTaskAndStop(ctx context.Context, id taskid.ID, stop Stop) (Ended, error) {
-	return s.endTask(ctx, id, NoFollowUp, &stop)
+	return s.endTask(ctx, id, NoFollowUp, &stop, EndOptions{})
 }
 
-func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop) (Ended, error) {
+func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop, o EndOptions) (Ended, error) {
 	var out Ended
 	parent := s.path(runningDir, id.JobName)
 	p := parent + "/" + id.Meta.String()
@@ -154,11 +179,41 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 				return err
 			}
 		}
-		ops = append(append(ops, follow...), mark...)
+		var retry []any
+		retried := o.Retry != nil && next == Failover && len(follow) > 0
+		switch {
+		case retried:
+			retry, err = s.retryOps(ctx, id.Meta, o.Retry)
+		case next == NoFollowUp:
+			retry, err = s.retryOps(ctx, id.Meta, nil)
+		}
+		if err != nil {
+			return err
+		}
+		// The run is over when this was its last shard: none other running, none waiting for a
+		// relaunch (issue 19: dependent jobs wait for that).
+		var runEnded time.Time
+		if len(follow) == 0 && next != Rerun {
+			last, err := s.lastShard(ctx, id.JobName)
+			if err != nil {
+				return err
+			}
+			if last {
+				runEnded = time.Now().UTC()
+			}
+		}
+		if o.FireFailed != "" || !runEnded.IsZero() {
+			end, err := s.runEndOps(ctx, id, o.FireFailed, runEnded)
+			if err != nil {
+				return err
+			}
+			retry = append(retry, end...)
+		}
+		ops = append(append(append(ops, follow...), mark...), retry...)
 		if err := s.multi(ctx, ops...); err != nil {
 			return conflictIfExists(err)
 		}
-		out = Ended{Removed: true, Requeued: len(follow) > 0, Stopped: len(mark) > 0}
+		out = Ended{Removed: true, Requeued: len(follow) > 0, Stopped: len(mark) > 0, Retried: retried}
 		return nil
 	})
 	if err != nil {
@@ -168,6 +223,20 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 		s.bestEffortDelete(ctx, parent)
 	}
 	return out, nil
+}
+
+// lastShard reports whether the job's running node being removed is its last one and no shard
+// of it waits for a relaunch.
+func (s *Store) lastShard(ctx context.Context, job string) (bool, error) {
+	st, err := s.stat(ctx, s.path(runningDir, job))
+	if err != nil || st == nil || st.NumChildren > 1 {
+		return false, err
+	}
+	fo, err := s.stat(ctx, s.path(failoverDir, job))
+	if err != nil {
+		return false, err
+	}
+	return fo == nil || fo.NumChildren == 0, nil
 }
 
 // rerunOps returns the ops that set a job's ready count to at least 1.

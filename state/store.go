@@ -207,6 +207,8 @@ const (
 	disableAppDir  = "state/disable/app"
 	disableJobDir  = "state/disable/job"
 	stoppedDir     = "state/stopped"
+	firesDir       = "state/fires"
+	retryDir       = "state/retry"
 	frameworkIDKey = "ha/framework_id"
 	electionDir    = "ha/election"
 )
@@ -215,7 +217,7 @@ func (s *Store) path(parts ...string) string { return s.root + "/" + strings.Joi
 
 func (s *Store) ensureLayout(ctx context.Context) error {
 	dirs := []string{"", "config", appsDir, jobsDir, "state", readyDir, runningDir, failoverDir,
-		"state/disable", disableAppDir, disableJobDir, stoppedDir, "ha", electionDir}
+		"state/disable", disableAppDir, disableJobDir, stoppedDir, firesDir, retryDir, "ha", electionDir}
 	for _, d := range dirs {
 		p := strings.TrimSuffix(s.path(d), "/")
 		if err := s.ensure(ctx, p); err != nil {

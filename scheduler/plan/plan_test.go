@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
@@ -208,5 +209,26 @@ func TestNeedsJob(t *testing.T) {
 	}
 	if NeedsJob(mesos.TASK_FAILED, true) {
 		t.Error("a job's own failure needs no read of the job")
+	}
+}
+
+func TestDecideRetry(t *testing.T) {
+	retrying := config.Job{JobName: "j", JobExecutionType: config.Transient, Retry: &config.Retry{MaxAttempts: 3, Backoff: 2, MaxBackoff: 3}}
+	cases := []struct {
+		name string
+		f    RetryFacts
+		want RetryDecision
+	}{
+		{"no retry configured: failed at once", RetryFacts{Job: config.Job{JobExecutionType: config.Transient}, Attempt: 1}, RetryDecision{Failed: true, Attempts: 1}},
+		{"first failure: retry after the backoff", RetryFacts{Job: retrying, Attempt: 1}, RetryDecision{Retry: true, Next: 2, Delay: 2 * time.Second}},
+		{"second failure: the backoff doubles, bounded", RetryFacts{Job: retrying, Attempt: 2}, RetryDecision{Retry: true, Next: 3, Delay: 3 * time.Second}},
+		{"last attempt failed", RetryFacts{Job: retrying, Attempt: 3}, RetryDecision{Failed: true, Attempts: 3}},
+		{"a disabled job is not retried", RetryFacts{Job: retrying, Attempt: 1, Disabled: true}, RetryDecision{Failed: true, Attempts: 1}},
+		{"a deleted job: nothing", RetryFacts{Job: retrying, Attempt: 1, JobGone: true}, RetryDecision{}},
+	}
+	for _, c := range cases {
+		if got := DecideRetry(c.f); got != c.want {
+			t.Errorf("%s: %+v; want %+v", c.name, got, c.want)
+		}
 	}
 }

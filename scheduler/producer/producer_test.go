@@ -2,8 +2,11 @@ package producer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/scheduler/schedule"
+	"github.com/ejcloud/ejcloud/state"
 )
 
 // fakeClock moves only when told; After channels fire when the time passes them.
@@ -65,14 +70,18 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.waiters = kept
 }
 
-// recorder is a Store that records the adds.
+// recorder is a Store that records the runs each write asks for ("job:add" with Accumulate,
+// "job:set" for the first fire of a write without it, whose later fires merge), keeps each
+// job's ledger in memory, and can hold writes at a gate or fail them.
 type recorder struct {
 	mu       sync.Mutex
 	adds     []string
 	disabled map[string]bool
-	gate     chan struct{} // if set, an add waits for it to close (ZooKeeper unreachable)
-	blocked  int           // adds waiting at the gate
+	gate     chan struct{} // if set, a write waits for it to close (ZooKeeper unreachable)
+	blocked  int           // writes waiting at the gate
+	failures int           // the next writes that fail
 	fired    []string      // what the producer told its fired func: "job@seconds after t0"
+	ledgers  map[string]state.Ledger
 }
 
 func (r *recorder) firedTimes(job string, at []time.Time) {
@@ -89,7 +98,7 @@ func (r *recorder) firedSoFar() []string {
 	return append([]string(nil), r.fired...)
 }
 
-func (r *recorder) AddReady(_ context.Context, job string, misfire bool) error {
+func (r *recorder) RecordFires(_ context.Context, job string, f state.Fires) ([]state.FireEntry, error) {
 	r.mu.Lock()
 	if gate := r.gate; gate != nil {
 		r.blocked++
@@ -99,12 +108,62 @@ func (r *recorder) AddReady(_ context.Context, job string, misfire bool) error {
 		r.blocked--
 	}
 	defer r.mu.Unlock()
-	kind := "set"
-	if misfire {
-		kind = "add"
+	if r.failures > 0 {
+		r.failures--
+		return nil, errors.New("ZooKeeper unavailable")
 	}
-	r.adds = append(r.adds, job+":"+kind)
-	return nil
+	out := slices.Clone(f.Entries)
+	set := false
+	for i := range out {
+		switch {
+		case out[i].Outcome != state.OutcomeFired:
+		case f.Accumulate:
+			r.adds = append(r.adds, job+":add")
+		case !set:
+			r.adds = append(r.adds, job+":set")
+			set = true
+		default:
+			out[i].Outcome, out[i].Reason = state.OutcomeMerged, state.ReasonMergedQueued
+		}
+	}
+	l := r.ledgers[job]
+	if !f.Last.IsZero() {
+		if !f.Last.After(l.Last) {
+			return nil, fmt.Errorf("ledger of %s moved back from %v to %v", job, l.Last, f.Last)
+		}
+		l.Last, l.Cron, l.Zone = f.Last, f.Cron, f.Zone
+	}
+	l.Fires = append(l.Fires, out...)
+	r.ledgers[job] = l
+	return out, nil
+}
+
+func (r *recorder) FireLedger(_ context.Context, job string) (state.Ledger, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.ledgers[job]
+	return l, ok, nil
+}
+
+// slots renders a job's ledger: "outcome@seconds after t0[xcount]".
+func (r *recorder) slots(job string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.ledgers[job].Fires {
+		s := e.Outcome + "@" + e.Slot.Sub(t0).String()
+		if e.Count != 1 {
+			s += fmt.Sprintf("x%d", e.Count)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (r *recorder) last(job string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ledgers[job].Last
 }
 
 func (r *recorder) JobOrAppDisabled(_ context.Context, j config.Job) (bool, error) {
@@ -126,7 +185,7 @@ func job(name, cronExpr, zone string, misfire bool) config.Job {
 
 func start(t *testing.T, now time.Time) (*Producer, *fakeClock, *recorder) {
 	clock := &fakeClock{now: now}
-	rec := &recorder{disabled: map[string]bool{}}
+	rec := &recorder{disabled: map[string]bool{}, ledgers: map[string]state.Ledger{}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	p := New(rec, clock, log, rec.firedTimes)
@@ -162,8 +221,8 @@ var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 
 func TestFiresInTheJobsZoneWithMisfireSemantics(t *testing.T) {
 	p, clock, rec := start(t, t0)
-	p.Put(job("every2s", "*/2 * * * * ?", "UTC", true))
-	p.Put(job("tokyo10", "0 0 10 * * ?", "Asia/Tokyo", false)) // 01:00 UTC
+	p.Put(context.Background(), job("every2s", "*/2 * * * * ?", "UTC", true))
+	p.Put(context.Background(), job("tokyo10", "0 0 10 * * ?", "Asia/Tokyo", false)) // 01:00 UTC
 	step(t, clock, rec, 2*time.Second, []string{"every2s:add"})
 	step(t, clock, rec, 2*time.Second, []string{"every2s:add", "every2s:add"})
 	// Up to 00:59:59.999 in one jump: the 2 s job fires once for all it missed on the way...
@@ -174,7 +233,7 @@ func TestFiresInTheJobsZoneWithMisfireSemantics(t *testing.T) {
 
 func TestMissedFiresAreNotReplayed(t *testing.T) {
 	p, clock, rec := start(t, t0)
-	p.Put(job("j", "*/2 * * * * ?", "UTC", true))
+	p.Put(context.Background(), job("j", "*/2 * * * * ?", "UTC", true))
 	// Ten fires' worth of time passes in one jump (a long GC pause, a suspended VM): one fire.
 	step(t, clock, rec, 20*time.Second, []string{"j:add"})
 }
@@ -183,8 +242,8 @@ func TestMissedFiresAreNotReplayed(t *testing.T) {
 // that fall meanwhile are written once it returns — with misfire each one, without it one.
 func TestFiresDuringASlowWriteAreNotLost(t *testing.T) {
 	p, clock, rec := start(t, t0)
-	p.Put(job("add", "*/2 * * * * ?", "UTC", true))
-	p.Put(job("set", "*/2 * * * * ?", "UTC", false))
+	p.Put(context.Background(), job("add", "*/2 * * * * ?", "UTC", true))
+	p.Put(context.Background(), job("set", "*/2 * * * * ?", "UTC", false))
 	gate := make(chan struct{})
 	rec.mu.Lock()
 	rec.gate = gate
@@ -219,9 +278,9 @@ func TestFiresDuringASlowWriteAreNotLost(t *testing.T) {
 
 func TestDisabledAndRemovedJobsDoNotFire(t *testing.T) {
 	p, clock, rec := start(t, t0)
-	p.Put(job("off", "*/2 * * * * ?", "UTC", false))
-	p.Put(job("gone", "*/2 * * * * ?", "UTC", false))
-	p.Put(job("on", "*/2 * * * * ?", "UTC", false))
+	p.Put(context.Background(), job("off", "*/2 * * * * ?", "UTC", false))
+	p.Put(context.Background(), job("gone", "*/2 * * * * ?", "UTC", false))
+	p.Put(context.Background(), job("on", "*/2 * * * * ?", "UTC", false))
 	rec.disabled["off"] = true
 	p.Remove("gone")
 	step(t, clock, rec, 2*time.Second, []string{"on:set"})
@@ -229,10 +288,10 @@ func TestDisabledAndRemovedJobsDoNotFire(t *testing.T) {
 
 func TestTriggerOnlyAndDaemonJobsAreNotScheduled(t *testing.T) {
 	p, _, _ := start(t, t0)
-	p.Put(job("trigger-only", "", "UTC", false))
+	p.Put(context.Background(), job("trigger-only", "", "UTC", false))
 	d := job("daemon", "*/1 * * * * ?", "UTC", false)
 	d.JobExecutionType = config.Daemon
-	p.Put(d)
+	p.Put(context.Background(), d)
 	p.mu.Lock()
 	n := len(p.jobs)
 	p.mu.Unlock()
@@ -246,5 +305,102 @@ func TestNext(t *testing.T) {
 	want := []time.Time{time.Date(2026, 11, 27, 10, 15, 0, 0, time.UTC), time.Date(2026, 12, 25, 10, 15, 0, 0, time.UTC)}
 	if err != nil || len(got) != 2 || !got[0].Equal(want[0]) || !got[1].Equal(want[1]) {
 		t.Fatalf("Next = %v, %v; want %v", got, err, want)
+	}
+}
+
+// A takeover: the ledger's last slot is 20 s old, and ten slots of a 2 s cron fell since. Each
+// policy decides them at once, and the ledger moves to the latest slot.
+func TestTakeoverAppliesTheMisfirePolicy(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	every2 := "*/2 * * * * ?"
+	for _, name := range []string{"skip", "once", "all", "other-cron"} {
+		rec.ledgers[name] = state.Ledger{Cron: every2, Zone: "UTC", Last: t0.Add(-20 * time.Second)}
+	}
+	rec.ledgers["other-cron"] = state.Ledger{Cron: "*/5 * * * * ?", Zone: "UTC", Last: t0.Add(-20 * time.Second)}
+	skip, once, all, other := job("skip", every2, "UTC", false), job("once", every2, "UTC", true), job("all", every2, "UTC", false), job("other-cron", every2, "UTC", true)
+	all.MisfirePolicy = config.FireAll
+	for _, j := range []config.Job{skip, once, all, other} {
+		if err := p.Put(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string][]string{
+		"skip": {"skipped@-18sx10"},
+		"once": {"merged@-18sx9", "fired@0s"},
+		"all":  {"fired@-18s", "fired@-16s", "fired@-14s", "fired@-12s", "fired@-10s", "fired@-8s", "fired@-6s", "fired@-4s", "fired@-2s", "fired@0s"},
+	}
+	await.True(t, 5*time.Second, "the missed slots decided", func() bool {
+		for job, w := range want {
+			if !reflect.DeepEqual(rec.slots(job), w) {
+				return false
+			}
+		}
+		return true
+	})
+	for job := range want {
+		if !rec.last(job).Equal(t0) {
+			t.Errorf("%s: ledger's last slot %v; want %v", job, rec.last(job), t0)
+		}
+	}
+	adds := map[string]int{}
+	for _, a := range rec.got() {
+		adds[a]++
+	}
+	if w := map[string]int{"once:add": 1, "all:add": 10}; !reflect.DeepEqual(adds, w) {
+		t.Errorf("runs asked for: %v; want %v", adds, w)
+	}
+	// A ledger of another cron says nothing of this one's slots: it starts from now.
+	if got := rec.slots("other-cron"); len(got) != 0 {
+		t.Errorf("a ledger of another cron was caught up: %v", got)
+	}
+	// From here on the slots are on time, one by one.
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(2 * time.Second)
+	await.True(t, 5*time.Second, "the next slot fires on time", func() bool {
+		s := rec.slots("skip")
+		return len(s) == 2 && s[1] == "fired@2s"
+	})
+}
+
+// A write ZooKeeper refuses is tried again, before the slots decided after it: the ledger never
+// moves back and no slot is lost.
+func TestFailedWritesAreTriedAgainInOrder(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	rec.mu.Lock()
+	rec.failures = 2
+	rec.mu.Unlock()
+	p.Put(context.Background(), job("j", "*/2 * * * * ?", "UTC", true))
+	for range 3 {
+		await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+		clock.advance(2 * time.Second)
+	}
+	want := []string{"fired@2s", "fired@4s", "fired@6s"}
+	await.True(t, 10*time.Second, "every slot written once", func() bool { return reflect.DeepEqual(rec.slots("j"), want) })
+	if !rec.last("j").Equal(t0.Add(6 * time.Second)) {
+		t.Errorf("last slot %v; want 6 s", rec.last("j"))
+	}
+}
+
+// The slots of a disabled job are skipped, with the reason, and the ledger moves on: enabling it
+// later does not catch them up.
+func TestDisabledJobsSlotsAreSkippedInTheLedger(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	rec.disabled["off"] = true
+	p.Put(context.Background(), job("off", "*/2 * * * * ?", "UTC", true))
+	step(t, clock, rec, 2*time.Second, nil)
+	await.True(t, 5*time.Second, "the slot skipped", func() bool { return reflect.DeepEqual(rec.slots("off"), []string{"skipped@2s"}) })
+	rec.mu.Lock()
+	reason := rec.ledgers["off"].Fires[0].Reason
+	rec.mu.Unlock()
+	if reason != ReasonDisabled {
+		t.Errorf("reason %q; want %q", reason, ReasonDisabled)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	j := job("j", "* * * * * ?", "UTC", true)
+	j.StartingDeadline = 30
+	if o := Options(j); o.Policy != schedule.FireOnce || o.Deadline != 30*time.Second {
+		t.Errorf("Options = %+v", o)
 	}
 }

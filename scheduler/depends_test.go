@@ -1,0 +1,65 @@
+package scheduler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/scheduler/plan"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// A queued run left out of the cycle says why, in the job's own terms (issue 19).
+func TestWaitReasons(t *testing.T) {
+	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	job := func(name, policy string) config.Job {
+		return config.Job{JobName: name, JobExecutionType: config.Transient, ConcurrencyPolicy: policy}
+	}
+	shard := func(job string, item int) taskid.Meta { return taskid.Meta{JobName: job, Item: item} }
+	snap := plan.Snapshot{
+		Ready: []state.ReadyEntry{{JobName: "forbid", Count: 1}, {JobName: "replace", Count: 1}, {JobName: "retrying", Count: 1},
+			{JobName: "chosen", Count: 1}, {JobName: "dep", Count: 1}},
+		Running:   []state.RunningEntry{{Meta: shard("forbid", 0)}, {Meta: shard("forbid", 1)}, {Meta: shard("replace", 0)}},
+		Failovers: []state.FailoverEntry{{Meta: shard("retrying", 1)}},
+		Jobs: map[string]config.Job{"forbid": job("forbid", config.Forbid), "replace": job("replace", config.Replace),
+			"retrying": job("retrying", config.Forbid), "chosen": job("chosen", config.Forbid), "dep": job("dep", config.Forbid)},
+	}
+	w := plan.Work{Jobs: []config.Job{snap.Jobs["chosen"]}}
+	retries := map[taskid.Meta]state.RetryState{shard("retrying", 1): {Attempt: 2, NotBefore: now.Add(time.Second)}}
+	waiting := map[string]string{"dep": "dependsOn: waiting for x"}
+	waitReasons(snap, w, retries, now, waiting)
+	want := map[string]string{
+		"forbid":   "concurrencyPolicy Forbid: waiting for the last run to end (2 shards running)",
+		"replace":  "concurrencyPolicy Replace: waiting for the 1 killed shards",
+		"retrying": "waiting for shard 1's retry (attempt 2) at 2026-11-24T10:00:01Z",
+		"dep":      "dependsOn: waiting for x",
+	}
+	for job, w := range want {
+		if !strings.HasPrefix(waiting[job], w) {
+			t.Errorf("%s: %q; want %q", job, waiting[job], w)
+		}
+	}
+	if r, ok := waiting["chosen"]; ok {
+		t.Errorf("a run the cycle chose waits: %q", r)
+	}
+}
+
+// A dependency's run for a logical time is its first run launched at or after it.
+func TestDependencyRun(t *testing.T) {
+	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	l := state.Ledger{Fires: []state.FireEntry{
+		{Slot: at.Add(-10 * time.Second), Outcome: state.OutcomeFired, Launched: at.Add(-9 * time.Second), Ended: at.Add(-8 * time.Second)},
+		{Slot: at, Outcome: state.OutcomeMerged},
+		{Slot: at.Add(-5 * time.Second), Outcome: state.OutcomeFired, Launched: at.Add(time.Second), Failed: "x"},
+		{Slot: at.Add(10 * time.Second), Outcome: state.OutcomeFired, Launched: at.Add(11 * time.Second)},
+	}}
+	run, ok := dependencyRun(l, at)
+	if !ok || !run.Launched.Equal(at.Add(time.Second)) || run.Succeeded() {
+		t.Fatalf("run %+v, %v; want the failed one launched 1 s after", run, ok)
+	}
+	if _, ok := dependencyRun(l, at.Add(time.Minute)); ok {
+		t.Fatal("a run found for a logical time none was launched after")
+	}
+}

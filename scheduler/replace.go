@@ -1,0 +1,93 @@
+package scheduler
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// ReasonReplaced is the ledger's Failed reason of a run a newer fire replaced.
+const ReasonReplaced = "replaced by a newer fire (concurrencyPolicy Replace)"
+
+// replace gives up a Replace job's current run once a new fire of it is queued (issue 19): its
+// running shards are killed — SIGTERM, then SIGKILL after the grace — and its shards waiting for
+// a relaunch are dropped. The new run starts once the killed shards are gone: a ready run waits
+// for the job to have no running task (SPEC §5.4), so "after the old shards are gone" holds by
+// the offer cycle's own rule. It runs on the event loop.
+func (ld *leader) replace(ctx context.Context, job string) {
+	j, err := ld.store.Job(ctx, job)
+	if err != nil || j.ConcurrencyPolicy != config.Replace {
+		return
+	}
+	log := ld.log.WithField("job", job)
+	running, err := ld.store.RunningOf(ctx, job)
+	if err != nil {
+		log.WithError(err).Warn("cannot read the running tasks of a job to replace")
+		return
+	}
+	dropped, err := ld.store.DropWaiting(ctx, job)
+	if err != nil {
+		log.WithError(err).Warn("cannot drop the waiting shards of a job to replace")
+	}
+	if len(running) == 0 {
+		if dropped > 0 {
+			log.WithField("dropped", dropped).Info("replaced the waiting shards of the job's last run")
+		}
+		return
+	}
+	// No fenced write stands between this decision and Mesos: a leader misled by a stale
+	// server must not kill the real leader's tasks.
+	if err := ld.confirmed(ctx); err != nil {
+		log.WithError(err).Warn("leadership not confirmed; not replacing the running run")
+		return
+	}
+	var ids []taskid.ID
+	for _, r := range running {
+		if id, err := taskid.Parse(r.TaskID); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		if err := ld.store.FailRun(ctx, ids[0], ReasonReplaced); err != nil {
+			log.WithError(err).Warn("cannot mark the replaced run in the fire ledger")
+		}
+	}
+	for _, id := range ids {
+		ld.call(ctx, calls.Kill(id.String(), id.AgentID))
+	}
+	log.WithFields(logrus.Fields{"killed": len(ids), "dropped": dropped}).Info("a new fire replaces the running run: its shards are killed, the new run starts once they are gone")
+}
+
+// jobSet is a set of job names that one goroutine adds to and another takes.
+type jobSet struct {
+	mu   sync.Mutex // guards jobs
+	jobs map[string]bool
+}
+
+func (s *jobSet) add(job string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobs == nil {
+		s.jobs = map[string]bool{}
+	}
+	s.jobs[job] = true
+}
+
+// take empties the set and returns what it held, sorted.
+func (s *jobSet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.jobs))
+	for j := range s.jobs {
+		out = append(out, j)
+	}
+	clear(s.jobs)
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,242 @@
+package state_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+var slot0 = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
+func fired(sec int) state.FireEntry {
+	return state.FireEntry{Slot: slot0.Add(time.Duration(sec) * time.Second), Count: 1, Outcome: state.OutcomeFired}
+}
+
+func outcomes(l state.Ledger) []string {
+	var out []string
+	for _, e := range l.Fires {
+		s := fmt.Sprintf("%s@%v", e.Outcome, e.Slot.Sub(slot0).Seconds())
+		if e.Count != 1 {
+			s += fmt.Sprintf("x%d", e.Count)
+		}
+		if e.Tasks > 0 {
+			s += fmt.Sprintf("+%d", e.Tasks)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func withJob(t *testing.T, s *state.Store, name string) {
+	t.Helper()
+	ctx := ctxT(t)
+	if err := s.CreateApp(ctx, testApp("app")); err != nil && !isExists(err) {
+		t.Fatal(err)
+	}
+	must(t, s.CreateJob(ctx, testJob(name, "app")), "CreateJob")
+}
+
+func isExists(err error) bool { return errors.Is(err, state.ErrExists) }
+
+// The ready count and the ledger move together: without Accumulate a fire that finds a run
+// queued merges into it; with it every fire is a run; the last slot moves with the write.
+func TestRecordFiresWritesTheReadyCountAndTheLedgerTogether(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	out, err := s.RecordFires(ctx, "j", state.Fires{Cron: "c", Zone: "UTC", Last: slot0.Add(2 * time.Second), Entries: []state.FireEntry{fired(0), fired(2)}})
+	must(t, err, "RecordFires")
+	if out[0].Outcome != state.OutcomeFired || out[1].Outcome != state.OutcomeMerged || out[1].Reason != state.ReasonMergedQueued {
+		t.Fatalf("written %+v; want fired, then merged into it", out)
+	}
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 1 {
+		t.Fatalf("ready count %d; want 1", r.Count)
+	}
+	_, err = s.RecordFires(ctx, "j", state.Fires{Cron: "c", Zone: "UTC", Last: slot0.Add(6 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(4), fired(6)}})
+	must(t, err, "RecordFires accumulating")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 3 {
+		t.Fatalf("ready count %d; want 3", r.Count)
+	}
+	skipped := state.FireEntry{Slot: slot0.Add(8 * time.Second), Count: 1, Outcome: state.OutcomeSkipped, Reason: "off"}
+	for i := range 3 {
+		sk := skipped
+		sk.Slot = sk.Slot.Add(time.Duration(2*i) * time.Second)
+		_, err = s.RecordFires(ctx, "j", state.Fires{Cron: "c", Zone: "UTC", Last: sk.Slot, Entries: []state.FireEntry{sk}})
+		must(t, err, "RecordFires skipped")
+	}
+	l, ok, err := s.FireLedger(ctx, "j")
+	must(t, err, "FireLedger")
+	want := []string{"fired@0", "merged@2", "fired@4", "fired@6", "skipped@8x3"}
+	if !ok || !slices.Equal(outcomes(l), want) || !l.Last.Equal(slot0.Add(12*time.Second)) || l.Cron != "c" {
+		t.Fatalf("ledger %v last %v cron %q; want %v last 12 s", outcomes(l), l.Last, l.Cron, want)
+	}
+	if th := l.Fires[4].Through; !th.Equal(slot0.Add(12 * time.Second)) {
+		t.Fatalf("joined skips run through %v; want 12 s", th)
+	}
+}
+
+// A deleted job's fires are refused (its ledger and ready entry went with it), and deleting a
+// job removes its ledger.
+func TestRecordFiresOfADeletedJob(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	_, err := s.RecordFires(ctx, "ghost", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	mustIs(t, err, state.ErrNotFound, "RecordFires of a job that does not exist")
+	if r, _ := s.ReadyOf(ctx, "ghost"); r.Count != 0 {
+		t.Fatalf("a missing job's fire was queued: %+v", r)
+	}
+	withJob(t, s, "j")
+	_, err = s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	must(t, s.DeleteJob(ctx, "j"), "DeleteJob")
+	if _, ok, err := s.FireLedger(ctx, "j"); ok || err != nil {
+		t.Fatalf("ledger after DeleteJob: %v, %v; want none", ok, err)
+	}
+}
+
+// A full ready root refuses the run: the slot is recorded as skipped, with the reason.
+func TestRecordFiresIntoAFullReadyQueue(t *testing.T) {
+	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	must(t, s.AddReady(ctx, "other", true), "AddReady")
+	out, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	if out[0].Outcome != state.OutcomeSkipped || out[0].Reason != state.ReasonQueueFull {
+		t.Fatalf("written %+v; want skipped for the full queue", out)
+	}
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Last.Equal(slot0) || len(l.Fires) != 1 {
+		t.Fatalf("ledger %+v; want the skipped slot and its last", l)
+	}
+}
+
+// The launch's multi writes the task ids into the ledger: a READY launch to the oldest fired
+// slot the ready count still holds, a FAILOVER relaunch to the entry of the task it replaces.
+func TestRecordLaunchWritesTheTaskIDsIntoTheLedger(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	// A first fire whose run a disable dropped, then two queued runs.
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Accumulate: true, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	must(t, s.RemoveReady(ctx, "j"), "RemoveReady")
+	_, err = s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(4 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(2), fired(4)}})
+	must(t, err, "RecordFires")
+	launch := func(typ taskid.Type, items ...int) []taskid.ID {
+		var ids []taskid.ID
+		for _, i := range items {
+			ids = append(ids, taskid.New(taskid.Meta{JobName: "j", Item: i}, typ, "S0"))
+		}
+		r, err := s.ReadyOf(ctx, "j")
+		must(t, err, "ReadyOf")
+		l := state.Launch{Tasks: ids}
+		if typ == taskid.Ready {
+			l.Ready = []state.ReadyEntry{r}
+		} else {
+			fos, err := s.Failovers(ctx)
+			must(t, err, "Failovers")
+			l.Failover = fos
+		}
+		must(t, s.RecordLaunch(ctx, l), "RecordLaunch")
+		return ids
+	}
+	first := launch(taskid.Ready, 0, 1, 2)
+	l, _, _ := s.FireLedger(ctx, "j")
+	if want := []string{"fired@0", "fired@2+3", "fired@4"}; !slices.Equal(outcomes(l), want) {
+		t.Fatalf("after the first launch %v; want %v", outcomes(l), want)
+	}
+	if got := l.Fires[1].TaskIDs; len(got) != 3 || got[0] != first[0].String() || l.Fires[1].Launched.IsZero() {
+		t.Fatalf("task ids %v launched %v; want the launch's", got, l.Fires[1].Launched)
+	}
+	// Shard 1 of that run dies and is relaunched.
+	_, err = s.EndTask(ctx, first[1], state.Failover)
+	must(t, err, "EndTask")
+	re := launch(taskid.Failover, 1)
+	for _, id := range []taskid.ID{first[0], first[2], re[0]} { // the run ends
+		_, err = s.EndTask(ctx, id, state.NoFollowUp)
+		must(t, err, "EndTask")
+	}
+	launch(taskid.Ready, 0, 1, 2)
+	l, _, _ = s.FireLedger(ctx, "j")
+	if want := []string{"fired@0", "fired@2+4", "fired@4+3"}; !slices.Equal(outcomes(l), want) {
+		t.Fatalf("after the relaunch and the second launch %v; want %v", outcomes(l), want)
+	}
+	if !slices.Contains(l.Fires[1].TaskIDs, re[0].String()) {
+		t.Fatalf("the relaunch %s is not with its run: %v", re[0], l.Fires[1].TaskIDs)
+	}
+}
+
+// The ledger keeps the latest LedgerKeep entries.
+func TestTheLedgerIsBounded(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	var entries []state.FireEntry
+	for i := range state.LedgerKeep + 10 {
+		entries = append(entries, fired(i))
+	}
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(time.Hour), Accumulate: true, Entries: entries})
+	must(t, err, "RecordFires")
+	l, _, _ := s.FireLedger(ctx, "j")
+	if len(l.Fires) != state.LedgerKeep || !l.Fires[0].Slot.Equal(slot0.Add(10*time.Second)) {
+		t.Fatalf("%d entries from %v; want the latest %d", len(l.Fires), l.Fires[0].Slot, state.LedgerKeep)
+	}
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != state.LedgerKeep+10 {
+		t.Fatalf("ready count %d; want every run", r.Count)
+	}
+}
+
+// A run's entry records when its last shard ended; a run whose shards still run or wait for a
+// relaunch has not ended.
+func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	r, _ := s.ReadyOf(ctx, "j")
+	a, b := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
+	_, err = s.EndTask(ctx, a, state.NoFollowUp)
+	must(t, err, "EndTask a")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Fires[0].Ended.IsZero() {
+		t.Fatal("the run ended with a shard still running")
+	}
+	_, err = s.EndTask(ctx, b, state.Failover) // lost: relaunched
+	must(t, err, "EndTask b")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Fires[0].Ended.IsZero() {
+		t.Fatal("the run ended with a shard waiting for its relaunch")
+	}
+	fos, _ := s.Failovers(ctx)
+	re := taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Failover, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{re}, Failover: fos}), "RecordLaunch relaunch")
+	_, err = s.EndTask(ctx, re, state.NoFollowUp)
+	must(t, err, "EndTask relaunch")
+	l, _, _ := s.FireLedger(ctx, "j")
+	if !l.Fires[0].Succeeded() {
+		t.Fatalf("entry %+v; want ended, succeeded", l.Fires[0])
+	}
+}
+
+// A queued run skipped (its dependency failed) leaves the ready queue and the ledger says why.
+func TestSkipQueuedRun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(2 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(0), fired(2)}})
+	must(t, err, "RecordFires")
+	r, _ := s.ReadyOf(ctx, "j")
+	must(t, s.SkipQueuedRun(ctx, r, "upstream failed"), "SkipQueuedRun")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 1 {
+		t.Fatalf("ready count %d; want 1", r.Count)
+	}
+	l, _, _ := s.FireLedger(ctx, "j")
+	if want := []string{"skipped@0", "fired@2"}; !slices.Equal(outcomes(l), want) || l.Fires[0].Reason != "upstream failed" {
+		t.Fatalf("ledger %v %q; want %v, the oldest skipped with the reason", outcomes(l), l.Fires[0].Reason, want)
+	}
+}

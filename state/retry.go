@@ -1,0 +1,185 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// Retries (issue 19): a TRANSIENT shard that failed by the job's own fault, with attempts left,
+// is queued for relaunch like a failed-over shard (its failover node), and its retry node
+// /state/retry/{jobName@-@item} says which attempt the relaunch is and when it may go. Both are
+// written in the multi that ends the failed task, so a new leader keeps the attempt count and
+// the backoff. The node goes when the shard's run ends otherwise (finished, failed for good,
+// killed).
+
+// RetryState is a shard's pending retry.
+type RetryState struct {
+	Attempt   int       `json:"attempt"`   // the attempt the relaunch is (2: the first retry)
+	NotBefore time.Time `json:"notBefore"` // when it may be launched
+}
+
+// ReasonRetriesExhausted is the ledger's Failed reason of a run whose shard failed on its last
+// attempt.
+func ReasonRetriesExhausted(attempts int) string {
+	if attempts <= 1 {
+		return "a shard failed by the job's own fault (no retry)"
+	}
+	return fmt.Sprintf("a shard failed by the job's own fault on each of its %d attempts", attempts)
+}
+
+func parseRetry(data []byte) (RetryState, error) {
+	var r RetryState
+	err := json.Unmarshal(data, &r)
+	return r, err
+}
+
+// RetryOf returns a shard's pending retry, if any.
+func (s *Store) RetryOf(ctx context.Context, m taskid.Meta) (RetryState, bool, error) {
+	p := s.path(retryDir, m.String())
+	n, err := s.get(ctx, p)
+	if err != nil || !n.exists {
+		return RetryState{}, false, err
+	}
+	r, err := parseRetry(n.data)
+	if err != nil {
+		return RetryState{}, false, fmt.Errorf("%w: retry %s: %v", ErrCorrupt, p, err)
+	}
+	return r, true, nil
+}
+
+// Retries returns every pending retry, by shard.
+func (s *Store) Retries(ctx context.Context) (map[taskid.Meta]RetryState, error) {
+	nodes, err := s.readDir(ctx, retryDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[taskid.Meta]RetryState, len(nodes))
+	for _, n := range nodes {
+		m, err := taskid.ParseMeta(n.name)
+		if err != nil {
+			continue
+		}
+		r, err := parseRetry(n.data)
+		if err != nil {
+			s.log.WithField("path", s.path(retryDir, n.name)).Warn("retry node unreadable; the shard is relaunched at once")
+			continue
+		}
+		out[m] = r
+	}
+	return out, nil
+}
+
+// retryOps returns the ops that set a shard's retry node (r not nil) or remove it (r nil).
+func (s *Store) retryOps(ctx context.Context, m taskid.Meta, r *RetryState) ([]any, error) {
+	p := s.path(retryDir, m.String())
+	n, err := s.get(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		if n.exists {
+			return []any{deleteOp(p, n.version)}, nil
+		}
+		return nil, nil
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode retry %s: %w", m, err)
+	}
+	if n.exists {
+		return []any{setOp(p, data, n.version)}, nil
+	}
+	return []any{s.createOp(p, data)}, nil
+}
+
+// fireFailedOps returns the op that marks, once, the ledger entry of the run task id belongs
+// to as failed.
+func (s *Store) fireFailedOps(ctx context.Context, id taskid.ID, reason string) ([]any, error) {
+	return s.runEndOps(ctx, id, reason, time.Time{})
+}
+
+// runEndOps returns the op that records in the fire ledger what became of the run task id
+// belongs to: failed for good (failed, once), and, with a non-zero ended, that the run is over
+// (its last shard ended). A job's runs never overlap (its ready runs wait while a shard runs or
+// waits for a relaunch), so the run is the entry that names the task or, in a job of more
+// shards than an entry keeps ids of, the latest launched.
+func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ended time.Time) ([]any, error) {
+	led, n, err := s.readLedger(ctx, id.JobName)
+	if err != nil || !n.exists {
+		return nil, err
+	}
+	i := led.runOf(id.String())
+	if i < 0 {
+		return nil, nil
+	}
+	e := led.Fires[i]
+	changed := false
+	if failed != "" && e.Failed == "" {
+		e.Failed, changed = failed, true
+	}
+	if !ended.IsZero() && e.Ended.IsZero() {
+		e.Ended, changed = ended, true
+	}
+	if !changed {
+		return nil, nil
+	}
+	led.Fires[i] = e
+	data, err := json.Marshal(led)
+	if err != nil {
+		return nil, fmt.Errorf("encode the fire ledger: %w", err)
+	}
+	return []any{setOp(s.path(firesDir, id.JobName), data, n.version)}, nil
+}
+
+// DropWaiting removes a job's shards that wait for a relaunch (failover entries and retries),
+// in one multi: the run they belong to is given up (a Replace).
+func (s *Store) DropWaiting(ctx context.Context, job string) (int, error) {
+	var dropped int
+	err := retry(ctx, func() error {
+		dropped = 0
+		var ops []any
+		parent := s.path(failoverDir, job)
+		items, err := s.readChildren(ctx, parent)
+		if err != nil {
+			return err
+		}
+		for _, n := range items {
+			ops = append(ops, deleteOp(parent+"/"+n.name, n.version))
+		}
+		dropped = len(items)
+		names, err := s.children(ctx, s.path(retryDir))
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if m, err := taskid.ParseMeta(name); err == nil && m.JobName == job {
+				ops = append(ops, deleteOp(s.path(retryDir, name), -1))
+			}
+		}
+		return s.multi(ctx, ops...)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop the waiting shards of job %q: %w", job, err)
+	}
+	s.bestEffortDelete(ctx, s.path(failoverDir, job))
+	return dropped, nil
+}
+
+// FailRun marks, once, the fire ledger entry of the run task belongs to as failed.
+func (s *Store) FailRun(ctx context.Context, id taskid.ID, reason string) error {
+	err := retry(ctx, func() error {
+		ops, err := s.fireFailedOps(ctx, id, reason)
+		if err != nil {
+			return err
+		}
+		return s.multi(ctx, ops...)
+	})
+	if err != nil {
+		return fmt.Errorf("mark the run of %s failed: %w", id, err)
+	}
+	return nil
+}
