@@ -83,6 +83,9 @@ type Instance struct {
 	triggered bool
 	firing    bool  // the runner runs a cron fire (not failover or catching up)
 	lastFire  int64 // the last cron fire this instance ran
+	// unrecorded: runs that ended while the session was being lost, before their completion
+	// could be written, by item; the next session records them (recordUnrecorded).
+	unrecorded map[int]claim
 }
 
 // New checks the config and prepares an instance; j is a job.SimpleJob for SIMPLE, a
@@ -212,6 +215,7 @@ func (in *Instance) session(ctx context.Context) error {
 		}
 		return err
 	}
+	in.recordUnrecorded(ctx)
 	sid := in.tree.SessionID()
 	shutdown := make(chan struct{})
 	var once sync.Once

@@ -168,3 +168,54 @@ func TestReturningInstanceDoesNotRunItemsTakenOverByAnother(t *testing.T) {
 	checkOncePerFire(t, runs, 9, fire, fire)
 	checkOncePerFire(t, runs, 9, from, to)
 }
+
+// An instance whose session is lost after its runs ended and before their completion was
+// recorded does not run them again when it comes back: nobody else claimed them meanwhile (it
+// runs alone), so it records the completion of its own claims on its new session.
+func TestCompletionLostWithTheSessionIsRecordedOnReturn(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	const name, c = "unrecorded", "127.0.0.1@-@c"
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	var held atomic.Int64
+	release := make(chan struct{})
+	rec := &recorder{hold: func(_ string, _ int, fire int64) <-chan struct{} {
+		if fire == held.Load() {
+			return release
+		}
+		return nil
+	}}
+	ic := start(t, []string{proxy.Addr}, env.Namespace, c, cfg, rec)
+	await.True(t, 5*time.Second, "c has both items", func() bool {
+		return fmt.Sprint(assignment(t, tr, name, 2)) == fmt.Sprint(map[string][]int{c: {0, 1}})
+	})
+	fire := (time.Now().UnixMilli()+300)/1000*1000 + 1000
+	held.Store(fire)
+	awaitRuns(t, rec, 5*time.Second, "both items of the fire run", func(runs []run) bool {
+		n := 0
+		for _, x := range runs {
+			if x.fire == fire {
+				n++
+			}
+		}
+		return n == 2
+	})
+	proxy.Cut()
+	close(release) // the runs end, their work done, while their completion cannot be written
+	awaitRuns(t, rec, 5*time.Second, "the runs end", func(runs []run) bool { return len(doneByFire(runs)[fire]) == 2 })
+	await.True(t, 3*sessionTimeout, "c's session expires", func() bool { return !exists(t, tr, name+"/instances/"+c) })
+	proxy.Restore()
+	back := time.Now().UnixMilli()
+	await.True(t, 3*sessionTimeout, "c registers again", func() bool { return exists(t, tr, name+"/instances/"+c) })
+	awaitRuns(t, rec, 5*time.Second, "c runs a fire after its return", func(runs []run) bool {
+		for f, items := range doneByFire(runs) {
+			if f > back && len(items) == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	ic.stop(t)
+	checkOncePerFire(t, rec.snapshot(), 2, fire, fire)
+}
