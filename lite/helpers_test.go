@@ -43,6 +43,9 @@ type recorder struct {
 	work time.Duration
 	tree *state.Tree // reads leader/sharding's version around each run, when set
 	job  string
+	// hold, when set, may return a channel that the run waits for (or for its cancellation)
+	// before its work: a test holds runs where it wants them.
+	hold func(inst string, item int, fire int64) <-chan struct{}
 }
 
 func (r *recorder) shardingVersion() int32 {
@@ -65,6 +68,15 @@ func (r *recorder) Execute(ctx context.Context, sc job.ShardingContext) error {
 	r.mu.Lock()
 	r.runs = append(r.runs, x)
 	r.mu.Unlock()
+	if r.hold != nil {
+		if c := r.hold(x.inst, x.item, x.fire); c != nil {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	select {
 	case <-time.After(r.work):
 	case <-ctx.Done():
@@ -159,8 +171,14 @@ func (i *instance) stop(t *testing.T) {
 
 func start(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any) *instance {
 	t.Helper()
+	return startWith(t, servers, ns, id, cfg, j, sessionTimeout)
+}
+
+// startWith is start with the instance's own session timeout.
+func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, session time.Duration) *instance {
+	t.Helper()
 	ip, _, _ := strings.Cut(id, "@-@")
-	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: sessionTimeout,
+	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: session,
 		IP: ip, InstanceID: id, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)

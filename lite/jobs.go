@@ -15,7 +15,8 @@ import (
 
 // ShardingContext tells an item's run who it is, as in the cloud mode's SDK. Its TaskID is
 // "{jobName}@-@{item}@-@{fire}@-@{instanceId}", fire being the scheduled fire time in Unix
-// milliseconds (the trigger time for a triggered run): runs of one item for one fire share it.
+// milliseconds (the trigger time for a triggered run): runs of one item for one fire share its
+// first three parts, which a job whose side effects must not repeat can key them by.
 type ShardingContext = job.ShardingContext
 
 // killGrace is how long a script gets between SIGTERM and SIGKILL when its run is cancelled.

@@ -83,6 +83,9 @@ type Instance struct {
 	triggered bool
 	firing    bool  // the runner runs a cron fire (not failover or catching up)
 	lastFire  int64 // the last cron fire this instance ran
+	// unrecorded: runs that ended while the session was being lost, before their completion
+	// could be written, by item; the next session records them (recordUnrecorded).
+	unrecorded map[int]claim
 }
 
 // New checks the config and prepares an instance; j is a job.SimpleJob for SIMPLE, a
@@ -212,6 +215,7 @@ func (in *Instance) session(ctx context.Context) error {
 		}
 		return err
 	}
+	in.recordUnrecorded(ctx)
 	sid := in.tree.SessionID()
 	shutdown := make(chan struct{})
 	var once sync.Once
@@ -337,11 +341,35 @@ func (in *Instance) setConfig(p *parsed) {
 }
 
 func (in *Instance) setNecessary(ctx context.Context) error {
-	t := in.tree
-	if err := t.Do(ctx, t.Create(in.p("leader/sharding/necessary"), nil, false)); err != nil && !errors.Is(err, state.ErrExists) {
+	if err := in.raiseNecessary(ctx); err != nil {
 		return fmt.Errorf("lite: set the resharding flag: %w", err)
 	}
 	return nil
+}
+
+// raiseNecessary raises the resharding flag in one transaction with ops: it creates the flag,
+// or writes it again when it is up, which moves its version, so that a resharding in progress
+// (which may have read the instances before this change) looks again: reshard deletes the
+// flag only at the version it saw before reading them.
+func (in *Instance) raiseNecessary(ctx context.Context, ops ...state.Op) error {
+	t := in.tree
+	nec := in.p("leader/sharding/necessary")
+	for {
+		n, err := t.Get(ctx, nec)
+		if err != nil {
+			return err
+		}
+		flag := t.Create(nec, nil, false)
+		if n.Exists {
+			flag = t.Set(nec, nil, -1)
+		}
+		err = t.Multi(ctx, append(ops[:len(ops):len(ops)], flag)...)
+		var oe *state.OpError
+		if errors.As(err, &oe) && oe.Path == t.Path(nec) {
+			continue // the flag came or went between the read and the write
+		}
+		return err
+	}
 }
 
 // leader returns the leader's instance id, electing one when there is none.
@@ -512,7 +540,9 @@ func localIP() string {
 func (in *Instance) registerInstance(ctx context.Context) error {
 	t := in.tree
 	self := in.p("instances/" + in.id)
-	err := t.Do(ctx, t.Create(self, nil, true))
+	// The node and the resharding flag go up together: from the moment the instance shows,
+	// no fire runs on a sharding made without it.
+	err := in.raiseNecessary(ctx, t.Create(self, nil, true))
 	if !errors.Is(err, state.ErrExists) {
 		if err != nil {
 			return fmt.Errorf("lite: register instance: %w", err)
@@ -527,7 +557,7 @@ func (in *Instance) registerInstance(ctx context.Context) error {
 	if err := in.waitGone(wctx, self); err != nil {
 		return fmt.Errorf("lite: instance %s is registered by another session: give each instance its own InstanceID: %w", in.id, err)
 	}
-	if err := t.Do(ctx, t.Create(self, nil, true)); err != nil {
+	if err := in.raiseNecessary(ctx, t.Create(self, nil, true)); err != nil {
 		return fmt.Errorf("lite: register instance: %w", err)
 	}
 	return nil

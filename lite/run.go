@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/ejcloud/ejcloud/state"
 )
 
@@ -152,7 +154,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				return
 			}
 		}
-		in.runItems(ctx, cfg, fire, chosen)
+		finished := in.runItems(ctx, cfg, fire, chosen)
 		if cfg.MonitorExecution {
 			ops := make([]state.Op, 0, 2*len(chosen))
 			for _, it := range chosen {
@@ -161,9 +163,11 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				ops = append(ops, t.Set(base, data, -1), t.Delete(base+"/running", -1))
 			}
 			if err := in.complete(ctx, ops); err != nil {
-				// The session ended under the run: the items count as interrupted and are
-				// taken over and run again for this fire.
+				// The session ended under the run: the items count as interrupted, and are
+				// taken over and run again for this fire, unless this instance comes back
+				// before anyone claims them and records the runs that did finish.
 				in.log.WithError(err).Warn("record the items' completion")
+				in.keepUnrecorded(fire, chosen, finished)
 				return
 			}
 			in.nudge(ctx)
@@ -174,10 +178,12 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 	}
 }
 
-// runItems runs the items concurrently and waits for all of them.
-func (in *Instance) runItems(ctx context.Context, cfg *parsed, fire int64, items []item) {
+// runItems runs the items concurrently and waits for all of them. It says which runs
+// finished: returned before ctx ended (a run that returns after it may have stopped halfway).
+func (in *Instance) runItems(ctx context.Context, cfg *parsed, fire int64, items []item) []bool {
+	finished := make([]bool, len(items))
 	var wg sync.WaitGroup
-	for _, it := range items {
+	for k, it := range items {
 		sc := ShardingContext{
 			TaskID:             fmt.Sprintf("%s@-@%d@-@%d@-@%s", cfg.JobName, it.i, fire, in.id),
 			JobName:            cfg.JobName,
@@ -189,13 +195,79 @@ func (in *Instance) runItems(ctx context.Context, cfg *parsed, fire int64, items
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := in.runItem(ctx, cfg, sc); err != nil {
+			err := in.runItem(ctx, cfg, sc)
+			finished[k] = ctx.Err() == nil
+			if err != nil {
 				// A failing job is the job's business, as in Elastic-Job: logged, not retried.
 				in.log.WithError(err).WithField("item", sc.ShardingItem).Warn("item failed")
 			}
 		}()
 	}
 	wg.Wait()
+	return finished
+}
+
+// claim is one of this instance's claims of an item: the fire, and the version of
+// sharding/{item} that the claim wrote. As long as the record keeps that version, nobody has
+// claimed the item since.
+type claim struct {
+	fire    int64
+	version int32
+}
+
+// keepUnrecorded remembers the finished runs whose completion could not be written.
+func (in *Instance) keepUnrecorded(fire int64, items []item, finished []bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for k, it := range items {
+		if !finished[k] {
+			continue
+		}
+		if in.unrecorded == nil {
+			in.unrecorded = map[int]claim{}
+		}
+		// A record's version moves by one at each write: the claim wrote recVersion+1.
+		in.unrecorded[it.i] = claim{fire: fire, version: it.recVersion + 1}
+	}
+}
+
+// recordUnrecorded writes, on a new session, the completion of the runs that finished while
+// the previous one was being lost, for each item whose record still holds this instance's
+// claim: nobody has claimed it since, so nobody has run it again, and now nobody will. An item
+// claimed by another instance meanwhile has been (or is being) run again by it, and stays so:
+// see README, "exactly once per fire".
+func (in *Instance) recordUnrecorded(ctx context.Context) {
+	in.mu.Lock()
+	pending := in.unrecorded
+	in.unrecorded = nil
+	in.mu.Unlock()
+	t := in.tree
+	for i, c := range pending {
+		base := in.p("sharding/" + strconv.Itoa(i))
+		data, _ := json.Marshal(record{Fire: c.fire, Done: true})
+		ops := []state.Op{t.Set(base, data, c.version)}
+		// The old session's running marker is gone with it, unless that session lived on.
+		if n, err := t.Get(ctx, base+"/running"); err == nil && n.Exists && n.Owner == t.SessionID() {
+			ops = append(ops, t.Delete(base+"/running", n.Version))
+		}
+		err := t.Multi(ctx, ops...)
+		switch {
+		case err == nil:
+			in.log.WithFields(logrus.Fields{"item": i, "fire": c.fire}).Info("recorded the completion of a run that ended as the session was lost")
+		case isRace(err):
+			// Claimed since by another instance, or gone with a smaller shard count.
+		default:
+			in.log.WithError(err).WithField("item", i).Warn("record the completion of a run that ended as the session was lost")
+			in.mu.Lock()
+			if in.unrecorded == nil {
+				in.unrecorded = map[int]claim{}
+			}
+			if _, newer := in.unrecorded[i]; !newer {
+				in.unrecorded[i] = c // for the next session
+			}
+			in.mu.Unlock()
+		}
+	}
 }
 
 // isRace: a claim's transaction failed because something it read has changed.

@@ -149,41 +149,56 @@ func (in *Instance) nudge(ctx context.Context) {
 // reshard shares the items among the available instances. It marks the work with processing
 // (which stops new claims of items), waits for running items to finish (a resharding never
 // happens during a run), and writes the whole assignment in one transaction that also
-// clears necessary and processing and is fenced by the leader's election node.
+// clears necessary and processing and is fenced by the leader's election node. A flag raised
+// again meanwhile (an instance came or went after the instances were read) makes it start over.
 func (in *Instance) reshard(ctx context.Context, fire int64) error {
+	for {
+		again, err := in.reshardOnce(ctx, fire)
+		if !again || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, err error) {
 	t := in.tree
 	lead, err := t.Get(ctx, in.p("leader/election/instance"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !lead.Exists || string(lead.Data) != in.id {
-		return nil // deposed meanwhile: the caller looks again
+		return false, nil // deposed meanwhile: the caller looks again
 	}
 	if err := t.Do(ctx, t.Create(in.p("leader/sharding/processing"), nil, true)); err != nil && !errors.Is(err, state.ErrExists) {
-		return fmt.Errorf("mark sharding processing: %w", err)
+		return false, fmt.Errorf("mark sharding processing: %w", err)
 	}
 	cfg := in.config()
 	existing, err := t.Children(ctx, in.p("sharding"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if cfg.MonitorExecution {
 		for _, item := range existing {
 			if err := in.waitGone(ctx, in.p("sharding/"+item+"/running")); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
+	// The flag's version before the instances are read: raised again after it, the flag stays.
+	nec, err := t.Get(ctx, in.p("leader/sharding/necessary"))
+	if err != nil {
+		return false, err
+	}
 	avail, err := in.availableInstances(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if len(avail) == 0 {
-		return t.Do(ctx, t.Delete(in.p("leader/sharding/processing"), -1))
+	if len(avail) == 0 || !nec.Exists {
+		return false, t.Do(ctx, t.Delete(in.p("leader/sharding/processing"), -1))
 	}
 	result, err := sharding.Shard(cfg.JobShardingStrategyType, len(avail), cfg.JobName, cfg.ShardingTotalCount)
 	if err != nil {
-		return err
+		return false, err
 	}
 	have := map[int]bool{}
 	for _, item := range existing {
@@ -204,7 +219,7 @@ func (in *Instance) reshard(ctx context.Context, fire int64) error {
 				// an instance catching up would run it for a fire from before it existed.
 				ops = append(ops, t.Create(item, owed, false))
 			} else if n, err := t.Get(ctx, item+"/instance"); err != nil {
-				return err
+				return false, err
 			} else if n.Exists {
 				ops = append(ops, t.Delete(item+"/instance", -1))
 			}
@@ -218,7 +233,7 @@ func (in *Instance) reshard(ctx context.Context, fire int64) error {
 		item := in.p("sharding/" + strconv.Itoa(i))
 		children, err := t.Children(ctx, item)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, c := range children {
 			ops = append(ops, t.Delete(item+"/"+c, -1))
@@ -226,12 +241,16 @@ func (in *Instance) reshard(ctx context.Context, fire int64) error {
 		ops = append(ops, t.Delete(item, -1))
 	}
 	ops = append(ops, t.Set(in.p("leader/sharding"), nil, -1), // wakes instances to catch up
-		t.Delete(in.p("leader/sharding/necessary"), -1), t.Delete(in.p("leader/sharding/processing"), -1))
+		t.Delete(in.p("leader/sharding/necessary"), nec.Version), t.Delete(in.p("leader/sharding/processing"), -1))
 	if err := t.Multi(ctx, ops...); err != nil {
-		return fmt.Errorf("write the sharding: %w", err)
+		var oe *state.OpError
+		if errors.As(err, &oe) && oe.Path == t.Path(in.p("leader/sharding/necessary")) {
+			return true, nil
+		}
+		return false, fmt.Errorf("write the sharding: %w", err)
 	}
 	in.log.WithField("instances", len(avail)).Info("resharded")
-	return nil
+	return false, nil
 }
 
 // waitGone returns once the node does not exist.
