@@ -177,21 +177,7 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 	// Stop the fires, so that the work in hand can finish and the audit sees every task end.
 	var l int
 	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
-	for _, j := range jobs {
-		j.Cron = "0 0 0 1 1 ? 2099"
-		body, _ := json.Marshal(j)
-		if code, msg := call(t, "PUT", "http://"+procs[l].addr+"/api/job/update", string(body)); code != 204 {
-			t.Fatalf("stopping %s's fires: %d %s", j.JobName, code, msg)
-		}
-	}
-	await.True(t, 60*time.Second, "the work in hand is done", func() bool {
-		for _, j := range jobs {
-			if s.ready(j.JobName) != 0 || s.runningCount(j.JobName) != 0 {
-				return false
-			}
-		}
-		return s.failoverCount() == 0
-	})
+	s.stopFiresAndDrain(t, procs[l].addr, jobs)
 	rep := audit.Check(audited, s.updates.Updates())
 	t.Log(rep)
 	if !rep.OK() {
@@ -232,4 +218,25 @@ func (s *system) handOverToBinaries(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stopFiresAndDrain moves the jobs' crons past 2099 through the leader at addr, so that the
+// work in hand can finish, and waits until none of it is ready, running or queued for failover.
+func (s *system) stopFiresAndDrain(t *testing.T, addr string, jobs []config.Job) {
+	t.Helper()
+	for _, j := range jobs {
+		j.Cron = "0 0 0 1 1 ? 2099"
+		body, _ := json.Marshal(j)
+		if code, msg := call(t, "PUT", "http://"+addr+"/api/job/update", string(body)); code != 204 {
+			t.Fatalf("stopping %s's fires: %d %s", j.JobName, code, msg)
+		}
+	}
+	await.True(t, 60*time.Second, "the work in hand is done", func() bool {
+		for _, j := range jobs {
+			if s.ready(j.JobName) != 0 || s.runningCount(j.JobName) != 0 {
+				return false
+			}
+		}
+		return s.failoverCount() == 0
+	})
 }

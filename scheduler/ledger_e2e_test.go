@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -101,21 +100,7 @@ func TestFireLedgerAcrossLeaderKills(t *testing.T) {
 	t.Logf("%d leader kills in %v", kills, time.Since(start).Round(time.Second))
 	var l int
 	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
-	for _, j := range jobs {
-		j.Cron = "0 0 0 1 1 ? 2099"
-		body, _ := json.Marshal(j)
-		if code, msg := call(t, "PUT", "http://"+procs[l].addr+"/api/job/update", string(body)); code != 204 {
-			t.Fatalf("stopping %s's fires: %d %s", j.JobName, code, msg)
-		}
-	}
-	await.True(t, 60*time.Second, "the work in hand is done", func() bool {
-		for _, j := range jobs {
-			if s.ready(j.JobName) != 0 || s.runningCount(j.JobName) != 0 {
-				return false
-			}
-		}
-		return s.failoverCount() == 0
-	})
+	s.stopFiresAndDrain(t, procs[l].addr, jobs)
 	poll()
 
 	finished := map[string]bool{}
