@@ -81,6 +81,8 @@ type image struct {
 	cmd        []string
 }
 
+var gzipped = regexp.MustCompile(`gzip(?: -[0-9n]+)* (\S+)`)
+
 func checkDockerfile(t *testing.T, path string) image {
 	t.Helper()
 	img := image{built: map[string]string{}, installed: map[string]bool{}}
@@ -115,6 +117,13 @@ func checkDockerfile(t *testing.T, path string) image {
 					t.Errorf("%s: go build %s: not a main package: %v", path, pkg, err)
 				}
 				img.built[out] = pkg
+			}
+			// gzip -n FILE replaces a built binary with FILE.gz (the scheduler image's executor).
+			for _, m := range gzipped.FindAllStringSubmatch(in.args, -1) {
+				if pkg, ok := img.built[m[1]]; ok {
+					delete(img.built, m[1])
+					img.built[m[1]+".gz"] = pkg
+				}
 			}
 		case "ENTRYPOINT":
 			img.entrypoint = execForm(t, in)

@@ -186,7 +186,7 @@ func runScheduler(t *testing.T, zk statetest.Env, mesosURL, suffix string, extra
 	args := append([]string{"run", "-d", "--name", c.name, "--network", "host", schedulerImage,
 		"--zk-servers", strings.Join(zk.Servers, ","), "--zk-namespace", zk.Namespace,
 		"--mesos-url", mesosURL, "--http-addr", c.addr, "--hostname", "127.0.0.1", "--auth-root", creds,
-		"--executor-binary", "/usr/local/bin/ejcloud-executor"}, extra...)
+		"--executor-binary", "/usr/local/bin/ejcloud-executor.gz"}, extra...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := exec.Command("docker", "logs", c.name).CombinedOutput()

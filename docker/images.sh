@@ -53,7 +53,8 @@ local)
     printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$d/group"
     cp "$certs" "$d/ca-certificates.crt"
   done
-  cp "$static/ejcloud-scheduler" "$static/ejcloud-executor" "$ctx/scheduler/"
+  cp "$static/ejcloud-scheduler" "$ctx/scheduler/"
+  gzip -9 -n -c "$static/ejcloud-executor" >"$ctx/scheduler/ejcloud-executor.gz"
   cp "$static/ejcloud-executor" "$ctx/executor/"
   cp "$busybox" "$ctx/executor/bin/busybox"
   for applet in $("$busybox" --list); do

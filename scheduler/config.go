@@ -94,7 +94,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
 	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
 	fs.DurationVar(&c.FailoverBackoffMax, "failover-backoff-max", 5*time.Minute, "longest wait before relaunching a shard that keeps failing")
-	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor")
+	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor (a file ending in .gz is served decompressed)")
 	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database (history and statistics): sqlite:///path/file.db, postgres://user:password@host:port/db or mysql://user:password@tcp(host:port)/db (default none)")
 	c.EventTraceRetention = 30 * 24 * time.Hour
 	fs.Func("event-trace-retention", "how long the event trace keeps its rows, e.g. 30d or 12h (default 30d)", func(s string) error {

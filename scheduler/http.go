@@ -1,9 +1,12 @@
 package scheduler
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
+	"strings"
 )
 
 func (s *instance) routes() http.Handler {
@@ -79,5 +82,22 @@ func (s *instance) executorBinary(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeFile(w, r, s.cfg.ExecutorBinary)
+	if !strings.HasSuffix(s.cfg.ExecutorBinary, ".gz") {
+		http.ServeFile(w, r, s.cfg.ExecutorBinary)
+		return
+	}
+	// A gzipped executor is served as the binary itself: the scheduler image carries it
+	// compressed (a third of its size), and the agents' fetchers get what they run.
+	f, err := os.Open(s.cfg.ExecutorBinary)
+	if err == nil {
+		defer f.Close()
+		var zr *gzip.Reader
+		if zr, err = gzip.NewReader(f); err == nil {
+			_, err = io.Copy(w, zr)
+		}
+	}
+	if err != nil {
+		s.log.WithError(err).Error("cannot serve the gzipped executor binary")
+		panic(http.ErrAbortHandler) // the fetcher must not take a truncated binary for a whole one
+	}
 }
