@@ -124,20 +124,7 @@ func benchBurst(b *testing.B, jobs, shards int) {
 		}
 		afterTriggers := base.RoundTrips()
 		// Offers arrive until every task is launched: Mesos re-offers what a cycle left.
-		deadline := time.Now().Add(2 * time.Minute)
-		for offer := 0; fake.launched.Load() < int64(total); offer++ {
-			if time.Now().After(deadline) {
-				b.Fatalf("launched %d of %d tasks in 2 minutes", fake.launched.Load(), total)
-			}
-			ld.events <- scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: burstOffers(offer)}}
-			waitFor(func() bool { return len(ld.events) == 0 }, 10*time.Millisecond)
-		}
-		for fake.acked.Load() < int64(2*total) {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d updates acknowledged in 2 minutes", fake.acked.Load(), 2*total)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		offerUntilDone(b, ld, fake, total)
 		finishTime += time.Since(start)
 		launchTime += time.Unix(0, fake.allAt.Load()).Sub(start)
 		b.StopTimer()
@@ -203,4 +190,23 @@ func burstJobs(b *testing.B, ctx context.Context, jobs, shards int) (*state.Stor
 		}
 	}
 	return base, names
+}
+
+// offerUntilDone offers agents to the leader until every task of the burst is launched, then
+// waits until both of each task's updates (RUNNING, FINISHED) are acknowledged.
+func offerUntilDone(b *testing.B, ld *leader, fake *burstMesos, total int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for offer := 0; fake.launched.Load() < int64(total); offer++ {
+		if time.Now().After(deadline) {
+			b.Fatalf("launched %d of %d tasks in 2 minutes", fake.launched.Load(), total)
+		}
+		ld.events <- scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: burstOffers(offer)}}
+		waitFor(func() bool { return len(ld.events) == 0 }, 10*time.Millisecond)
+	}
+	for fake.acked.Load() < int64(2*total) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d updates acknowledged in 2 minutes", fake.acked.Load(), 2*total)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

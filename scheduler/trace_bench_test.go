@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 )
 
 // BenchmarkTraceBurst is BenchmarkBurst's burst of 3,400 tasks — each traced three times
@@ -59,20 +57,7 @@ func benchTraceBurst(b *testing.B, jobs, shards int, traced bool) {
 				b.Fatal(err)
 			}
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for offer := 0; fake.launched.Load() < int64(total); offer++ {
-			if time.Now().After(deadline) {
-				b.Fatalf("launched %d of %d tasks in 2 minutes", fake.launched.Load(), total)
-			}
-			ld.events <- scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: burstOffers(offer)}}
-			waitFor(func() bool { return len(ld.events) == 0 }, 10*time.Millisecond)
-		}
-		for fake.acked.Load() < int64(2*total) {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d updates acknowledged in 2 minutes", fake.acked.Load(), 2*total)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		offerUntilDone(b, ld, fake, total)
 		finishTime += time.Since(start)
 		launchTime += time.Unix(0, fake.allAt.Load()).Sub(start)
 		b.StopTimer()
