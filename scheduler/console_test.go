@@ -3,23 +3,12 @@ package scheduler
 import (
 	"net/http"
 	"testing"
-	"time"
-
-	"github.com/ejcloud/ejcloud/internal/await"
-	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
 // Both instances serve the console; the standby keeps answering the API 307 and sends
 // /console/leader to the leader.
 func TestStandbyServesTheConsole(t *testing.T) {
-	env := statetest.StartZooKeeper(t)
-	a := start(t, testConfig(t, env))
-	await.True(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
-	b := start(t, testConfig(t, env))
-	await.True(t, 20*time.Second, "b serves /healthz", func() bool {
-		resp, _ := get(t, b.cfg.HTTPAddr, "/healthz")
-		return resp != nil && resp.StatusCode == http.StatusOK
-	})
+	a, b := leaderAndStandby(t)
 	for _, addr := range []string{a.cfg.HTTPAddr, b.cfg.HTTPAddr} {
 		for _, path := range []string{"/", "/console/app.js", "/console/session"} {
 			if resp, _ := get(t, addr, path); resp == nil || resp.StatusCode != http.StatusOK {

@@ -154,14 +154,7 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 	}
 	extra := []string{"--zk-session-timeout", "1s"}
 	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
-	leaderOf := func() int {
-		for i, p := range procs {
-			if p.ready(t) {
-				return i
-			}
-		}
-		return -1
-	}
+	leaderOf := func() int { return leaderAmong(t, procs) }
 	for k := 0; k < kills; k++ {
 		var l int
 		await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
@@ -239,4 +232,14 @@ func (s *system) stopFiresAndDrain(t *testing.T, addr string, jobs []config.Job)
 		}
 		return s.failoverCount() == 0
 	})
+}
+
+// leaderAmong is the index of the process that leads, or -1.
+func leaderAmong(t *testing.T, procs []*schedulerProcess) int {
+	for i, p := range procs {
+		if p.ready(t) {
+			return i
+		}
+	}
+	return -1
 }

@@ -75,14 +75,7 @@ func TestFireLedgerAcrossLeaderKills(t *testing.T) {
 	}
 	extra := []string{"--zk-session-timeout", "1s"}
 	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
-	leaderOf := func() int {
-		for i, p := range procs {
-			if p.ready(t) {
-				return i
-			}
-		}
-		return -1
-	}
+	leaderOf := func() int { return leaderAmong(t, procs) }
 	start := time.Now()
 	for k := 0; k < kills; k++ {
 		var l int

@@ -105,20 +105,27 @@ func get(t testing.TB, addr, path string) (*http.Response, map[string]any) {
 }
 
 // isLeader tells a leader from a standby by /readyz, which names the role.
+// leaderAndStandby starts two instances on a ZooKeeper of their own: a, once it leads, then b,
+// once it serves.
+func leaderAndStandby(t *testing.T) (a, b *running) {
+	env := statetest.StartZooKeeper(t)
+	a = start(t, testConfig(t, env))
+	await.True(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
+	b = start(t, testConfig(t, env))
+	await.True(t, 20*time.Second, "b serves /healthz", func() bool {
+		resp, _ := get(t, b.cfg.HTTPAddr, "/healthz")
+		return resp != nil && resp.StatusCode == http.StatusOK
+	})
+	return a, b
+}
+
 func isLeader(t *testing.T, addr string) bool {
 	_, body := get(t, addr, "/readyz")
 	return body["leader"] == true
 }
 
 func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
-	env := statetest.StartZooKeeper(t)
-	a := start(t, testConfig(t, env))
-	await.True(t, 20*time.Second, "a leads", func() bool { return isLeader(t, a.cfg.HTTPAddr) })
-	b := start(t, testConfig(t, env))
-	await.True(t, 20*time.Second, "b serves /healthz", func() bool {
-		resp, _ := get(t, b.cfg.HTTPAddr, "/healthz")
-		return resp != nil && resp.StatusCode == http.StatusOK
-	})
+	a, b := leaderAndStandby(t)
 	if isLeader(t, b.cfg.HTTPAddr) {
 		t.Fatal("two leaders")
 	}
