@@ -119,8 +119,7 @@ func Options(j config.Job) schedule.Options {
 // Put schedules a job, or reschedules it after a change. Jobs without a cron and DAEMON jobs
 // (whose executor runs the cron) are not scheduled here. A job new to this producer resumes
 // from its fire ledger's last slot when the ledger is of the same cron and zone (a takeover:
-// the slots since then were missed); otherwise, and after a change of cron or zone, from now,
-// which the ledger records at once with the new cron.
+// the slots since then were missed); otherwise, and after a change of cron or zone, from now.
 func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	if j.JobExecutionType != config.Transient || j.Cron == "" {
 		p.Remove(j.JobName)
@@ -141,17 +140,6 @@ func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	switch {
 	case old != nil && old.job.Cron == j.Cron && old.job.TimeZone == j.TimeZone:
 		e.last, e.live = old.last, old.live
-	case old != nil:
-		// A changed cron or zone: the old one's slots that passed are not fired again, and the
-		// new one's first slot after the change is the next. The ledger takes the new cron at
-		// once, with the change as its last, after the slots already pending: a leader that
-		// takes over before that first slot then resumes from the change, and decides the new
-		// cron's slots it missed by the job's policy, rather than starting afresh from its own
-		// start and losing them unrecorded.
-		p.pendMu.Lock()
-		p.pend(due{job: j, last: e.last}, false)
-		p.pendMu.Unlock()
-		p.signal()
 	case old == nil:
 		led, ok, err := p.store.FireLedger(ctx, j.JobName)
 		if err != nil {
@@ -272,11 +260,6 @@ func (p *Producer) pend(d due, before bool) {
 		p.pending[d.job.JobName] = d
 	case before:
 		old.slots = append(d.slots, old.slots...)
-		p.pending[d.job.JobName] = old
-	case d.last.Before(old.last):
-		// A cron change's mark (no slots, the change as last) pended between the decision of
-		// the old cron's slots and their pend: the ledger must not move back to the old cron.
-		old.slots = append(old.slots, d.slots...)
 		p.pending[d.job.JobName] = old
 	default:
 		p.pending[d.job.JobName] = due{job: d.job, last: d.last, slots: append(old.slots, d.slots...)}

@@ -362,62 +362,6 @@ func TestTakeoverAppliesTheMisfirePolicy(t *testing.T) {
 	})
 }
 
-// A changed cron: the old cron's slots that passed are not fired again, its later ones never,
-// and the first slot of the new cron after the change is the next fire. The ledger takes the
-// change at once, so a leader that takes over before that first slot resumes from the change
-// and decides the new cron's missed slots by the policy, instead of losing them unrecorded.
-func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
-	p, clock, rec := start(t, t0)
-	j := job("j", "*/10 * * * * ?", "UTC", false)
-	j.MisfirePolicy = config.FireAll
-	p.Put(context.Background(), j)
-	step(t, clock, rec, 10*time.Second, []string{"j:add"}) // 10 s
-	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
-	clock.advance(3 * time.Second) // 13 s: the change
-	j.Cron = "*/2 * * * * ?"
-	p.Put(context.Background(), j)
-	await.True(t, 5*time.Second, "the ledger takes the new cron from the change", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		l := rec.ledgers["j"]
-		return l.Cron == j.Cron && l.Last.Equal(t0.Add(13*time.Second))
-	})
-	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 14 s, the new cron's first slot after the change
-	if got, want := rec.slots("j"), []string{"fired@10s", "fired@14s"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("ledger %v; want %v (not the new cron's 12 s, before the change)", got, want)
-	}
-
-	// Another change at 15 s, and the leader dies before the new cron's first slot (16 s); the
-	// next one takes over at 21 s on the same ledger.
-	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
-	clock.advance(time.Second)
-	j.Cron = "*/3 * * * * ?"
-	p.Put(context.Background(), j)
-	await.True(t, 5*time.Second, "the ledger takes the second change", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.ledgers["j"].Cron == j.Cron
-	})
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	clock2 := &fakeClock{now: t0.Add(21 * time.Second)}
-	p2 := New(rec, clock2, log, rec.firedTimes)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- p2.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := p2.Put(context.Background(), j); err != nil {
-		t.Fatal(err)
-	}
-	// fireAll: one run per missed slot of the new cron after the change (18 s, 21 s), none of
-	// the old one's (16 s, 18 s, 20 s).
-	want := []string{"fired@10s", "fired@14s", "fired@18s", "fired@21s"}
-	await.True(t, 5*time.Second, "the missed slots since the change decided", func() bool { return reflect.DeepEqual(rec.slots("j"), want) })
-	if !rec.last("j").Equal(t0.Add(21 * time.Second)) {
-		t.Errorf("last slot %v; want 21 s", rec.last("j"))
-	}
-}
-
 // A write ZooKeeper refuses is tried again, before the slots decided after it: the ledger never
 // moves back and no slot is lost.
 func TestFailedWritesAreTriedAgainInOrder(t *testing.T) {
