@@ -122,6 +122,19 @@ func TestConsole(t *testing.T) {
 	b.waitText(t, root, "main table", "unplaced: not enough CPU")
 	shot("jobs")
 
+	// A job whose dependency has not run for its logical time (a yearly slot, on 1 January) waits,
+	// and the Jobs page says for what beside the unplaced reasons (issue 19).
+	dep := func(name, cron, deps string) string {
+		return `{"jobName":"` + name + `","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"` + cron +
+			`","timeZone":"UTC","shardingTotalCount":2,"cpuCount":0.1,"memoryMB":16,"scriptCommandLine":"true"` + deps + `}`
+	}
+	s.must(t, 204, "POST", "/api/job/register", dep("upstream", "0 0 0 1 1 ?", ""))
+	s.must(t, 204, "POST", "/api/job/register", dep("downstream", "* * * * * ?", `,"dependsOn":["upstream"]`))
+	b.waitXPathText(t, root, `//tr[td/a[text()="downstream"]]//span[contains(@class,"waiting")]`, "waiting: dependency upstream (2 shards)")
+	b.open(t, root, "#/jobs/downstream")
+	b.waitText(t, root, ".banner.waiting", "waits for dependency upstream (2 shards)")
+	shot("job-waiting")
+
 	// Reconcile from Operations.
 	b.open(t, root, "#/operations")
 	b.waitText(t, root, "main", "subscribed")

@@ -84,6 +84,7 @@ func TestDependenciesDiamond(t *testing.T) {
 
 	// While the parents run, the bottom job's run waits, and says for what.
 	sawWaiting := ""
+	var sawReasons map[string]int // beside the unplaced reasons
 	await.True(t, 30*time.Second, "the bottom job's first run", func() bool {
 		if sawWaiting == "" {
 			var f struct {
@@ -92,11 +93,19 @@ func TestDependenciesDiamond(t *testing.T) {
 			json.Unmarshal([]byte(s.must(t, 200, "GET", "/api/job/bottom/fires", "")), &f)
 			sawWaiting = f.Waiting
 		}
+		if sawReasons["waiting: dependency right"] == 0 {
+			var u map[string]map[string]int
+			json.Unmarshal([]byte(s.must(t, 200, "GET", "/api/job/unplaced", "")), &u)
+			sawReasons = u["bottom"]
+		}
 		return count("end", "bottom") == 1 && count("end", "left") >= 1 && count("end", "right") >= 1
 	})
 	t.Logf("the bottom job waited: %s", sawWaiting)
 	if !strings.Contains(sawWaiting, `"right"`) {
 		t.Errorf("the waiting run did not say it waits for right: %q", sawWaiting)
+	}
+	if sawReasons["waiting: dependency right"] != 1 {
+		t.Errorf("GET /api/job/unplaced never said the bottom job's shard waits for right: %v", sawReasons)
 	}
 	// The parents' first runs' ends (their second runs start 6 s later).
 	var bottomStart, parentsEnd time.Time

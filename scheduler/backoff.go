@@ -154,6 +154,16 @@ func (r *relaunches) due(m taskid.Meta, now time.Time) bool {
 	return s == nil || s.retryAt.IsZero() || !now.Before(s.retryAt)
 }
 
+// retryAt is when the shard's failover entry may go; zero when it need not wait.
+func (r *relaunches) retryAt(m taskid.Meta) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.shards[m]; s != nil {
+		return s.retryAt
+	}
+	return time.Time{}
+}
+
 // wake reports, once per backoff, that a backoff ran out: the leader must REVIVE, or its
 // last DECLINEs' filters (or a SUPPRESS) would hold the relaunch back.
 func (r *relaunches) wake(now time.Time) bool {
@@ -294,6 +304,10 @@ func (ld *leader) wakeForWork(ctx context.Context) {
 		return
 	}
 	if !pending {
+		// Nothing is queued: no shard waits, nor is left unplaced, whatever the last cycle saw.
+		ld.mu.Lock()
+		ld.waiting, ld.unplaced = newWaits(), map[string]map[string]int{}
+		ld.mu.Unlock()
 		return
 	}
 	if w, err := ld.eligible(ctx); err == nil && len(w.Groups) == 0 {

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +22,34 @@ func TestWaitReasons(t *testing.T) {
 	snap := plan.Snapshot{
 		Ready: []state.ReadyEntry{{JobName: "forbid", Count: 1}, {JobName: "replace", Count: 1}, {JobName: "retrying", Count: 1},
 			{JobName: "chosen", Count: 1}, {JobName: "dep", Count: 1}},
-		Running:   []state.RunningEntry{{Meta: shard("forbid", 0)}, {Meta: shard("forbid", 1)}, {Meta: shard("replace", 0)}},
-		Failovers: []state.FailoverEntry{{Meta: shard("retrying", 1)}},
+		Running: []state.RunningEntry{{Meta: shard("forbid", 0)}, {Meta: shard("forbid", 1)}, {Meta: shard("replace", 0)}},
+		Failovers: []state.FailoverEntry{{Meta: shard("retrying", 1)}, {Meta: shard("lost", 0)}, {Meta: shard("lost", 1)},
+			{Meta: shard("lost", 2)}},
 		Jobs: map[string]config.Job{"forbid": job("forbid", config.Forbid), "replace": job("replace", config.Replace),
-			"retrying": job("retrying", config.Forbid), "chosen": job("chosen", config.Forbid), "dep": job("dep", config.Forbid)},
+			"retrying": job("retrying", config.Forbid), "chosen": job("chosen", config.Forbid), "dep": job("dep", config.Forbid),
+			"lost": job("lost", config.Forbid)},
 	}
-	w := plan.Work{Jobs: []config.Job{snap.Jobs["chosen"]}}
+	for name, j := range snap.Jobs {
+		j.ShardingTotalCount = 3
+		snap.Jobs[name] = j
+	}
+	// lost's shard 0 is launched this cycle, 1 waits for its failover backoff, 2's ran out.
+	w := plan.Work{Jobs: []config.Job{snap.Jobs["chosen"], snap.Jobs["lost"]},
+		Failover: map[string][]state.FailoverEntry{"lost": {{Meta: shard("lost", 0)}}}}
 	retries := map[taskid.Meta]state.RetryState{shard("retrying", 1): {Attempt: 2, NotBefore: now.Add(time.Second)}}
-	waiting := map[string]string{"dep": "dependsOn: waiting for x"}
-	waitReasons(snap, w, retries, now, waiting)
+	relaunchAt := func(m taskid.Meta) time.Time {
+		switch m {
+		case shard("lost", 0), shard("lost", 1):
+			return now.Add(5 * time.Second)
+		case shard("lost", 2):
+			return now.Add(-time.Second)
+		}
+		return time.Time{}
+	}
+	waiting := newWaits()
+	waiting.why["dep"] = "dependsOn: waiting for x"
+	waiting.add("dep", waitDependency+"x", 3)
+	waitReasons(snap, w, retries, relaunchAt, now, waiting)
 	want := map[string]string{
 		"forbid":   "concurrencyPolicy Forbid: waiting for the last run to end (2 shards running)",
 		"replace":  "concurrencyPolicy Replace: waiting for the 1 killed shards",
@@ -37,12 +57,27 @@ func TestWaitReasons(t *testing.T) {
 		"dep":      "dependsOn: waiting for x",
 	}
 	for job, w := range want {
-		if !strings.HasPrefix(waiting[job], w) {
-			t.Errorf("%s: %q; want %q", job, waiting[job], w)
+		if !strings.HasPrefix(waiting.why[job], w) {
+			t.Errorf("%s: %q; want %q", job, waiting.why[job], w)
 		}
 	}
-	if r, ok := waiting["chosen"]; ok {
+	if r, ok := waiting.why["chosen"]; ok {
 		t.Errorf("a run the cycle chose waits: %q", r)
+	}
+	// The stable reasons of GET /api/job/unplaced, with the shards waiting for each.
+	wantReasons := map[string]map[string]int{
+		"forbid":   {"waiting: concurrency policy Forbid": 3},
+		"replace":  {"waiting: concurrency policy Replace": 3},
+		"retrying": {"waiting: retry backoff until 2026-11-24T10:00:01Z": 1},
+		"dep":      {"waiting: dependency x": 3},
+		"lost":     {"waiting: failover backoff until 2026-11-24T10:00:05Z": 1},
+	}
+	if !reflect.DeepEqual(waiting.reasons, wantReasons) {
+		t.Errorf("reasons %v; want %v", waiting.reasons, wantReasons)
+	}
+	// "until" never names a time before the wait ends.
+	if u := until(now.Add(time.Millisecond)); u != "2026-11-24T10:00:01Z" {
+		t.Errorf("until 1 ms after a whole second: %s", u)
 	}
 }
 

@@ -61,7 +61,7 @@ type leader struct {
 	mu       sync.Mutex // guards unplaced, idle and waiting, read by the API
 	unplaced map[string]map[string]int
 	idle     map[string]bool
-	waiting  map[string]string // why a job's queued run waits for its dependencies (issue 19)
+	waiting  waits // why a job's queued work waits (issue 19)
 }
 
 // lead runs the leader's work until the leadership is lost or ctx ends. It returns a fatal
@@ -144,7 +144,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
-		unplaced: map[string]map[string]int{}, idle: map[string]bool{},
+		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),
 	}
 }

@@ -40,7 +40,8 @@ func TestLeaderReadsMakeNoZooKeeperRequest(t *testing.T) {
 		return strings.Contains(getBody(t, addr, "/api/job/jobs"), `"quiet"`)
 	})
 	paths := []string{"/metrics", "/api/job/jobs", "/api/job/jobs/quiet", "/api/job/quiet/disable", "/api/job/quiet/failure", "/api/app/list", "/api/app/app",
-		"/api/job/tasks/running", "/api/job/tasks/ready", "/api/job/tasks/failover", "/api/job/statistics/jobs/executionType"}
+		"/api/job/tasks/running", "/api/job/tasks/ready", "/api/job/tasks/failover", "/api/job/statistics/jobs/executionType",
+		"/api/job/unplaced", "/api/job/quiet/fires", "/api/job/quiet/next"}
 	before := s.sched.inst.store.RoundTrips()
 	for range 3 {
 		for _, p := range paths {

@@ -36,6 +36,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	}
 	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.Groups)}).Debug("offer cycle")
 	if len(w.Groups) == 0 {
+		ld.recordUnplaced(w, binpack.Result{}) // nothing was left unplaced: forget the last cycle's reasons
 		ld.decline(ctx, offers, declineNoWork)
 		if !ld.suppressed {
 			ld.call(ctx, calls.Suppress())
@@ -199,7 +200,7 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	w := plan.Eligible(snap, func(m taskid.Meta) bool {
 		return ld.relaunch.due(m, now) && !now.Before(retries[m].NotBefore)
 	})
-	waitReasons(snap, w, retries, now, waiting)
+	waitReasons(snap, w, retries, ld.relaunch.retryAt, now, waiting)
 	ld.mu.Lock()
 	ld.waiting = waiting
 	ld.mu.Unlock()
@@ -275,7 +276,8 @@ func (ld *leader) recordUnplaced(w plan.Work, res binpack.Result) {
 	}
 }
 
-// Unplaced returns, per job, why its shards were not placed in the last cycle.
+// Unplaced returns, per job, why its shards were not placed in the last cycle, and why its queued
+// work waits (issue 19: dependencies, backoffs, concurrency policy), from the leader's memory.
 func (s *instance) Unplaced() map[string]map[string]int {
 	s.mu.Lock()
 	ld := s.ld
@@ -287,7 +289,13 @@ func (s *instance) Unplaced() map[string]map[string]int {
 	defer ld.mu.Unlock()
 	out := map[string]map[string]int{}
 	for k, v := range ld.unplaced {
-		out[k] = v
+		out[k] = maps.Clone(v)
+	}
+	for k, v := range ld.waiting.reasons {
+		if out[k] == nil {
+			out[k] = map[string]int{}
+		}
+		maps.Copy(out[k], v)
 	}
 	return out
 }

@@ -342,6 +342,18 @@ function describeUnplaced(reasons) {
   return Object.entries(reasons || {}).map(([r, n]) => (say[r] || r) + (r === 'no-offers' ? '' : ' on ' + n + (n === 1 ? ' agent' : ' agents'))).join('; ');
 }
 
+// GET /api/job/unplaced also says why a job's queued work waits (issue 19): its reasons start
+// with "waiting: " (a dependency, a retry's or a failover's backoff, the concurrency policy).
+function splitReasons(reasons) {
+  const unplaced = {}, waiting = {};
+  for (const [r, n] of Object.entries(reasons || {})) (r.startsWith('waiting: ') ? waiting : unplaced)[r] = n;
+  return [Object.keys(unplaced).length ? unplaced : null, Object.keys(waiting).length ? waiting : null];
+}
+
+function describeWaiting(reasons) {
+  return Object.entries(reasons || {}).map(([r, n]) => r.slice('waiting: '.length) + ' (' + n + (n === 1 ? ' shard)' : ' shards)')).join('; ');
+}
+
 function JobsPage({ canWrite }) {
   const jobs = useApi(['/api/job/jobs', '/api/job/unplaced'], 5000);
   const list = (jobs.data && jobs.data[0]) || [];
@@ -363,13 +375,14 @@ function JobsPage({ canWrite }) {
         const i = names.indexOf(j.jobName);
         const off = states.data && states.data[i];
         const n = next.data && next.data[i];
-        const u = unplaced[j.jobName];
+        const [u, w] = splitReasons(unplaced[j.jobName]);
         return html`<tr key=${j.jobName}>
           <td><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a></td><td>${j.appName}</td>
           <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code class="nowrap">${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
           <td>${n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${j.cron ? '' : 'on trigger only'}</span>`}</td>
           <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
-            ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}</td>
+            ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}
+            ${w ? html`<br /><span class="tag warn waiting" title=${describeWaiting(w)}>waiting: ${describeWaiting(w)}</span>` : ''}</td>
           ${canWrite ? html`<td class="actions">
             <a role="button" class="outline" href=${'#/jobs/' + enc(j.jobName) + '/edit'}>Modify</a>
             ${j.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger ' + j.jobName, 'POST', '/api/job/trigger', j.jobName)}>Trigger</button>` : ''}
@@ -464,7 +477,7 @@ function JobDetail({ name, canWrite }) {
   if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
   if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
   const [, off, unplaced, failure, running, ready, failover] = d.data;
-  const u = unplaced && unplaced[name];
+  const [u, w] = splitReasons(unplaced && unplaced[name]);
   const mineRunning = (running || []).filter((t) => t.metaInfo.jobName === name);
   const mineReady = (ready || []).find((r) => r.jobName === name);
   const mineFailover = (failover || []).filter((f) => f.taskInfo.jobName === name);
@@ -479,6 +492,7 @@ function JobDetail({ name, canWrite }) {
       <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name)); location.hash = '#/jobs'; }} />
     </div>` : ''}
     ${u ? html`<div class="banner warn unplaced" role="status"><strong>Waiting in the ready queue:</strong> its shards found no room in the last offer cycle — ${describeUnplaced(u)}.</div>` : ''}
+    ${w ? html`<div class="banner warn waiting" role="status"><strong>Waiting:</strong> its queued work waits for ${describeWaiting(w)}.</div>` : ''}
     ${failure && failure.stopped ? html`<div class="banner error" role="status"><strong>Stopped:</strong> ${failure.stop && (failure.stop.reason + ' — ' + (failure.stop.message || ''))}. Enable or trigger the job to try again.</div>` : ''}
     <div class="grid">
       <article><header>Now</header>
