@@ -77,6 +77,10 @@ type Instance struct {
 	wakeC   chan struct{} // the runner has work
 	resched chan struct{} // the cron or time zone changed
 
+	// beforeMulti, set by tests only (export_test.go), is called just before a claim ("claim")
+	// or a taking ("take") is sent, so that a test can lose its answer.
+	beforeMulti func(op string)
+
 	mu        sync.Mutex // guards the fields below
 	cfg       *parsed
 	pending   int64 // a cron fire waiting for the runner (Unix ms), 0 for none
