@@ -35,6 +35,7 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) {
 		if !crashed || it.running {
 			continue
 		}
+		in.testHook("flag")
 		err = t.Do(ctx, t.Create(in.p("leader/failover/items/"+strconv.Itoa(i)), nil, false))
 		if err != nil && !errors.Is(err, state.ErrExists) {
 			in.log.WithError(err).Warn("flag an item for failover")

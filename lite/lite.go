@@ -77,8 +77,9 @@ type Instance struct {
 	wakeC   chan struct{} // the runner has work
 	resched chan struct{} // the cron or time zone changed
 
-	// beforeMulti, set by tests only (export_test.go), is called just before a claim ("claim")
-	// or a taking ("take") is sent, so that a test can lose its answer.
+	// beforeMulti, set by tests only (export_test.go), is called just before a claim ("claim"),
+	// a taking ("take") or a failover flag ("flag") is sent, so that a test can lose its
+	// answer or hold it back.
 	beforeMulti func(op string)
 
 	mu        sync.Mutex // guards the fields below

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -78,13 +79,45 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 	if err != nil || !ok {
 		return
 	}
-	failover := in.config().Failover
+	cfg := in.config()
+	mine := func(it item) bool { return it.owner == in.id && (it.failover == "" || it.failover == in.id) }
+	if cfg.Failover && cfg.MonitorExecution {
+		in.runInterrupted(ctx, cfg, fire, mine)
+	}
 	in.claimAndRun(ctx, fire, func(it item) bool {
-		if catchUp && !failover && it.rec.Fire == fire && !it.rec.Done {
+		if catchUp && !cfg.Failover && it.rec.Fire == fire && !it.rec.Done {
 			return false
 		}
-		return it.owner == in.id && (it.failover == "" || it.failover == in.id)
+		return mine(it)
 	})
+}
+
+// runInterrupted runs, each for its own fire, the runs of this instance's items that were
+// claimed for a fire before fire and never finished (their instance died, or lost its session,
+// under them: no running marker, no completion). Failover runs them when it takes the item
+// first; but the resharding that follows an instance's death may hand the item to an instance
+// before the item is flagged, and that instance's claim for a later fire would overwrite the
+// record that says the earlier run is owed.
+func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64, mine func(item) bool) {
+	owed := map[int64]bool{}
+	for i := range cfg.ShardingTotalCount {
+		it, err := in.readItem(ctx, i)
+		if err != nil {
+			in.log.WithError(err).Warn("read the items")
+			return
+		}
+		if it.exists && mine(it) && !it.disabled && !it.running && !it.rec.Done && it.rec.Fire > 0 && it.rec.Fire < fire {
+			owed[it.rec.Fire] = true
+		}
+	}
+	fires := make([]int64, 0, len(owed))
+	for f := range owed {
+		fires = append(fires, f)
+	}
+	sort.Slice(fires, func(i, j int) bool { return fires[i] < fires[j] })
+	for _, f := range fires {
+		in.claimAndRun(ctx, f, func(it item) bool { return mine(it) && it.rec.Fire == f && !it.rec.Done })
+	}
 }
 
 // claimAndRun claims the items pick chooses for fire and runs them. Without monitorExecution
