@@ -3,6 +3,7 @@ package lite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"sync"
@@ -34,6 +35,7 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) {
 		if !crashed || it.running {
 			continue
 		}
+		in.testHook("flag")
 		err = t.Do(ctx, t.Create(in.p("leader/failover/items/"+strconv.Itoa(i)), nil, false))
 		if err != nil && !errors.Is(err, state.ErrExists) {
 			in.log.WithError(err).Warn("flag an item for failover")
@@ -105,6 +107,7 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 		return 0, false
 	}
 	ops := []state.Op{t.Delete(flag, -1)}
+	foVersion := int32(-1) // the version the taking writes into the failover node
 	if item.Exists && i < in.config().ShardingTotalCount {
 		fo, err := t.Get(ctx, base+"/failover")
 		if err != nil {
@@ -112,19 +115,61 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 		}
 		if fo.Exists {
 			ops = append(ops, t.Set(base+"/failover", []byte(in.id), fo.Version))
+			foVersion = fo.Version + 1
 		} else {
 			ops = append(ops, t.Create(base+"/failover", []byte(in.id), false))
+			foVersion = 0
 		}
 	}
+	sid := t.SessionID()
+	in.testHook("take")
 	if err := t.Multi(ctx, ops...); err != nil {
-		in.log.WithError(err).WithField("item", i).Warn("take a failed-over item")
-		return 0, false
+		if !answerLost(err) {
+			in.log.WithError(err).WithField("item", i).Warn("take a failed-over item")
+			return 0, false
+		}
+		// ZooKeeper may have taken it: then the flag is gone and the failover node names
+		// this instance, which is alive, so nobody else would ever run the item.
+		made, err := in.takeMade(ctx, sid, flag, base+"/failover", foVersion)
+		if err != nil {
+			in.log.WithError(err).WithField("item", i).Warn("take a failed-over item: the answer was lost and the taking cannot be read back")
+			return 0, false
+		}
+		if !made {
+			return -1, true // the flag is still there: look again
+		}
 	}
 	if len(ops) == 1 {
 		return -1, true
 	}
 	in.log.WithField("item", i).Info("took over a failed item")
 	return i, true
+}
+
+// takeMade reads back a taking whose answer was lost, once the connection is back on the
+// session that sent it (which holds the latch still, so no other taker moved anything): it
+// was made when the flag is gone and the failover node, if the taking wrote one (foVersion
+// not -1), names this instance at the version the taking wrote.
+func (in *Instance) takeMade(ctx context.Context, sid int64, flag, fo string, foVersion int32) (bool, error) {
+	t := in.tree
+	if err := t.AwaitSession(ctx); err != nil {
+		return false, err
+	}
+	if t.SessionID() != sid {
+		return false, fmt.Errorf("%w: the session that took the item has ended", state.ErrSessionExpired)
+	}
+	f, err := t.Get(ctx, flag)
+	if err != nil || f.Exists {
+		return false, err
+	}
+	if foVersion < 0 {
+		return true, nil
+	}
+	n, err := t.Get(ctx, fo)
+	if err != nil {
+		return false, err
+	}
+	return n.Exists && n.Version == foVersion && string(n.Data) == in.id, nil
 }
 
 // runTaken runs a taken item and then gives it back to its owner.
@@ -148,14 +193,35 @@ func (in *Instance) runTaken(ctx context.Context, i int) {
 	if ctx.Err() != nil {
 		return // the taker's session ends: the item stays taken by it, and is taken again
 	}
+	in.release(ctx, i)
+}
+
+// release gives a taken item back to its owner: its failover node goes. A deletion whose
+// answer was lost is read back and made again: a node left naming this live instance would
+// keep the item from its owner for good.
+func (in *Instance) release(ctx context.Context, i int) {
 	t := in.tree
-	base := in.p("sharding/" + strconv.Itoa(i))
-	if n, err := t.Get(ctx, base+"/failover"); err == nil && n.Exists && string(n.Data) == in.id {
-		if err := t.Do(ctx, t.Delete(base+"/failover", n.Version)); err != nil && !errors.Is(err, state.ErrNotFound) {
-			in.log.WithError(err).WithField("item", i).Warn("release a failed-over item")
+	fo := in.p("sharding/" + strconv.Itoa(i) + "/failover")
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		n, err := t.Get(ctx, fo)
+		if err != nil || !n.Exists || string(n.Data) != in.id {
+			return
+		}
+		err = t.Do(ctx, t.Delete(fo, n.Version))
+		if !answerLost(err) {
+			if err != nil && !errors.Is(err, state.ErrNotFound) {
+				in.log.WithError(err).WithField("item", i).Warn("release a failed-over item")
+			}
+			return
+		}
+		if err := t.AwaitSession(ctx); err != nil {
+			return // the session ends: the node names a dead instance, and is taken again
 		}
 	}
 }
+
+// maxAttempts bounds the attempts at a write whose answer is lost again and again.
+const maxAttempts = 10
 
 // removeFailoverInfo drops every failover flag and taker when failover is turned off.
 func (in *Instance) removeFailoverInfo(ctx context.Context) {

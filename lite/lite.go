@@ -77,6 +77,11 @@ type Instance struct {
 	wakeC   chan struct{} // the runner has work
 	resched chan struct{} // the cron or time zone changed
 
+	// beforeMulti, set by tests only (export_test.go), is called just before a claim ("claim"),
+	// a taking ("take") or a failover flag ("flag") is sent, so that a test can lose its
+	// answer or hold it back.
+	beforeMulti func(op string)
+
 	mu        sync.Mutex // guards the fields below
 	cfg       *parsed
 	pending   int64 // a cron fire waiting for the runner (Unix ms), 0 for none
@@ -243,7 +248,7 @@ func (in *Instance) session(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		in.watchConnection(ctx, lost)
+		in.watchLease(ctx, lost)
 	}()
 	var err error
 	select {
@@ -251,7 +256,7 @@ func (in *Instance) session(ctx context.Context) error {
 	case <-expired:
 		err = state.ErrSessionExpired
 	case <-lost:
-		err = fmt.Errorf("%w: disconnected for a session timeout", state.ErrUnavailable)
+		err = fmt.Errorf("%w: the server has not heard from this instance for two thirds of a session timeout: its runs stop before the session can expire", state.ErrUnavailable)
 	case <-shutdown:
 		err = errShutdown
 	}
@@ -570,28 +575,35 @@ func (in *Instance) sessionTimeout() time.Duration {
 	return 10 * time.Second
 }
 
-// watchConnection closes lost when the connection has been down for a whole session timeout:
-// the server has expired the session, or is about to, and the survivors take this instance's
-// items over, so its runs must stop.
-func (in *Instance) watchConnection(ctx context.Context, lost chan<- struct{}) {
+// watchLease closes lost once the server may be about to expire the session: when it has not
+// surely heard from this instance (Tree.LastHeard: the send time of the newest packet it
+// answered) for two thirds of the negotiated session timeout, whether or not the client has
+// noticed a broken connection. ZooKeeper expires a session a session timeout after the last
+// packet it received, and the survivors take this instance's items over from then on; a
+// client that waited to notice the loss (two thirds of a timeout of silence in go-zookeeper)
+// and then a session timeout more would still run them while the survivors do. Stopping at
+// two thirds, as Curator's and etcd's leases do, leaves the runs a third of a timeout to end.
+func (in *Instance) watchLease(ctx context.Context, lost chan<- struct{}) {
 	for {
-		ok, changed := in.tree.Connected()
-		if !ok {
-			if err := in.tree.AwaitSession(ctx); err != nil {
-				if ctx.Err() == nil {
-					close(lost)
-				}
-				return
-			}
-			continue
+		heard, timeout := in.tree.LastHeard()
+		left := time.Until(heard.Add(timeout * leaseNum / leaseDen))
+		if left <= 0 {
+			close(lost)
+			return
 		}
+		timer := time.NewTimer(left)
 		select {
-		case <-changed:
+		case <-timer.C:
 		case <-ctx.Done():
+			timer.Stop()
 			return
 		}
 	}
 }
+
+// leaseNum/leaseDen is the part of the session timeout, counted from the last packet the server
+// surely heard, after which an instance stops its runs (see watchLease).
+const leaseNum, leaseDen = 2, 3
 
 // awaitConnected waits for the client to have a session again.
 func (in *Instance) awaitConnected(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -78,13 +79,45 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 	if err != nil || !ok {
 		return
 	}
-	failover := in.config().Failover
+	cfg := in.config()
+	mine := func(it item) bool { return it.owner == in.id && (it.failover == "" || it.failover == in.id) }
+	if cfg.Failover && cfg.MonitorExecution {
+		in.runInterrupted(ctx, cfg, fire, mine)
+	}
 	in.claimAndRun(ctx, fire, func(it item) bool {
-		if catchUp && !failover && it.rec.Fire == fire && !it.rec.Done {
+		if catchUp && !cfg.Failover && it.rec.Fire == fire && !it.rec.Done {
 			return false
 		}
-		return it.owner == in.id && (it.failover == "" || it.failover == in.id)
+		return mine(it)
 	})
+}
+
+// runInterrupted runs, each for its own fire, the runs of this instance's items that were
+// claimed for a fire before fire and never finished (their instance died, or lost its session,
+// under them: no running marker, no completion). Failover runs them when it takes the item
+// first; but the resharding that follows an instance's death may hand the item to an instance
+// before the item is flagged, and that instance's claim for a later fire would overwrite the
+// record that says the earlier run is owed.
+func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64, mine func(item) bool) {
+	owed := map[int64]bool{}
+	for i := range cfg.ShardingTotalCount {
+		it, err := in.readItem(ctx, i)
+		if err != nil {
+			in.log.WithError(err).Warn("read the items")
+			return
+		}
+		if it.exists && mine(it) && !it.disabled && !it.running && !it.rec.Done && it.rec.Fire > 0 && it.rec.Fire < fire {
+			owed[it.rec.Fire] = true
+		}
+	}
+	fires := make([]int64, 0, len(owed))
+	for f := range owed {
+		fires = append(fires, f)
+	}
+	sort.Slice(fires, func(i, j int) bool { return fires[i] < fires[j] })
+	for _, f := range fires {
+		in.claimAndRun(ctx, f, func(it item) bool { return mine(it) && it.rec.Fire == f && !it.rec.Done })
+	}
 }
 
 // claimAndRun claims the items pick chooses for fire and runs them. Without monitorExecution
@@ -141,17 +174,33 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				data, _ := json.Marshal(record{Fire: fire})
 				ops = append(ops, t.Set(base, data, it.recVersion), t.Create(base+"/running", []byte(in.id), true))
 			}
+			sid := t.SessionID()
+			in.testHook("claim")
 			if err := t.Multi(ctx, ops...); err != nil {
-				if isRace(err) {
+				switch {
+				case isRace(err):
 					// The sharding moved, the leader is resharding, or another instance claimed
 					// first: read again (after the resharding) and claim what is left.
 					if err := in.waitGone(ctx, in.p("leader/sharding/processing")); err != nil {
 						return
 					}
 					continue
+				case answerLost(err):
+					// ZooKeeper may have made the claim: its markers would name this instance
+					// and nobody else would run the items. Only the markers can tell.
+					made, err := in.claimMade(ctx, sid, fire, chosen)
+					if err != nil {
+						in.log.WithError(err).Warn("claim items: the answer was lost and the claim cannot be read back")
+						return
+					}
+					if !made {
+						continue // read again and claim what is left
+					}
+					in.log.WithField("fire", fire).Info("a claim whose answer was lost was made: running its items")
+				default:
+					in.log.WithError(err).Warn("claim items")
+					return
 				}
-				in.log.WithError(err).Warn("claim items")
-				return
 			}
 		}
 		finished := in.runItems(ctx, cfg, fire, chosen)
@@ -268,6 +317,56 @@ func (in *Instance) recordUnrecorded(ctx context.Context) {
 			in.mu.Unlock()
 		}
 	}
+}
+
+// testHook calls the test's hook, if any.
+func (in *Instance) testHook(op string) {
+	if in.beforeMulti != nil {
+		in.beforeMulti(op)
+	}
+}
+
+// answerLost: a transaction's answer was lost with the connection (go-zookeeper's
+// ErrConnectionClosed, ErrSessionMoved…), so ZooKeeper may or may not have applied it. A
+// refused transaction is an *state.OpError instead.
+func answerLost(err error) bool {
+	var oe *state.OpError
+	return errors.Is(err, state.ErrUnavailable) && !errors.As(err, &oe)
+}
+
+// claimMade reads back a claim whose answer was lost, once the connection is back on the
+// session that sent it: it was made when the running markers are this session's and the
+// records hold the fire at the version the claim wrote. A transaction is all or nothing, so
+// the items agree; a claim not made leaves the records at the versions read before it.
+func (in *Instance) claimMade(ctx context.Context, sid int64, fire int64, chosen []item) (bool, error) {
+	t := in.tree
+	if err := t.AwaitSession(ctx); err != nil {
+		return false, err
+	}
+	if t.SessionID() != sid {
+		return false, fmt.Errorf("%w: the session that made the claim has ended", state.ErrSessionExpired)
+	}
+	made := 0
+	for _, it := range chosen {
+		base := in.p("sharding/" + strconv.Itoa(it.i))
+		run, err := t.Get(ctx, base+"/running")
+		if err != nil {
+			return false, err
+		}
+		rec, err := t.Get(ctx, base)
+		if err != nil {
+			return false, err
+		}
+		var r record
+		if rec.Exists && json.Unmarshal(rec.Data, &r) == nil && rec.Version == it.recVersion+1 && r.Fire == fire && !r.Done &&
+			run.Exists && run.Owner == sid && string(run.Data) == in.id {
+			made++
+		}
+	}
+	if made != 0 && made != len(chosen) {
+		return false, fmt.Errorf("a claim of %d items reads back as made for %d of them", len(chosen), made)
+	}
+	return made != 0, nil
 }
 
 // isRace: a claim's transaction failed because something it read has changed.

@@ -87,6 +87,12 @@ func (t *Tree) Connected() (bool, <-chan struct{}) {
 	return ok, changed
 }
 
+// LastHeard returns when the server last surely heard from this session (the send time of the
+// newest request or ping it answered) and the session timeout it negotiated: it expires the
+// session no sooner than that time plus the timeout, whatever the client has noticed of a
+// broken connection. Both are zero before the first session.
+func (t *Tree) LastHeard() (time.Time, time.Duration) { return t.s.conn.LastHeard() }
+
 // Get reads a node; a missing node is Node{Exists: false} and no error.
 func (t *Tree) Get(ctx context.Context, rel string) (Node, error) {
 	n, err := t.s.get(ctx, t.abs(rel))

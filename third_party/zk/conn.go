@@ -93,6 +93,12 @@ type Conn struct {
 	creds   []authCreds
 	credsMu sync.Mutex // protects server
 
+	// ejcloud: when the server last surely heard from this session (see LastHeard).
+	heardMu      sync.Mutex    // guards the three fields below
+	heard        time.Time     // the send time of the newest packet known to have reached the server
+	heardTimeout time.Duration // the session timeout the server negotiated
+	pingsSent    []time.Time   // the send times of the pings not yet answered, oldest first
+
 	sendChan     chan *request
 	requests     map[int32]*request // Xid -> pending request
 	requestsLock sync.Mutex
@@ -124,6 +130,7 @@ type request struct {
 	pkt        interface{}
 	recvStruct interface{}
 	recvChan   chan response
+	sentAt     time.Time // ejcloud: see LastHeard
 
 	// Because sending and receiving happen in separate go routines, there's
 	// a possible race condition when creating watches from outside the read
@@ -337,6 +344,22 @@ func (c *Conn) SessionID() int64 {
 // Logger is an interface provided by this package.
 func (c *Conn) SetLogger(l Logger) {
 	c.logger = l
+}
+
+// LastHeard (ejcloud) returns the send time of the newest packet of this session that the
+// server is known to have received (its reply, or a reply to a later packet, came back), and
+// the negotiated session timeout. The server expires the session no sooner than a session
+// timeout after it last received a packet, so no sooner than LastHeard's time plus the timeout.
+func (c *Conn) LastHeard() (time.Time, time.Duration) {
+	c.heardMu.Lock()
+	defer c.heardMu.Unlock()
+	return c.heard, c.heardTimeout
+}
+
+func (c *Conn) setHeardLocked(t time.Time) {
+	if t.After(c.heard) {
+		c.heard = t
+	}
 }
 
 func (c *Conn) setTimeouts(sessionTimeoutMs int32) {
@@ -672,6 +695,7 @@ func (c *Conn) authenticate() error {
 
 	binary.BigEndian.PutUint32(buf[:4], uint32(n))
 
+	sent := time.Now()
 	c.conn.SetWriteDeadline(time.Now().Add(c.recvTimeout * 10))
 	_, err = c.conn.Write(buf[:n+4])
 	c.conn.SetWriteDeadline(time.Time{})
@@ -712,6 +736,9 @@ func (c *Conn) authenticate() error {
 
 	atomic.StoreInt64(&c.sessionID, r.SessionID)
 	c.setTimeouts(r.TimeOut)
+	c.heardMu.Lock()
+	c.heard, c.heardTimeout, c.pingsSent = sent, time.Duration(r.TimeOut)*time.Millisecond, nil
+	c.heardMu.Unlock()
 	c.passwd = r.Passwd
 	c.setState(StateHasSession)
 
@@ -744,6 +771,7 @@ func (c *Conn) sendData(req *request) error {
 		return ErrConnectionClosed
 	default:
 	}
+	req.sentAt = time.Now()
 	c.requests[req.xid] = req
 	c.requestsLock.Unlock()
 
@@ -777,6 +805,9 @@ func (c *Conn) sendLoop() error {
 
 			binary.BigEndian.PutUint32(c.buf[:4], uint32(n))
 
+			c.heardMu.Lock()
+			c.pingsSent = append(c.pingsSent, time.Now())
+			c.heardMu.Unlock()
 			c.conn.SetWriteDeadline(time.Now().Add(c.recvTimeout))
 			_, err = c.conn.Write(c.buf[:n+4])
 			c.conn.SetWriteDeadline(time.Time{})
@@ -841,7 +872,13 @@ func (c *Conn) recvLoop(conn net.Conn) error {
 			c.sendEvent(ev)
 			c.notifyWatches(ev)
 		} else if res.Xid == -2 {
-			// Ping response. Ignore.
+			// Ping response: the server answers a connection's packets in order.
+			c.heardMu.Lock()
+			if len(c.pingsSent) > 0 {
+				c.setHeardLocked(c.pingsSent[0])
+				c.pingsSent = c.pingsSent[1:]
+			}
+			c.heardMu.Unlock()
 		} else if res.Xid < 0 {
 			c.logger.Printf("Xid < 0 (%d) but not ping or watcher event", res.Xid)
 		} else {
@@ -859,6 +896,9 @@ func (c *Conn) recvLoop(conn net.Conn) error {
 			if !ok {
 				c.logger.Printf("Response for unknown request with xid %d", res.Xid)
 			} else {
+				c.heardMu.Lock()
+				c.setHeardLocked(req.sentAt)
+				c.heardMu.Unlock()
 				if res.Err != 0 {
 					err = res.Err.toError()
 				} else {

@@ -1,0 +1,132 @@
+package lite_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/executor/job"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+// leaseJob records when each run starts and when a held run sees its context end.
+type leaseJob struct {
+	mu       sync.Mutex // guards the fields below
+	starts   map[string]time.Time
+	stopped  map[string]time.Time
+	holdItem int // the item whose runs wait for their cancellation, -1 for none
+	holdInst string
+}
+
+func (j *leaseJob) key(inst string, item int, fire int64) string {
+	return fmt.Sprintf("%s/%d/%d", inst, item, fire)
+}
+
+func (j *leaseJob) Execute(ctx context.Context, sc job.ShardingContext) error {
+	parts := strings.Split(sc.TaskID, "@-@")
+	inst := strings.Join(parts[3:], "@-@")
+	var fire int64
+	fmt.Sscan(parts[2], &fire)
+	k := j.key(inst, sc.ShardingItem, fire)
+	j.mu.Lock()
+	j.starts[k] = time.Now()
+	hold := inst == j.holdInst && sc.ShardingItem == j.holdItem
+	j.mu.Unlock()
+	if !hold {
+		select {
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	<-ctx.Done()
+	j.mu.Lock()
+	j.stopped[k] = time.Now()
+	j.mu.Unlock()
+	return ctx.Err()
+}
+
+// earliest returns the earliest time in m of a key with the prefix.
+func (j *leaseJob) earliest(m map[string]time.Time, prefix string) (time.Time, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var first time.Time
+	for k, at := range m {
+		if strings.HasPrefix(k, prefix) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// An instance cut off silently (the network drops everything, so its client notices only
+// when its reads time out) stops its runs before the server can expire its session, so that
+// the survivor that takes its items over never runs one at the same time: the run is
+// cancelled two thirds of a session timeout after the server last heard from the instance,
+// not a session timeout after the client noticed.
+func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	p := statetest.NewProxy(t, env.Servers[0])
+	const name = "lease"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	const aSession = 3 * time.Second
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	j := &leaseJob{starts: map[string]time.Time{}, stopped: map[string]time.Time{}, holdItem: -1}
+	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	start(t, env.Servers, env.Namespace, b, cfg, j)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	j.mu.Lock()
+	j.holdInst, j.holdItem = a, 1
+	j.mu.Unlock()
+	var key string
+	await.True(t, 5*time.Second, "a runs item 1 until cancelled", func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for k := range j.starts {
+			if strings.HasPrefix(k, a+"/1/") {
+				if _, done := j.stopped[k]; !done && exists(t, tr, name+"/sharding/1/running") {
+					key = k
+					return true
+				}
+			}
+		}
+		return false
+	})
+	p.DropRequests()
+	p.DropReplies()
+	cut := time.Now()
+	var taken time.Time
+	// b takes item 1 over, for the interrupted fire or, when the resharding that follows a's
+	// expiry comes first, for b's own latest fire.
+	await.True(t, 3*aSession, "b runs item 1", func() bool {
+		var ok bool
+		taken, ok = j.earliest(j.starts, b+"/1/")
+		return ok
+	})
+	var stopped time.Time
+	await.True(t, 3*aSession, "a's run of item 1 is cancelled", func() bool {
+		var ok bool
+		stopped, ok = j.earliest(j.stopped, key)
+		return ok
+	})
+	t.Logf("a cut off at %s; its run cancelled %v later; b took item 1 over %v later",
+		cut.Format("15:04:05.000"), stopped.Sub(cut).Round(time.Millisecond), taken.Sub(cut).Round(time.Millisecond))
+	if !stopped.Before(taken) {
+		t.Errorf("a's run of item 1 was cancelled %v after b started it: both ran it at once", stopped.Sub(taken).Round(time.Millisecond))
+	}
+	if d := stopped.Sub(cut); d > aSession*2/3+500*time.Millisecond {
+		t.Errorf("a's run was cancelled %v after the cut; want within two thirds of its session timeout (%v)", d, aSession*2/3)
+	}
+	p.Cut()
+	p.Restore()
+}

@@ -1,0 +1,185 @@
+package lite_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/lite"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+// startHooked is start with a hook called just before the instance sends a claim or a taking.
+func startHooked(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, hook func(op string)) *instance {
+	t.Helper()
+	ip, _, _ := strings.Cut(id, "@-@")
+	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: sessionTimeout,
+		IP: ip, InstanceID: id, Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	lite.SetBeforeMulti(in, hook)
+	ctx, cancel := context.WithCancel(context.Background())
+	x := &instance{in: in, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(x.done)
+		x.err = in.Run(ctx)
+		if x.err != nil && ctx.Err() == nil {
+			t.Errorf("%s: Run: %v", id, x.err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-x.done })
+	return x
+}
+
+// loseAnswer arms a hook that, the first time op is about to be sent, makes the proxy throw
+// the server's replies away and tells the test (which then waits for the transaction to show
+// in ZooKeeper and breaks the connection: the transaction is made, its answer lost).
+func loseAnswer(p *statetest.Proxy, op string, armed *atomic.Bool) (func(string), <-chan struct{}) {
+	sent := make(chan struct{})
+	return func(o string) {
+		if o == op && armed.CompareAndSwap(true, false) {
+			p.DropReplies()
+			close(sent)
+		}
+	}, sent
+}
+
+// breakConnection closes the proxied connection once made holds (the transaction whose reply
+// the proxy drops has been applied) and lets the client reconnect to its session at once.
+func breakConnection(t *testing.T, p *statetest.Proxy, sent <-chan struct{}, made func() bool) {
+	t.Helper()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transaction whose answer is to be lost was not sent within 10s")
+	}
+	await.True(t, 5*time.Second, "the transaction is applied", made)
+	p.Cut()
+	p.Restore()
+}
+
+func record(t *testing.T, tr *state.Tree, rel string) (fire int64, done bool) {
+	t.Helper()
+	d, ok := data(t, tr, rel)
+	if !ok {
+		t.Fatalf("%s is missing", rel)
+	}
+	var r struct {
+		Fire int64 `json:"fire"`
+		Done bool  `json:"done"`
+	}
+	if err := json.Unmarshal([]byte(d), &r); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+	return r.Fire, r.Done
+}
+
+// A claim that ZooKeeper made but whose answer was lost with the connection (the session
+// lives) is read back and its items run: its markers name the instance, so nobody else would.
+func TestClaimWhoseAnswerWasLostRunsItsItems(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	p := statetest.NewProxy(t, env.Servers[0])
+	const name = "lostclaim"
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	rec := &recorder{work: 50 * time.Millisecond}
+	var armed atomic.Bool
+	hook, sent := loseAnswer(p, "claim", &armed)
+	a := startHooked(t, []string{p.Addr}, env.Namespace, "127.0.0.1@-@a", cfg, rec, hook)
+	await.True(t, 10*time.Second, "a owns both items", func() bool { return len(assignment(t, tr, name, 2)["127.0.0.1@-@a"]) == 2 })
+	armed.Store(true)
+	breakConnection(t, p, sent, func() bool { return exists(t, tr, name+"/sharding/0/running") })
+	fire, _ := record(t, tr, name+"/sharding/0")
+	awaitRuns(t, rec, 3*sessionTimeout, "both items of the fire whose claim's answer was lost run", func(runs []run) bool {
+		return len(doneByFire(runs)[fire]) == 2
+	})
+	awaitRuns(t, rec, 5*time.Second, "both items of a later fire run", func(runs []run) bool {
+		for f, items := range doneByFire(runs) {
+			if f > fire && len(items) == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	a.stop(t)
+	checkOncePerFire(t, rec.snapshot(), 2, fire, fire)
+}
+
+// A taking of a failed-over item that ZooKeeper made but whose answer was lost (the flag gone,
+// the failover node naming the taker) is read back and the item run: its owner is dead, and
+// nobody else takes an item whose taker lives. c, which gets the item at the next sharding,
+// is kept busy meanwhile so that b is the taker, and would not run it either (it was taken).
+func TestTakingWhoseAnswerWasLostRunsTheItem(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	p := statetest.NewProxy(t, env.Servers[0])
+	const name = "losttake"
+	const a, b, c = "127.0.0.1@-@a", "127.0.0.1@-@b", "127.0.0.1@-@c"
+	cfg := simpleJob(name, "* * * * * ?", 3)
+	var holdA, holdC atomic.Bool
+	forever, releaseC := make(chan struct{}), make(chan struct{})
+	rec := &recorder{work: 50 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
+		switch {
+		case inst == a && holdA.Load():
+			return forever // until a stops
+		case inst == c && holdC.Load():
+			return releaseC
+		}
+		return nil
+	}}
+	var armed atomic.Bool
+	hook, sent := loseAnswer(p, "take", &armed)
+	ia := start(t, env.Servers, env.Namespace, a, cfg, rec)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	startHooked(t, []string{p.Addr}, env.Namespace, b, cfg, rec, hook)
+	start(t, env.Servers, env.Namespace, c, cfg, rec)
+	want := map[string][]int{c: {0}, b: {1}, a: {2}}
+	await.True(t, 10*time.Second, "the sharding "+fmt.Sprint(want), func() bool { return fmt.Sprint(assignment(t, tr, name, 3)) == fmt.Sprint(want) })
+	held := time.Now()
+	holdA.Store(true)
+	holdC.Store(true)
+	var fire int64
+	awaitRuns(t, rec, 5*time.Second, "a and c are held in runs", func(runs []run) bool {
+		var ha, hc bool
+		for _, x := range runs {
+			if x.start.After(held) && !x.done {
+				if x.inst == a && x.item == 2 {
+					ha, fire = true, x.fire
+				}
+				hc = hc || x.inst == c
+			}
+		}
+		return ha && hc
+	})
+	armed.Store(true)
+	ia.stop(t) // its run of item 2 is interrupted, its node goes
+	breakConnection(t, p, sent, func() bool {
+		d, ok := data(t, tr, name+"/sharding/2/failover")
+		return ok && d == b && !exists(t, tr, name+"/leader/failover/items/2")
+	})
+	awaitRuns(t, rec, 3*sessionTimeout, "b runs item 2 for the fire a did not finish", func(runs []run) bool {
+		return doneByFire(runs)[fire][2] == 1 && func() bool {
+			for _, x := range runs {
+				if x.inst == b && x.item == 2 && x.fire == fire && x.done {
+					return true
+				}
+			}
+			return false
+		}()
+	})
+	close(releaseC)
+	for f, items := range doneByFire(rec.snapshot()) {
+		for item, n := range items {
+			if n > 1 {
+				t.Errorf("fire %s: item %d finished %d times", fmtFire(f), item, n)
+			}
+		}
+	}
+}
