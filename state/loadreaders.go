@@ -24,6 +24,9 @@ const loadReaderCount = 6
 type loadReaders struct {
 	conns []*zk.Conn
 	next  atomic.Uint64
+	// multiRead: the server answers multiRead (3.6+), and the load reads in batches
+	// (loadbatch.go); set once, before the load reads anything.
+	multiRead bool
 
 	mu      sync.Mutex
 	unarmed []armItem // watched nodes read without their watch, to arm after the load
@@ -74,7 +77,7 @@ func (s *Store) openLoadReaders(ctx context.Context, n int) (*loadReaders, error
 func (s *Store) openReader(ctx context.Context) (*zk.Conn, error) {
 	sess := newSession()
 	conn, _, err := zk.Connect(s.servers, s.timeout, zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(s.timeout, len(s.servers))),
-		zk.WithEventCallback(sess.observe))
+		zk.WithEventCallback(sess.observe), zk.WithMaxBufferSize(juteMaxBuffer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(s.servers, ","), err)
 	}

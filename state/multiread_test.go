@@ -2,9 +2,15 @@ package state_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +18,9 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // rawConn is a plain client session on the test's ZooKeeper, with a root node of its own.
@@ -101,4 +109,240 @@ func TestMultiReadReplyTooLarge(t *testing.T) {
 	if n := disconnects.Load(); n != 0 {
 		t.Errorf("the connection broke %d times; want it kept", n)
 	}
+}
+
+// seedVariety fills a namespace with one of everything the model holds, and a directory of
+// nodes too large to read in one multiRead under jute.maxbuffer.
+func seedVariety(t *testing.T, env statetest.Env) {
+	t.Helper()
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, other.CreateApp(ctx, testApp("off")), "CreateApp")
+	for i := range 300 {
+		must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%03d", i), "app")), "CreateJob")
+	}
+	for i := range 30 {
+		must(t, other.AddReady(ctx, fmt.Sprintf("job%03d", i), true), "AddReady")
+	}
+	for i := 30; i < 40; i++ {
+		job := fmt.Sprintf("job%03d", i)
+		ids := []taskid.ID{taskid.New(taskid.Meta{JobName: job, Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: job, Item: 2}, taskid.Ready, "S1")}
+		must(t, other.RecordLaunch(ctx, state.Launch{Tasks: ids}), "RecordLaunch")
+	}
+	_, err := other.AddFailover(ctx, taskid.New(taskid.Meta{JobName: "job050", Item: 1}, taskid.Failover, "S0"))
+	must(t, err, "AddFailover")
+	must(t, other.DisableJob(ctx, "job299"), "DisableJob")
+	must(t, other.DisableApp(ctx, "off"), "DisableApp")
+	j := testJob("job007", "app")
+	j.ShardingTotalCount = 5
+	_, err = other.UpdateJob(ctx, j)
+	must(t, err, "UpdateJob") // a config at version 1
+
+	conn, root := rawConn(t, env, 0, nil)
+	big := root + "/state/big"
+	_, err = conn.Create(big, nil, 0, zk.WorldACL(zk.PermAll))
+	must(t, err, "create "+big)
+	for i := range 8 {
+		_, err := conn.Create(fmt.Sprintf("%s/n%d", big, i), bytes.Repeat([]byte{byte('a' + i)}, 200_000), 0, zk.WorldACL(zk.PermAll))
+		must(t, err, "create a large node")
+	}
+}
+
+// loadModel loads a leader's model through a fresh session, reading with or without multiRead,
+// and returns it with the round trips of the load (the watches armed after it not counted).
+// loaded, if set, runs between the load and the arming of the watches.
+func loadModel(t *testing.T, env statetest.Env, multiRead bool, loaded func(), mutate ...func(*state.Config)) (*state.Store, uint64) {
+	t.Helper()
+	defer state.SetMultiReadLoad(multiRead)()
+	s := openPlain(t, env, mutate...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	before := s.RoundTrips()
+	var trips uint64
+	defer state.SetLoadedHook(func() {
+		trips = s.RoundTrips() - before
+		if loaded != nil {
+			loaded()
+		}
+	})()
+	m, err := s.Mirror(ctx, nil)
+	must(t, err, "Mirror")
+	select {
+	case <-m.Watched():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the config nodes' watches not armed within 30 s")
+	}
+	return m, trips
+}
+
+func TestLoadByMultiReadHoldsWhatOneReadANodeHolds(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	seedVariety(t, env)
+	byGet, getTrips := loadModel(t, env, false, nil)
+	byMulti, multiTrips := loadModel(t, env, true, nil)
+	want, got := byGet.ModelDump(), byMulti.ModelDump()
+	if got != want {
+		t.Fatalf("model loaded by multiRead differs from the one read node by node:\n got: %s\nwant: %s", got, want)
+	}
+	for _, node := range []string{"/config/job/job299 v0", "/config/job/job007 v1", "/state/big/n7 v0", "/state/disable/app/off", "/state/failover/job050"} {
+		if !strings.Contains(got, node) {
+			t.Errorf("the model lacks %s", node)
+		}
+	}
+	t.Logf("load: %d round trips node by node, %d by multiRead", getTrips, multiTrips)
+	if multiTrips*5 > getTrips {
+		t.Errorf("the multiRead load made %d round trips; want under a fifth of the %d node by node", multiTrips, getTrips)
+	}
+}
+
+// A config node is read without its watch during the load and watched after it; a change
+// made in between must still reach the model (it is read again), by either way of loading.
+func TestLoadReadsAgainAConfigChangedBeforeItsWatch(t *testing.T) {
+	for _, multiRead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("multiRead=%v", multiRead), func(t *testing.T) {
+			env := statetest.StartZooKeeper(t)
+			ctx := ctxT(t)
+			other := openPlain(t, env)
+			must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+			for i := range 50 {
+				must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
+			}
+			changed := testJob("job17", "app")
+			changed.ShardingTotalCount = 9
+			m, _ := loadModel(t, env, multiRead, func() {
+				_, err := other.UpdateJob(ctx, changed)
+				must(t, err, "UpdateJob between the load and the watch")
+			})
+			await.True(t, 2*time.Second, "the model has the config changed before its watch", func() bool {
+				j, err := m.Job(ctx, "job17")
+				return err == nil && j.ShardingTotalCount == 9
+			})
+			// And the watch is armed: a change after it is seen too.
+			changed.ShardingTotalCount = 4
+			_, err := other.UpdateJob(ctx, changed)
+			must(t, err, "UpdateJob after the watch")
+			await.True(t, 2*time.Second, "the model has the config changed after its watch", func() bool {
+				j, err := m.Job(ctx, "job17")
+				return err == nil && j.ShardingTotalCount == 4
+			})
+		})
+	}
+}
+
+// A server before 3.6 answers multiRead with UNIMPLEMENTED and closes the connection: the load
+// finds out once and reads node by node, as before.
+func TestLoadFallsBackToOneReadANodeOnAServerWithoutMultiRead(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	seedVariety(t, env)
+	want, _ := loadModel(t, env, false, nil)
+	old := startOldZooKeeper(t, env.Servers[0])
+	got, _ := loadModel(t, env, true, nil, func(c *state.Config) { c.Servers = []string{old.addr} })
+	if got.ModelDump() != want.ModelDump() {
+		t.Fatalf("model loaded from a server without multiRead differs:\n got: %s\nwant: %s", got.ModelDump(), want.ModelDump())
+	}
+	if n := old.refused.Load(); n != 1 {
+		t.Errorf("the load sent %d multiReads to a server without it; want 1 (the probe)", n)
+	}
+}
+
+// oldZooKeeper is a proxy to a ZooKeeper server that plays one before 3.6: it answers a
+// multiRead (opcode 22) as UnimplementedRequestProcessor does, an UNIMPLEMENTED reply and the
+// connection closed, and passes everything else through.
+type oldZooKeeper struct {
+	addr    string
+	refused atomic.Int32
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func startOldZooKeeper(t *testing.T, target string) *oldZooKeeper {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err, "listen")
+	o := &oldZooKeeper{addr: ln.Addr().String()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go o.serve(c, target)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for _, c := range o.conns {
+			c.Close() // ends serve and its piping
+		}
+	})
+	return o
+}
+
+func (o *oldZooKeeper) serve(client net.Conn, target string) {
+	server, err := net.Dial("tcp", target)
+	o.mu.Lock()
+	o.conns = append(o.conns, client)
+	if err == nil {
+		o.conns = append(o.conns, server)
+	}
+	o.mu.Unlock()
+	if err != nil {
+		client.Close()
+		return
+	}
+	defer client.Close()
+	defer server.Close()
+	var toClient sync.Mutex // one whole frame at a time
+	go func() {
+		defer client.Close()
+		for {
+			f, err := readFrame(server)
+			if err != nil {
+				return
+			}
+			toClient.Lock()
+			_, err = client.Write(f)
+			toClient.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for first := true; ; first = false {
+		f, err := readFrame(client)
+		if err != nil {
+			return
+		}
+		// After the connect request, a frame is length, xid, opcode, body.
+		if !first && len(f) >= 12 && int32(binary.BigEndian.Uint32(f[8:12])) == 22 {
+			o.refused.Add(1)
+			reply := make([]byte, 20)
+			binary.BigEndian.PutUint32(reply[0:4], 16)
+			copy(reply[4:8], f[4:8])                                     // xid; zxid 0
+			binary.BigEndian.PutUint32(reply[16:20], uint32(0xfffffffa)) // -6, UNIMPLEMENTED
+			toClient.Lock()
+			client.Write(reply)
+			toClient.Unlock()
+			return
+		}
+		if _, err := server.Write(f); err != nil {
+			return
+		}
+	}
+}
+
+func readFrame(c net.Conn) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return nil, err
+	}
+	f := make([]byte, 4+binary.BigEndian.Uint32(n[:]))
+	copy(f, n[:])
+	_, err := io.ReadFull(c, f[4:])
+	return f, err
 }
