@@ -25,6 +25,9 @@ const (
 	// dataGuess is a conservative guess of a node's data (the job configs here are ~400
 	// bytes); once a directory's first batch is read, the largest node seen replaces it.
 	dataGuess = 2 << 10
+	// minDataGuess is the least a node is taken to hold, so that a directory of empty nodes
+	// is not read in batches of batchMaxOps when a later node holds more.
+	minDataGuess = 128
 	// opReplyOverhead is a getData op's reply beyond its data: the op's header (9), the data's
 	// length (4) and the stat (68).
 	opReplyOverhead = 81
@@ -120,15 +123,15 @@ func (s *Store) loadPlain(ctx context.Context, r *loadReaders, nodes []loaded) (
 		return nil, nil
 	}
 	m := s.mv.m
+	// The first batch, sized on the guess and read alone, tells the size of these nodes: the
+	// largest seen sizes the rest (and grows if a later batch holds a larger one).
 	var maxData atomic.Int64
-	maxData.Store(dataGuess)
-	// The first batch, read alone, tells the size of these nodes.
 	first := batchSize(len(nodes), dataGuess)
 	if err := s.readData(ctx, r, nodes[:first], &maxData); err != nil {
 		return nil, err
 	}
 	if rest := nodes[first:]; len(rest) > 0 {
-		size := batchSize(len(rest), maxData.Load())
+		size := batchSize(len(rest), max(maxData.Load(), minDataGuess))
 		batches := (len(rest) + size - 1) / size
 		err := concurrently(batches, batchesInFlight*len(r.conns), func(i int) error {
 			return s.readData(ctx, r, rest[i*size:min((i+1)*size, len(rest))], &maxData)
