@@ -6,6 +6,9 @@ import (
 	"strings"
 )
 
+// LoadSessions is how many extra sessions a load opens.
+const LoadSessions = loadReaderCount
+
 // SetMultiReadLoad turns the load's multiReads on or off (on by default) and returns a func
 // that restores the setting.
 func SetMultiReadLoad(on bool) (restore func()) {

@@ -49,27 +49,39 @@ type loaded struct {
 	exists  bool
 }
 
-// probeMultiRead asks one session whether the server answers multiRead. A server before 3.6
-// answers UNIMPLEMENTED and closes the connection; that session is replaced by a fresh one.
+// probeMultiRead asks each load session whether its server answers multiRead: against an
+// ensemble in a rolling upgrade the sessions may be on servers of two versions. A server before
+// 3.6 answers UNIMPLEMENTED and closes the connection; such a session is replaced by a fresh
+// one, and the whole load reads node by node.
 func (s *Store) probeMultiRead(ctx context.Context, r *loadReaders) bool {
 	if multiReadOff.Load() {
 		return false
 	}
-	start := s.begin()
-	_, err := r.conns[0].MultiRead(&zk.GetDataOp{Path: s.root})
-	s.end("multiRead", start)
-	if err == nil {
-		return true
+	failed := make([]error, len(r.conns))
+	concurrently(len(r.conns), len(r.conns), func(i int) error {
+		start := s.begin()
+		_, failed[i] = r.conns[i].MultiRead(&zk.GetDataOp{Path: s.root})
+		s.end("multiRead", start)
+		return nil
+	})
+	ok := true
+	kept := r.conns[:0]
+	for i, c := range r.conns {
+		if failed[i] == nil {
+			kept = append(kept, c)
+			continue
+		}
+		if ok {
+			s.log.WithError(failed[i]).Info("ZooKeeper did not answer a multiRead (a server before 3.6 does not know it): the load reads one node at a time")
+		}
+		ok = false
+		c.Close()
+		if c, err := s.openReader(ctx); err == nil {
+			kept = append(kept, c)
+		}
 	}
-	s.log.WithError(err).Info("ZooKeeper does not answer multiRead (it is older than 3.6): the load reads one node at a time")
-	r.conns[0].Close()
-	c, err := s.openReader(ctx)
-	if err != nil {
-		r.conns = r.conns[1:]
-		return false
-	}
-	r.conns[0] = c
-	return false
+	r.conns = kept
+	return ok
 }
 
 // loadChildren reads dir's children named names (and what is below them) into the base,

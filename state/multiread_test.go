@@ -231,7 +231,7 @@ func TestLoadReadsAgainAConfigChangedBeforeItsWatch(t *testing.T) {
 }
 
 // A server before 3.6 answers multiRead with UNIMPLEMENTED and closes the connection: the load
-// finds out once and reads node by node, as before.
+// finds out by one probe on each of its sessions and reads node by node, as before.
 func TestLoadFallsBackToOneReadANodeOnAServerWithoutMultiRead(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	seedVariety(t, env)
@@ -241,8 +241,8 @@ func TestLoadFallsBackToOneReadANodeOnAServerWithoutMultiRead(t *testing.T) {
 	if got.ModelDump() != want.ModelDump() {
 		t.Fatalf("model loaded from a server without multiRead differs:\n got: %s\nwant: %s", got.ModelDump(), want.ModelDump())
 	}
-	if n := old.refused.Load(); n != 1 {
-		t.Errorf("the load sent %d multiReads to a server without it; want 1 (the probe)", n)
+	if n := old.refused.Load(); n != state.LoadSessions {
+		t.Errorf("the load sent %d multiReads to a server without it; want %d (one probe a session)", n, state.LoadSessions)
 	}
 }
 
@@ -345,4 +345,40 @@ func readFrame(c net.Conn) ([]byte, error) {
 	copy(f, n[:])
 	_, err := io.ReadFull(c, f[4:])
 	return f, err
+}
+
+// A directory whose listing outgrows jute.maxbuffer cannot be split: both ways of loading list
+// it over the store's own session, whose replies are not limited.
+func TestLoadListsADirectoryLargerThanOneReply(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	conn, root := rawConn(t, env, 0, nil)
+	for _, p := range []string{root + "/state", root + "/state/wide"} {
+		_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		must(t, err, "create "+p)
+	}
+	const n = 5_500 // names of 200 bytes: a listing of 1.1 MB
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				name := fmt.Sprintf("%s/%05d%s", root+"/state/wide", i, strings.Repeat("x", 195))
+				if _, err := conn.Create(name, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	must(t, <-errs, "create the children")
+	for _, multiRead := range []bool{false, true} {
+		m, _ := loadModel(t, env, multiRead, nil)
+		if got := strings.Count(m.ModelDump(), root+"/state/wide/"); got != n {
+			t.Errorf("multiRead=%v: the model holds %d of the %d children", multiRead, got, n)
+		}
+	}
 }
