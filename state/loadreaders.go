@@ -13,10 +13,11 @@ import (
 
 // loadReaderCount is how many extra sessions a load opens. A ZooKeeper server serves one
 // connection's requests one at a time (read, process, reply), so a single session caps a
-// load at what that loop manages (~14,000 reads a second here); a load reads every node's data
-// over these, and only arms watches on the store's own session. With 6, 100,000 jobs load in
-// 3.3 s on 2 cores (3.9 s with 3), and the ZooKeeper server's CPU is the limit; against an
-// ensemble the sessions spread over its members, which serve reads in parallel.
+// load at what that loop manages; a load reads every node's data over these, and only arms
+// watches on the store's own session. Read one getData a node (a server before 3.6, ~14,000
+// reads a second here), 100,000 jobs load in 3.3 s on 2 cores with 6 (3.9 s with 3); in
+// multiReads (loadbatch.go) in 0.5 s. Against an ensemble the sessions spread over its
+// members, which serve reads in parallel.
 const loadReaderCount = 6
 
 // loadReaders are short-lived sessions, with the store's servers and credentials, that a
@@ -24,6 +25,9 @@ const loadReaderCount = 6
 type loadReaders struct {
 	conns []*zk.Conn
 	next  atomic.Uint64
+	// multiRead: the server answers multiRead (3.6+), and the load reads in batches
+	// (loadbatch.go); set once, before the load reads anything.
+	multiRead bool
 
 	mu      sync.Mutex
 	unarmed []armItem // watched nodes read without their watch, to arm after the load
@@ -74,7 +78,7 @@ func (s *Store) openLoadReaders(ctx context.Context, n int) (*loadReaders, error
 func (s *Store) openReader(ctx context.Context) (*zk.Conn, error) {
 	sess := newSession()
 	conn, _, err := zk.Connect(s.servers, s.timeout, zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(s.timeout, len(s.servers))),
-		zk.WithEventCallback(sess.observe))
+		zk.WithEventCallback(sess.observe), zk.WithMaxBufferSize(juteMaxBuffer))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(s.servers, ","), err)
 	}

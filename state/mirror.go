@@ -514,6 +514,10 @@ func (s *Store) refresh(ctx context.Context, p string, deep bool) ([]string, err
 	if deep {
 		more = append(more, keep...)
 	}
+	if r := m.loading; r != nil && r.multiRead && len(more) > 0 {
+		more, err := s.loadChildren(ctx, p, more)
+		return append(changed, more...), err
+	}
 	results := make([][]string, len(more))
 	err = concurrently(len(more), 64, func(i int) (err error) {
 		results[i], err = s.refresh(ctx, p+"/"+more[i], deep)
@@ -595,6 +599,9 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 		data, st, _, err = conn.GetW(p)
 	} else {
 		data, st, err = conn.Get(p)
+		if errors.Is(err, zk.ErrResponseTooLarge) { // a load session's limit; ours has none
+			data, st, err = s.conn.Get(p)
+		}
 	}
 	s.end("get", start)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -606,6 +613,9 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	if st.NumChildren > 0 {
 		start := s.begin()
 		kids, _, err = conn.Children(p)
+		if errors.Is(err, zk.ErrResponseTooLarge) {
+			kids, _, err = s.conn.Children(p)
+		}
 		s.end("children", start)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, 0, nil, false, nil
@@ -783,7 +793,7 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	if r, err := s.openLoadReaders(ctx, loadReaderCount); err != nil {
 		// Slower, not wrong: every read then goes over the store's own session.
 		s.log.WithError(err).Warn("load the leader's model over one session")
-	} else {
+	} else if r.multiRead = s.probeMultiRead(ctx, r); len(r.conns) > 0 {
 		m.loading = r
 		defer r.close()
 	}
@@ -804,6 +814,9 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		s.watchers.Store(nil)
 		return nil, fmt.Errorf("load the leader's model: %w", err)
 	}
+	if h := loadedHook.Load(); h != nil {
+		(*h)()
+	}
 	go v.follow(ctx, events, overflow, onChange)
 	go func() {
 		defer close(m.armed)
@@ -811,6 +824,10 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	}()
 	return v, nil
 }
+
+// loadedHook, when set (by a test), runs after a load and before the watches the load left
+// unarmed are armed: the window in which someone else's change must not be missed.
+var loadedHook atomic.Pointer[func()]
 
 // Watched is closed once every config node's watch is armed (or the mirror's ctx ended): from
 // then on others' changes reach the model within moments.

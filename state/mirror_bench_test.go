@@ -13,43 +13,58 @@ import (
 )
 
 // BenchmarkMirrorLoad measures a takeover (issue 14): a new leader loads the model of a
-// namespace with n jobs and its queues. Each load is a fresh session, so that nothing is
-// cached and every watch is armed again. Run it with -benchtime=1x or 3x: seeding 100,000 jobs
-// takes a while.
+// namespace with n jobs and its queues, reading one node per getData (read=getData, as before
+// multiRead) and in batches of multiRead (read=multiRead), on the same seeded namespace. Each
+// load is a fresh session, so that nothing is cached and every watch is armed again. Run it
+// with -benchtime=1x or 3x: seeding 100,000 jobs takes a while. Compare with
+// benchstat -col /read.
 func BenchmarkMirrorLoad(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
 			env := statetest.StartZooKeeper(b)
 			want := seedLoad(b, env, n)
-			var elapsed, watched time.Duration
-			var trips uint64
-			for b.Loop() {
-				b.StopTimer()
-				s := connectBench(b, env)
-				ctx, cancel := context.WithCancel(b.Context())
-				start := s.RoundTrips()
-				b.StartTimer()
-				began := time.Now()
-				m, err := s.Mirror(ctx, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				elapsed += time.Since(began)
-				b.StopTimer()
-				// The watches of the config nodes are armed in the background, after the load.
-				<-m.Watched()
-				watched += time.Since(began)
-				trips += s.RoundTrips() - start
-				want.check(b, ctx, m)
-				cancel()
-				s.Close()
-				b.StartTimer()
+			for _, read := range []string{"getData", "multiRead"} {
+				b.Run("read="+read, func(b *testing.B) {
+					defer state.SetMultiReadLoad(read == "multiRead")()
+					benchLoad(b, env, want)
+				})
 			}
-			b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "ms/load")
-			b.ReportMetric(float64(watched.Milliseconds())/float64(b.N), "ms/watched")
-			b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/load")
 		})
 	}
+}
+
+func benchLoad(b *testing.B, env statetest.Env, want loadCounts) {
+	var elapsed, watched time.Duration
+	var trips, loadTrips uint64
+	for b.Loop() {
+		b.StopTimer()
+		s := connectBench(b, env)
+		ctx, cancel := context.WithCancel(b.Context())
+		start := s.RoundTrips()
+		// The load's own round trips, before the watches are armed.
+		restore := state.SetLoadedHook(func() { loadTrips += s.RoundTrips() - start })
+		b.StartTimer()
+		began := time.Now()
+		m, err := s.Mirror(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(began)
+		b.StopTimer()
+		restore()
+		// The watches of the config nodes are armed in the background, after the load.
+		<-m.Watched()
+		watched += time.Since(began)
+		trips += s.RoundTrips() - start
+		want.check(b, ctx, m)
+		cancel()
+		s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "ms/load")
+	b.ReportMetric(float64(watched.Milliseconds())/float64(b.N), "ms/watched")
+	b.ReportMetric(float64(loadTrips)/float64(b.N), "roundtrips/load")
+	b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/watched")
 }
 
 // loadCounts is what the loaded model must hold.

@@ -840,7 +840,12 @@ func (c *Conn) recvLoop(conn net.Conn) error {
 		blen := int(binary.BigEndian.Uint32(buf[:4]))
 		if cap(buf) < blen {
 			if c.maxBufferSize > 0 && blen > c.maxBufferSize {
-				return fmt.Errorf("received packet from server with length %d, which exceeds max buffer size %d", blen, c.maxBufferSize)
+				// Patched: a reply to a request fails that request alone, so that
+				// one large read does not cut the session's other requests.
+				if err := c.skipReply(conn, buf, blen); err != nil {
+					return fmt.Errorf("received packet from server with length %d, which exceeds max buffer size %d: %w", blen, c.maxBufferSize, err)
+				}
+				continue
 			}
 			buf = make([]byte, blen)
 		}
@@ -914,6 +919,50 @@ func (c *Conn) recvLoop(conn net.Conn) error {
 			}
 		}
 	}
+}
+
+// skipReply reads and drops a reply of blen bytes that exceeds the max buffer size, and fails
+// the request it answers with ErrResponseTooLarge. It returns an error when the reply is not
+// a request's (a watch event), which then closes the connection as before.
+func (c *Conn) skipReply(conn net.Conn, buf []byte, blen int) error {
+	if blen < 16 {
+		return ErrResponseTooLarge
+	}
+	if _, err := io.ReadFull(conn, buf[:16]); err != nil {
+		return err
+	}
+	res := responseHeader{}
+	if _, err := decodePacket(buf[:16], &res); err != nil {
+		return err
+	}
+	if res.Xid < 0 {
+		return ErrResponseTooLarge
+	}
+	if _, err := io.CopyN(io.Discard, conn, int64(blen-16)); err != nil {
+		return err
+	}
+	conn.SetReadDeadline(time.Time{})
+	if res.Zxid > 0 {
+		atomic.StoreInt64(&c.lastZxid, res.Zxid)
+	}
+	c.requestsLock.Lock()
+	req, ok := c.requests[res.Xid]
+	if ok {
+		delete(c.requests, res.Xid)
+	}
+	c.requestsLock.Unlock()
+	if !ok {
+		c.logger.Printf("Response for unknown request with xid %d", res.Xid)
+		return nil
+	}
+	c.heardMu.Lock()
+	c.setHeardLocked(req.sentAt) // ejcloud: a reply too large to keep is still word from the server
+	c.heardMu.Unlock()
+	if req.recvFunc != nil {
+		req.recvFunc(req, &res, ErrResponseTooLarge)
+	}
+	req.recvChan <- response{res.Zxid, ErrResponseTooLarge}
+	return nil
 }
 
 func (c *Conn) nextXid() int32 {
@@ -1348,6 +1397,58 @@ func (c *Conn) Multi(ops ...interface{}) ([]MultiResponse, error) {
 		mr[i] = MultiResponse{Stat: op.Stat, String: op.String, Error: op.Err.toError()}
 	}
 	return mr, err
+}
+
+// GetDataOp reads a node's data and stat in a MultiRead.
+type GetDataOp struct{ Path string }
+
+// GetChildrenOp lists a node's children in a MultiRead.
+type GetChildrenOp struct{ Path string }
+
+// MultiReadResponse is the answer to one op of a MultiRead: Data and Stat for a GetDataOp,
+// Children for a GetChildrenOp, or Error (ErrNoNode, ErrNoAuth) for that op alone.
+type MultiReadResponse struct {
+	Data     []byte
+	Stat     *Stat
+	Children []string
+	Error    error
+}
+
+// MultiRead reads several nodes in one request (ZooKeeper 3.6+). Unlike Multi it is not a
+// transaction: each op is answered on its own, one that fails carries its error and the others
+// are still read; no watch is set. The ops must be *GetDataOp or *GetChildrenOp.
+//
+// A server before 3.6 answers ErrUnimplemented and closes the connection. A reply larger than
+// the limit set by WithMaxBufferSize fails with ErrResponseTooLarge and leaves the connection
+// up: read fewer nodes at a time.
+func (c *Conn) MultiRead(ops ...interface{}) ([]MultiReadResponse, error) {
+	req := &multiRequest{
+		Ops:        make([]multiRequestOp, 0, len(ops)),
+		DoneHeader: multiHeader{Type: -1, Done: true, Err: -1},
+	}
+	for _, op := range ops {
+		switch o := op.(type) {
+		case *GetDataOp:
+			req.Ops = append(req.Ops, multiRequestOp{multiHeader{opGetData, false, -1}, &getDataRequest{Path: o.Path}})
+		case *GetChildrenOp:
+			req.Ops = append(req.Ops, multiRequestOp{multiHeader{opGetChildren, false, -1}, &getChildren2Request{Path: o.Path}})
+		default:
+			return nil, fmt.Errorf("unknown read operation type %T", op)
+		}
+	}
+	res := &multiReadResponse{}
+	_, err := c.request(opMultiRead, req, res, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Ops) != len(ops) {
+		return nil, fmt.Errorf("zk: multiRead of %d ops answered %d", len(ops), len(res.Ops))
+	}
+	mr := make([]MultiReadResponse, len(res.Ops))
+	for i, op := range res.Ops {
+		mr[i] = MultiReadResponse{Data: op.Data, Stat: op.Stat, Children: op.Children, Error: op.Err.toError()}
+	}
+	return mr, nil
 }
 
 // IncrementalReconfig is the zookeeper reconfiguration api that allows adding and removing servers

@@ -29,6 +29,7 @@ const (
 	opReconfig        = 16
 	opCreateContainer = 19
 	opCreateTTL       = 21
+	opMultiRead       = 22
 	opClose           = -11
 	opSetAuth         = 100
 	opSetWatches      = 101
@@ -124,6 +125,12 @@ var (
 	ErrSessionMoved            = errors.New("zk: session moved to another server, so operation is ignored")
 	ErrReconfigDisabled        = errors.New("attempts to perform a reconfiguration operation when reconfiguration feature is disabled")
 	ErrBadArguments            = errors.New("invalid arguments")
+	// ErrUnimplemented is a server's answer to an operation it does not know (a server
+	// before 3.6 to MultiRead); such a server then closes the connection.
+	ErrUnimplemented = errors.New("zk: operation not implemented by the server")
+	// ErrResponseTooLarge means the server's reply to the request exceeded the limit set by
+	// WithMaxBufferSize; the reply was skipped and the connection kept.
+	ErrResponseTooLarge = errors.New("zk: response exceeds the max buffer size")
 	// ErrInvalidCallback         = errors.New("zk: invalid callback specified")
 
 	errCodeToError = map[ErrCode]error{
@@ -144,6 +151,7 @@ var (
 		errSessionMoved:      ErrSessionMoved,
 		errZReconfigDisabled: ErrReconfigDisabled,
 		errBadArguments:      ErrBadArguments,
+		errUnimplemented:     ErrUnimplemented,
 	}
 )
 
@@ -213,6 +221,7 @@ var (
 		opSync:            "sync",
 		opPing:            "ping",
 		opGetChildren2:    "getChildren2",
+		opMultiRead:       "multiRead",
 		opCheck:           "check",
 		opMulti:           "multi",
 		opReconfig:        "reconfig",

@@ -397,6 +397,58 @@ func (r *multiResponse) Decode(buf []byte) (int, error) {
 	return total, multiErr
 }
 
+// multiReadResponseOp is one op's answer in a multiRead reply (ZooKeeper's MultiResponse):
+// a getData or getChildren response, or an error code.
+type multiReadResponseOp struct {
+	Header   multiHeader
+	Data     []byte
+	Stat     *Stat
+	Children []string
+	Err      ErrCode
+}
+
+type multiReadResponse struct {
+	Ops []multiReadResponseOp
+}
+
+func (r *multiReadResponse) Decode(buf []byte) (int, error) {
+	r.Ops = r.Ops[:0]
+	total := 0
+	for {
+		header := multiHeader{}
+		n, err := decodePacketValue(buf[total:], reflect.ValueOf(&header))
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if header.Done {
+			return total, nil
+		}
+		res := multiReadResponseOp{Header: header}
+		var w reflect.Value
+		d := &getDataResponse{}
+		switch header.Type {
+		case opError:
+			w = reflect.ValueOf(&res.Err)
+		case opGetData:
+			w = reflect.ValueOf(d)
+		case opGetChildren:
+			w = reflect.ValueOf(&res.Children)
+		default:
+			return total, ErrAPIError
+		}
+		n, err = decodePacketValue(buf[total:], w)
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if header.Type == opGetData {
+			res.Data, res.Stat = d.Data, &d.Stat
+		}
+		r.Ops = append(r.Ops, res)
+	}
+}
+
 type watcherEvent struct {
 	Type  EventType
 	State State

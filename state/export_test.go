@@ -1,0 +1,37 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// LoadSessions is how many extra sessions a load opens.
+const LoadSessions = loadReaderCount
+
+// SetMultiReadLoad turns the load's multiReads on or off (on by default) and returns a func
+// that restores the setting.
+func SetMultiReadLoad(on bool) (restore func()) {
+	was := multiReadOff.Swap(!on)
+	return func() { multiReadOff.Store(was) }
+}
+
+// SetLoadedHook runs f after each load, before the config nodes' watches are armed, until the
+// returned func is called.
+func SetLoadedHook(f func()) (restore func()) {
+	loadedHook.Store(&f)
+	return func() { loadedHook.Store(nil) }
+}
+
+// ModelDump renders every node of a mirrored Store's model: path, version, data and children.
+func (s *Store) ModelDump() string {
+	m := s.mv.m
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var lines []string
+	for p, n := range m.base.nodes {
+		lines = append(lines, fmt.Sprintf("%s v%d %q %v", p, n.version, n.data, n.sortedChildren()))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
