@@ -128,7 +128,7 @@ func Pack(groups []Group, agents []Agent) Result {
 		}
 		var o outcome
 		if bestRank < 0 {
-			o = c.run(t)
+			o = c.runUnless(t, nil)
 		} else if o = c.runUnless(t, &bound{best: &best, winsTies: k < bestRank}); o.abandoned {
 			c.spareRes = append(c.spareRes, o)
 			continue
@@ -142,8 +142,7 @@ func Pack(groups []Group, agents []Agent) Result {
 			c.spareRes = append(c.spareRes, o)
 		}
 	}
-	best.res.Unplaced = best.unplaced(groups)
-	return best.res
+	return best.result(c)
 }
 
 // runOrder is the order to run the tries in: the one likeliest to win first, so that the
@@ -323,12 +322,29 @@ func cmpFloat(a, b float64) int {
 
 // outcome is the result of one try.
 type outcome struct {
-	res              Result
+	// at is the agent of every shard (-1: none), group after group: group g's from
+	// common.off[g]. Only the kept try's becomes a Result, so a try writes no slice headers.
+	at               []int32
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
 	fails            []failure
-	abandoned        bool  // it could not beat the best so far
-	all              []int // the memory of res.Placed's slices
+	abandoned        bool   // it could not beat the best so far
+	res              Result // filled by result
+}
+
+// result is o as a Result: Placed in one allocation, and the reasons of what is left out.
+func (o *outcome) result(c *common) Result {
+	all := make([]int, len(o.at))
+	for k, i := range o.at {
+		all[k] = int(i)
+	}
+	placed := make([][]int, len(c.groups))
+	for g := range placed {
+		n := len(c.groups[g].Items)
+		placed[g], all = all[:n:n], all[n:]
+	}
+	o.res = Result{Placed: placed, Unplaced: o.unplaced(c.groups)}
+	return o.res
 }
 
 func (o outcome) better(than outcome) bool {
@@ -361,6 +377,10 @@ type common struct {
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
+	// off is where each group's shards start in outcome.at; isBinpack says its placement is
+	// BINPACK (a string compare, once).
+	off       []int
+	isBinpack []bool
 	// binpack are the BINPACK groups, failover ones first, each phase in the order given;
 	// spread the others, failover ones ([0]), then READY ones ([1]).
 	binpack []int
@@ -394,8 +414,12 @@ func newCommon(groups []Group, agents []Agent) *common {
 	var byKind map[shardKind]int32
 	var readyBinpack []int
 	c.kindOf = make([]int32, len(groups))
+	c.off, c.isBinpack = make([]int, len(groups)), make([]bool, len(groups))
+	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
+		c.off[k] = c.shards
+		c.isBinpack[k] = g.Placement == Binpack
 		// Failover groups first, then READY ones, each in the order given.
 		switch {
 		case g.Placement == Binpack && !g.Integrity:
@@ -410,15 +434,20 @@ func newCommon(groups []Group, agents []Agent) *common {
 		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
 		kind := shardKind{g.Need, g.Executor, g.App}
 		id := int32(-1)
-		if byKind == nil {
+		switch {
+		case last >= 0 && kinds[last].is(g):
+			id = last
+		case byKind == nil:
 			for j := range kinds {
-				if kinds[j] == kind {
+				if kinds[j].is(g) {
 					id = int32(j)
 					break
 				}
 			}
-		} else if j, ok := byKind[kind]; ok {
-			id = j
+		default:
+			if j, ok := byKind[kind]; ok {
+				id = j
+			}
 		}
 		if id < 0 {
 			id = int32(len(kinds))
@@ -433,7 +462,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 				}
 			}
 		}
-		c.kindOf[k] = id
+		c.kindOf[k], last = id, id
 		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
 		if !g.Integrity {
@@ -625,6 +654,11 @@ type kindReasons struct {
 type shardKind struct {
 	need, executor Resources
 	app            string
+}
+
+// is says whether g's shards are of kind k; the need, which differs most often, first.
+func (k *shardKind) is(g *Group) bool {
+	return k.need == g.Need && k.executor == g.Executor && k.app == g.App
 }
 
 // bucketed is the agents in their buckets, before any try.
@@ -1045,23 +1079,25 @@ func (p *packer) leastLoaded(g *Group) int32 {
 	return best
 }
 
-// run packs every group under try t.
-func (c *common) run(t try) outcome { return c.runUnless(t, nil) }
+// run packs every group under try t, with its Result.
+func (c *common) run(t try) outcome {
+	o := c.runUnless(t, nil)
+	o.result(c)
+	return o
+}
 
 // runUnless packs every group under try t, unless it can no longer beat b (nil: no bound);
 // then it stops with abandoned set.
 func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
 	var o outcome
-	var all []int // every group's Placed, in one allocation
 	if n := len(c.spareRes); n > 0 {
 		spare := c.spareRes[n-1]
 		c.spareRes = c.spareRes[:n-1]
-		o.res.Placed, o.fails, o.all = spare.res.Placed, spare.fails[:0], spare.all
+		o.at, o.fails = spare.at, spare.fails[:0]
 	} else {
-		o.res.Placed, o.all = make([][]int, len(c.groups)), make([]int, c.shards)
+		o.at = make([]int32, c.shards)
 	}
-	all = o.all
 	failedFailover := 0
 	var left []int // per kind: shards not yet tried
 	if b != nil {
@@ -1073,12 +1109,12 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	leftNeed := c.need // of the shards not yet tried, without executors
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
-		o.res.Placed[g], all = all[:n:n], all[n:]
-		f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g])
+		placed := o.at[c.off[g] : c.off[g]+n]
+		f, failed := p.place(g, &c.groups[g], t.rule, placed)
 		if failed {
 			o.fails = append(o.fails, f)
 		}
-		for _, i := range o.res.Placed[g] {
+		for _, i := range placed {
 			if i >= 0 {
 				o.placed++
 				if !c.groups[g].Integrity {
@@ -1240,10 +1276,10 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 
 // place places one group into placed (room for its items); with Integrity it undoes a
 // partial placement. It says whether some shard found no room, and why.
-func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
+func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
-	if g.Placement != Binpack {
+	if !p.c.isBinpack[gi] {
 		preferred = p.c.spreadPreference(g)
 	}
 	// A kind of shard that found no room still finds none while agents only fill up.
@@ -1263,7 +1299,7 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 		default:
 			i = p.choose(gi, g, r)
 		}
-		placed[k] = int(i)
+		placed[k] = i
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
