@@ -39,6 +39,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ejcloud/ejcloud/scheduler/sharding"
 )
@@ -114,7 +115,9 @@ type Result struct {
 // Pack places the groups on the agents: failover work (groups without Integrity) first, as
 // the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
-	c := newCommon(groups, agents)
+	s := scratchPool.Get().(*scratch)
+	c := newCommonIn(groups, agents, s)
+	defer c.release(s)
 	ts := c.tries()
 	var best outcome
 	bestRank := -1 // in ts: the preferred try among equal results is the first
@@ -142,7 +145,30 @@ func Pack(groups []Group, agents []Agent) Result {
 			c.spareRes = append(c.spareRes, o)
 		}
 	}
-	return best.result(c)
+	res := best.result(c)
+	c.spareRes = append(c.spareRes, best)
+	return res
+}
+
+// scratch is the memory one Pack works in, kept for the next: a scheduler packs every cycle,
+// and on mid-size inputs touching fresh memory costs as much as the packing.
+type scratch struct {
+	first, spare *packer
+	outs         []outcome
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// release hands c's memory back to the pool, holding nothing of the caller's.
+func (c *common) release(s *scratch) {
+	s.first, s.spare = c.first, c.spare
+	s.outs = append(s.outs[:0], c.spareRes...)
+	for _, p := range []*packer{s.first, s.spare} {
+		if p != nil {
+			p.c, p.hasApp, p.hasAppOf = nil, nil, ""
+		}
+	}
+	scratchPool.Put(s)
 }
 
 // runOrder is the order to run the tries in: the one likeliest to win first, so that the
@@ -400,7 +426,15 @@ type common struct {
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
-	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents))}
+	return newCommonIn(groups, agents, &scratch{})
+}
+
+// newCommonIn is newCommon in the memory of an earlier Pack.
+func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
+	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents)), spare: s.spare, spareRes: s.outs}
+	if c.spare != nil {
+		c.spare.c = c
+	}
 	c.sets.init()
 	for i, a := range agents {
 		c.set0[i] = c.sets.of(a.Executors)
@@ -412,7 +446,8 @@ func newCommon(groups []Group, agents []Agent) *common {
 	// until there are many.
 	var kinds []shardKind
 	var byKind map[shardKind]int32
-	var readyBinpack []int
+	readyBinpack := make([]int, 0, len(groups))
+	c.binpack = make([]int, 0, len(groups))
 	c.kindOf = make([]int32, len(groups))
 	c.off, c.isBinpack = make([]int, len(groups)), make([]bool, len(groups))
 	last := int32(-1) // the kind found last: jobs of a kind often come in runs
@@ -489,7 +524,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 	}
 	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
 	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
-	c.first = c.bucketed()
+	c.first = c.bucketed(s.first)
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
 	return c
@@ -661,11 +696,22 @@ func (k *shardKind) is(g *Group) bool {
 	return k.need == g.Need && k.executor == g.Executor && k.app == g.App
 }
 
-// bucketed is the agents in their buckets, before any try.
-func (c *common) bucketed() *packer {
+// bucketed is the agents in their buckets, before any try, in p's memory if not nil.
+func (c *common) bucketed(p *packer) *packer {
 	n := len(c.agents)
-	p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
-		heapPos: make([]int32, n), byKey: map[bucketKey]int32{}}
+	if p == nil {
+		p = &packer{byKey: map[bucketKey]int32{}}
+	}
+	p.c = c
+	p.free = slices.Grow(p.free[:0], n)[:n]
+	p.set = append(p.set[:0], c.set0...)
+	p.bucket = slices.Grow(p.bucket[:0], n)[:n]
+	p.heapPos = slices.Grow(p.heapPos[:0], n)[:n]
+	for b := range p.buckets {
+		p.buckets[b].members = p.buckets[b].members[:0]
+	}
+	p.buckets, p.active = p.buckets[:0], p.active[:0]
+	clear(p.byKey)
 	for i, a := range c.agents {
 		p.free[i] = a.Free
 		if i > 0 && a.Free == c.agents[i-1].Free && p.set[i] == p.set[i-1] {
@@ -713,7 +759,7 @@ func (c *common) newPacker() *packer {
 	if cap(p.changes) < c.shards {
 		p.changes = make([]change, 0, c.shards) // a take each, rollbacks aside
 	}
-	if p.failed == nil {
+	if len(p.failed) != c.nKinds {
 		p.failed, p.reasonsOf = make([]*kindReasons, c.nKinds), make([]kindReasons, c.nKinds)
 		p.kinds = make([]kindChoice, c.nKinds)
 	}
@@ -744,7 +790,11 @@ func (p *packer) join(i int32) {
 	b, ok := p.byKey[k]
 	if !ok {
 		b = int32(len(p.buckets))
-		p.buckets = append(p.buckets, bucket{key: k})
+		var members []int32 // an earlier Pack's, if any
+		if len(p.buckets) < cap(p.buckets) {
+			members = p.buckets[:b+1][b].members[:0]
+		}
+		p.buckets = append(p.buckets, bucket{key: k, members: members})
 		p.byKey[k] = b
 	}
 	bk := &p.buckets[b]
@@ -1094,7 +1144,7 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	if n := len(c.spareRes); n > 0 {
 		spare := c.spareRes[n-1]
 		c.spareRes = c.spareRes[:n-1]
-		o.at, o.fails = spare.at, spare.fails[:0]
+		o.at, o.fails = slices.Grow(spare.at[:0], c.shards)[:c.shards], spare.fails[:0]
 	} else {
 		o.at = make([]int32, c.shards)
 	}
