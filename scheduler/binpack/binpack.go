@@ -442,10 +442,9 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
 	var need Resources
-	// Jobs come in few kinds: a look through them costs less than hashing the app's name,
-	// until there are many.
+	// Jobs come in few kinds, found by a hash of their need (not of the app's name).
 	var kinds []shardKind
-	var byKind map[shardKind]int32
+	table := make([]int32, 16) // kind+1 per slot; 0: empty
 	readyBinpack := make([]int, 0, len(groups))
 	c.binpack = make([]int, 0, len(groups))
 	c.kindOf = make([]int32, len(groups))
@@ -467,33 +466,19 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 			c.spread[1] = append(c.spread[1], k)
 		}
 		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
-		kind := shardKind{g.Need, g.Executor, g.App}
-		id := int32(-1)
-		switch {
-		case last >= 0 && kinds[last].is(g):
-			id = last
-		case byKind == nil:
-			for j := range kinds {
-				if kinds[j].is(g) {
-					id = int32(j)
-					break
-				}
+		id := last
+		if id < 0 || !kinds[id].is(g) {
+			slot := kindHash(g.Need, g.Executor, g.App) & uint64(len(table)-1)
+			for id = table[slot] - 1; id >= 0 && !kinds[id].is(g); id = table[slot] - 1 {
+				slot = (slot + 1) & uint64(len(table)-1)
 			}
-		default:
-			if j, ok := byKind[kind]; ok {
-				id = j
-			}
-		}
-		if id < 0 {
-			id = int32(len(kinds))
-			kinds = append(kinds, kind)
-			c.kindShards = append(c.kindShards, 0)
-			if byKind != nil {
-				byKind[kind] = id
-			} else if len(kinds) > 16 {
-				byKind = make(map[shardKind]int32, 2*len(kinds))
-				for j, kd := range kinds {
-					byKind[kd] = int32(j)
+			if id < 0 {
+				id = int32(len(kinds))
+				kinds = append(kinds, shardKind{g.Need, g.Executor, g.App})
+				c.kindShards = append(c.kindShards, 0)
+				table[slot] = id + 1
+				if 2*len(kinds) > len(table) {
+					table = kindTable(kinds, 4*len(table))
 				}
 			}
 		}
@@ -689,6 +674,25 @@ type kindReasons struct {
 type shardKind struct {
 	need, executor Resources
 	app            string
+}
+
+func kindHash(need, executor Resources, app string) uint64 {
+	h := math.Float64bits(need.CPUs)*0x9e3779b97f4a7c15 ^ math.Float64bits(need.MemMB)*0xc2b2ae3d27d4eb4f ^
+		(math.Float64bits(executor.CPUs)+math.Float64bits(executor.MemMB)+uint64(len(app)))*0x165667b19e3779f9
+	return h ^ h>>32
+}
+
+// kindTable is an open-addressed table of size slots (a power of two) holding kinds.
+func kindTable(kinds []shardKind, size int) []int32 {
+	t := make([]int32, size)
+	for k := range kinds {
+		slot := kindHash(kinds[k].need, kinds[k].executor, kinds[k].app) & uint64(size-1)
+		for t[slot] != 0 {
+			slot = (slot + 1) & uint64(size-1)
+		}
+		t[slot] = int32(k) + 1
+	}
+	return t
 }
 
 // is says whether g's shards are of kind k; the need, which differs most often, first.
@@ -1279,7 +1283,20 @@ type failure struct {
 // unplaced lists the shards that o did not place, in the order of the groups given, each
 // group's shards in order. Only the kept outcome pays for the maps.
 func (o *outcome) unplaced(groups []Group) []Unplaced {
-	slices.SortFunc(o.fails, func(a, b failure) int { return a.group - b.group })
+	// In the order of the groups: a group fails once at most, so a counting sort.
+	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return a.group - b.group }) {
+		at := make([]int32, len(groups)) // 1 + index in fails; 0: none
+		for k, f := range o.fails {
+			at[f.group] = int32(k) + 1
+		}
+		sorted := make([]failure, 0, len(o.fails))
+		for _, k := range at {
+			if k > 0 {
+				sorted = append(sorted, o.fails[k-1])
+			}
+		}
+		o.fails = sorted
+	}
 	n := 0
 	for _, f := range o.fails {
 		n += len(groups[f.group].Items) // at most
