@@ -266,36 +266,35 @@ func (c *common) tries() []try {
 	for k, z := range size {
 		kindRank[k], _ = slices.BinarySearch(sizes, z)
 	}
-	ranks := make([]int, len(given))
+	ranks := make([]int32, len(given))
 	for k, g := range given {
-		ranks[k] = kindRank[c.kindOf[g]]
+		ranks[k] = int32(kindRank[c.kindOf[g]])
 	}
 	failover := 0
 	for failover < len(given) && !c.groups[given[failover]].Integrity {
 		failover++
 	}
+	start := make([]int, len(sizes)+1)
 	bySize := func(largestFirst bool) []int {
-		out := make([]int, 0, len(given))
-		for _, phase := range [][2]int{{0, failover}, {failover, len(given)}} {
-			start := make([]int, len(sizes)+1)
-			rank := func(k int) int {
-				if largestFirst {
-					return len(sizes) - 1 - ranks[k]
-				}
-				return ranks[k]
-			}
+		out := make([]int, len(given))
+		base, dir := int32(0), int32(1) // rank r sorts at base+dir*r
+		if largestFirst {
+			base, dir = int32(len(sizes)-1), -1
+		}
+		for _, phase := range [2][2]int{{0, failover}, {failover, len(given)}} {
+			clear(start)
 			for k := phase[0]; k < phase[1]; k++ {
-				start[rank(k)+1]++
+				start[base+dir*ranks[k]+1]++
 			}
+			start[0] = phase[0]
 			for r := 1; r < len(start); r++ {
 				start[r] += start[r-1]
 			}
-			part := make([]int, phase[1]-phase[0])
 			for k := phase[0]; k < phase[1]; k++ {
-				part[start[rank(k)]] = given[k]
-				start[rank(k)]++
+				r := base + dir*ranks[k]
+				out[start[r]] = given[k]
+				start[r]++
 			}
-			out = append(out, part...)
 		}
 		return out
 	}
@@ -676,10 +675,16 @@ type shardKind struct {
 	app            string
 }
 
+// kindHash mixes the bits of a kind's amounts (whose low bits are mostly zero: 0.5, 2, 1024)
+// into the low bits, which pick the slot.
 func kindHash(need, executor Resources, app string) uint64 {
-	h := math.Float64bits(need.CPUs)*0x9e3779b97f4a7c15 ^ math.Float64bits(need.MemMB)*0xc2b2ae3d27d4eb4f ^
-		(math.Float64bits(executor.CPUs)+math.Float64bits(executor.MemMB)+uint64(len(app)))*0x165667b19e3779f9
-	return h ^ h>>32
+	h := math.Float64bits(need.CPUs) ^ math.Float64bits(need.MemMB)>>1 ^ math.Float64bits(executor.CPUs)>>2 ^
+		math.Float64bits(executor.MemMB)>>3 ^ uint64(len(app))
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
 }
 
 // kindTable is an open-addressed table of size slots (a power of two) holding kinds.
