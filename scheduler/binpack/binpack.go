@@ -34,7 +34,6 @@
 package binpack
 
 import (
-	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -316,17 +315,7 @@ func (c *common) tries() []try {
 // something scores higher, for any shard, than an empty one (it is fuller, relative to the
 // same offer), so both take a fitting used agent of the highest score if any, else the empty
 // agent of the lowest index (all empty ones score, and offer, the same).
-func (c *common) alike() bool {
-	if len(c.first.buckets) != 1 {
-		return false
-	}
-	for g := range c.groups {
-		if c.groups[g].Executor != (Resources{}) {
-			return false
-		}
-	}
-	return true
-}
+func (c *common) alike() bool { return len(c.first.buckets) == 1 && !c.execNeeded }
 
 func share(x, total float64) float64 {
 	if total <= 0 {
@@ -614,6 +603,57 @@ type bucketKey struct {
 	set   int32
 }
 
+// bucketIndex finds a bucket by its key: an open-addressed table of bucket+1 (0: empty),
+// copied in one move when a try starts, and hashing floats more cheaply than a map.
+type bucketIndex struct {
+	slots []int32 // a power of two long, at most half full
+	n     int
+}
+
+func (x *bucketIndex) reset(agents int) {
+	size := 16
+	for size < 2*min(agents, 1024) {
+		size *= 2
+	}
+	x.slots, x.n = slices.Grow(x.slots[:0], size)[:size], 0
+	clear(x.slots)
+}
+
+// bucketHash hashes as keys compare: -0 as 0 (adding 0 makes it so).
+func bucketHash(k bucketKey) uint64 {
+	h := math.Float64bits(k.offer.CPUs+0) ^ math.Float64bits(k.offer.MemMB+0)>>1 ^ math.Float64bits(k.free.CPUs+0)>>2 ^
+		math.Float64bits(k.free.MemMB+0)>>3 ^ uint64(k.set)
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// find returns the bucket of key k, or -1 and the slot to add it at.
+func (x *bucketIndex) find(buckets []bucket, k bucketKey) (slot uint64, b int32) {
+	mask := uint64(len(x.slots) - 1)
+	for slot = bucketHash(k) & mask; x.slots[slot] != 0; slot = (slot + 1) & mask {
+		if b := x.slots[slot] - 1; buckets[b].key == k {
+			return slot, b
+		}
+	}
+	return slot, -1
+}
+
+// add puts bucket b, whose key find did not find, at slot.
+func (x *bucketIndex) add(buckets []bucket, slot uint64, b int32) {
+	x.slots[slot] = b + 1
+	if x.n++; 2*x.n <= len(x.slots) {
+		return
+	}
+	x.slots = make([]int32, 2*len(x.slots))
+	for b := range buckets {
+		slot, _ := x.find(buckets, buckets[b].key)
+		x.slots[slot] = int32(b) + 1
+	}
+}
+
 // bucket holds interchangeable agents in a min-heap of their indices: the lowest index goes
 // first, as it would in a scan of the agents in order.
 type bucket struct {
@@ -630,7 +670,7 @@ type packer struct {
 	bucket  []int32 // per agent
 	heapPos []int32 // per agent: its position in its bucket's members
 	buckets []bucket
-	byKey   map[bucketKey]int32
+	byKey   bucketIndex
 	// active lists the buckets that may take a shard; empty ones leave it when a scan meets
 	// them, and buckets with less than minNeed never join.
 	active []int32
@@ -709,7 +749,7 @@ func (k *shardKind) is(g *Group) bool {
 func (c *common) bucketed(p *packer) *packer {
 	n := len(c.agents)
 	if p == nil {
-		p = &packer{byKey: map[bucketKey]int32{}}
+		p = &packer{}
 	}
 	p.c = c
 	p.free = slices.Grow(p.free[:0], n)[:n]
@@ -720,7 +760,7 @@ func (c *common) bucketed(p *packer) *packer {
 		p.buckets[b].members = p.buckets[b].members[:0]
 	}
 	p.buckets, p.active = p.buckets[:0], p.active[:0]
-	clear(p.byKey)
+	p.byKey.reset(n)
 	for i, a := range c.agents {
 		p.free[i] = a.Free
 		if i > 0 && a.Free == c.agents[i-1].Free && p.set[i] == p.set[i-1] {
@@ -742,7 +782,7 @@ func (c *common) bucketed(p *packer) *packer {
 func (c *common) newPacker() *packer {
 	f, p := c.first, c.spare
 	if p == nil {
-		p = &packer{c: c, byKey: make(map[bucketKey]int32, len(f.byKey))}
+		p = &packer{c: c}
 		c.spare = p
 	}
 	p.free = append(p.free[:0], f.free...)
@@ -758,8 +798,7 @@ func (c *common) newPacker() *packer {
 		}
 		p.buckets = append(p.buckets, bucket{key: fb.key, members: append(members, fb.members...), inActive: fb.inActive})
 	}
-	clear(p.byKey)
-	maps.Copy(p.byKey, f.byKey)
+	p.byKey.slots, p.byKey.n = append(p.byKey.slots[:0], f.byKey.slots...), f.byKey.n
 	p.active = append(p.active[:0], f.active...)
 	p.used = resetBools(p.used, len(c.agents))
 	p.isLoose = resetBools(p.isLoose, len(c.agents))
@@ -796,15 +835,15 @@ func (p *packer) key(i int32) bucketKey {
 // join puts agent i in the bucket of its current state.
 func (p *packer) join(i int32) {
 	k := p.key(i)
-	b, ok := p.byKey[k]
-	if !ok {
+	slot, b := p.byKey.find(p.buckets, k)
+	if b < 0 {
 		b = int32(len(p.buckets))
 		var members []int32 // an earlier Pack's, if any
 		if len(p.buckets) < cap(p.buckets) {
 			members = p.buckets[:b+1][b].members[:0]
 		}
 		p.buckets = append(p.buckets, bucket{key: k, members: members})
-		p.byKey[k] = b
+		p.byKey.add(p.buckets, slot, b)
 	}
 	bk := &p.buckets[b]
 	p.bucket[i] = b
