@@ -125,7 +125,7 @@ func Pack(groups []Group, agents []Agent) Result {
 		if t.ifShort && bestRank >= 0 && best.placed == c.shards {
 			continue
 		}
-		if bestRank >= 0 && k > bestRank && best.placed == c.shards && best.hosts <= c.minHosts {
+		if bestRank >= 0 && k > bestRank && c.unbeatable(&best) {
 			continue // it could at best tie, and ties go to the earlier try
 		}
 		var o outcome
@@ -385,6 +385,12 @@ type common struct {
 	need           Resources // of all shards, without executors
 	// minHosts is a lower bound on the agents any packing placing every shard uses.
 	minHosts int
+	// kindFits[k] are the counts of shards of kind k that fit on an empty agent of each offer,
+	// most first, with how many agents offer it; kindCap[k] is how many of them all agents
+	// hold (at most kindShards[k]). Nil when there are too many kinds and offers to count.
+	kindFits [][]fitCount
+	kindCap  []int
+	capSum   int // the sum of kindCap: no packing places more
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
 	// free can take nothing.
 	minNeed Resources
@@ -500,7 +506,97 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	c.first = c.bucketed(s.first)
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
+	c.countFits()
+	for k := range c.kindFits {
+		c.minHosts = max(c.minHosts, c.hostsHolding(k, c.kindShards[k]))
+	}
 	return c
+}
+
+// fitCount is how many shards of a kind fit on an empty agent of one offer, and how many
+// agents offer it.
+type fitCount struct{ fit, agents int }
+
+// maxFitKindsOffers bounds the kinds × offers counted by countFits.
+const maxFitKindsOffers = 1 << 14
+
+// countFits fills kindFits, kindCap and capSum from the first buckets, if there are few
+// enough kinds and offers.
+func (c *common) countFits() {
+	buckets := c.first.buckets
+	if c.nKinds*len(buckets) > maxFitKindsOffers {
+		return
+	}
+	c.kindFits, c.kindCap = make([][]fitCount, c.nKinds), make([]int, c.nKinds)
+	for k, n := range c.kindNeed {
+		fits := make([]fitCount, 0, len(buckets))
+		held := 0
+		for b := range buckets {
+			f := fitsOn(n, buckets[b].key.offer, c.kindShards[k])
+			fits = append(fits, fitCount{f, len(buckets[b].members)})
+			held = min(c.kindShards[k], held+f*len(buckets[b].members))
+		}
+		slices.SortFunc(fits, func(a, b fitCount) int { return b.fit - a.fit })
+		c.kindFits[k], c.kindCap[k] = fits, held
+		c.capSum += held
+	}
+}
+
+// fitsOn is how many shards needing n fit on an empty agent offering offer, at most most. It
+// counts generously, so that bounds built on it hold: executors left out, and the float error
+// of the packer's running subtraction (which epsilon absorbs) allowed for.
+func fitsOn(n, offer Resources, most int) int {
+	f := float64(most)
+	if n.CPUs > 0 {
+		f = min(f, math.Floor((offer.CPUs+epsilon)/n.CPUs*(1+1e-9)))
+	}
+	if n.MemMB > 0 {
+		f = min(f, math.Floor((offer.MemMB+epsilon)/n.MemMB*(1+1e-9)))
+	}
+	return int(max(f, 0))
+}
+
+// hostsHolding is a lower bound on the agents that any packing placing m shards of kind k
+// uses: the fewest agents, those holding the most first, that hold m. When no packing places
+// m, one more than there are agents.
+func (c *common) hostsHolding(k, m int) int {
+	hosts := 0
+	for _, f := range c.kindFits[k] {
+		if m <= 0 {
+			break
+		}
+		if f.fit == 0 {
+			break
+		}
+		n := min(f.agents, (m+f.fit-1)/f.fit)
+		hosts, m = hosts+n, m-n*f.fit
+	}
+	if m > 0 {
+		return len(c.agents) + 1
+	}
+	return hosts
+}
+
+// unbeatable says whether no packing beats o: it places every failover shard, as many
+// shards as any packing can, on no more agents than any packing placing that many needs.
+// Any packing placing P shards places at least P minus what the other kinds can hold of each
+// kind, which takes agents (hostsHolding).
+func (c *common) unbeatable(o *outcome) bool {
+	if o.failover != c.failoverShards {
+		return false
+	}
+	if o.placed == c.shards && o.hosts <= c.minHosts {
+		return true
+	}
+	if c.kindFits == nil || o.placed < c.capSum {
+		return false
+	}
+	for k := range c.kindFits {
+		if o.hosts <= c.hostsHolding(k, o.placed-(c.capSum-c.kindCap[k])) {
+			return true
+		}
+	}
+	return false
 }
 
 // hostsFor is how many agents, taking the largest first, it takes to offer need of one
