@@ -1449,9 +1449,15 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	shared := map[counts]map[string]int{}
 	integrity := map[string]int{ReasonIntegrity: 1}
+	var last counts // the counts of reasons, the failure before: runs of a kind repeat them
+	var reasons map[string]int
 	for _, f := range o.fails {
 		c := counts{f.cpu, f.mem, f.noAgents}
-		reasons, ok := shared[c]
+		ok := reasons != nil && c == last
+		if !ok {
+			reasons, ok = shared[c]
+			last = c
+		}
 		if !ok {
 			reasons = map[string]int{}
 			switch {
