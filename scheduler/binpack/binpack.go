@@ -789,6 +789,7 @@ type packer struct {
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
 	hasAppOf string
+	left     []int // the memory of runUnless's shards left per kind
 	// freeTotal is what all agents have left, usedFree what the agents used have left.
 	freeTotal, usedFree Resources
 	reasonsOf           []kindReasons // the memory of failed
@@ -1293,10 +1294,11 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		o.at = make([]int32, c.shards)
 	}
 	failedFailover := 0
-	var left []int // per kind: shards not yet tried
-	if b != nil {
-		left = slices.Clone(c.kindShards)
-	}
+	left := append(p.left[:0], c.kindShards...) // per kind: shards not yet tried
+	p.left = left
+	// closed: every kind of shard left found no room since the last rollback, so every group
+	// left fails, and nothing changes: they fail without a look at the agents.
+	closed := false
 	// The bound on what is left costs O(kinds): it is looked at when a shard failed, else
 	// every so many groups.
 	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
@@ -1304,7 +1306,13 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		placed := o.at[c.off[g] : c.off[g]+n]
-		f, failed := p.place(g, &c.groups[g], t.rule, placed)
+		var f failure
+		failed := true
+		if closed && n > 0 {
+			f = p.fail(g, placed)
+		} else {
+			f, failed = p.place(g, &c.groups[g], t.rule, placed)
+		}
 		if failed {
 			o.fails = append(o.fails, f)
 		}
@@ -1318,10 +1326,11 @@ func (c *common) runUnless(t try, b *bound) outcome {
 				failedFailover++
 			}
 		}
+		left[c.kindOf[g]] -= n
 		if b == nil {
+			closed = closed || failed && c.nKinds <= maxClosedKinds && p.allHopeless(left)
 			return false
 		}
-		left[c.kindOf[g]] -= n
 		leftAll -= n
 		need := c.groups[g].Need
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
@@ -1353,6 +1362,35 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	}
 	o.hosts = p.hosts
 	return o
+}
+
+// maxClosedKinds bounds the kinds that a run looks through, after a failure, to see whether
+// all those left are hopeless.
+const maxClosedKinds = 64
+
+// allHopeless says whether every kind of shard with shards left found no room since the
+// last rollback.
+func (p *packer) allHopeless(left []int) bool {
+	for k, n := range left {
+		if n > 0 {
+			if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fail fails group gi, of a kind that found no room since the last rollback, as place would:
+// no shard placed, for the kind's reasons.
+func (p *packer) fail(gi int, placed []int32) failure {
+	g := &p.c.groups[gi]
+	for k := range placed {
+		placed[k] = -1
+	}
+	f := failure{group: gi, first: 0, rolledBack: g.Integrity}
+	f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+	return f
 }
 
 // moreHosts is a lower bound on the agents, beyond those used, that placing shards needing
