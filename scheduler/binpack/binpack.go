@@ -154,6 +154,18 @@ func Pack(groups []Group, agents []Agent) Result {
 type scratch struct {
 	first, spare *packer
 	outs         []outcome
+	// The memory of common's slices per agent, per group and per try.
+	set0, kindOf, ranks                    []int32
+	off, binpack, ready, largest, smallest []int
+	isBinpack                              []bool
+}
+
+// reuse is s n long: its memory if it has room, else new. The caller writes every element.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -162,6 +174,10 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func (c *common) release(s *scratch) {
 	s.first, s.spare = c.first, c.spare
 	s.outs = append(s.outs[:0], c.spareRes...)
+	s.set0, s.kindOf, s.off, s.isBinpack, s.binpack, s.ready = c.set0, c.kindOf, c.off, c.isBinpack, c.binpack, c.ready
+	if c.ranks != nil {
+		s.ranks, s.largest, s.smallest = c.ranks, c.largest, c.smallest
+	}
 	for _, p := range []*packer{s.first, s.spare} {
 		if p != nil {
 			p.c, p.hasApp, p.hasAppOf = nil, nil, ""
@@ -265,7 +281,12 @@ func (c *common) tries() []try {
 	for k, z := range size {
 		kindRank[k], _ = slices.BinarySearch(sizes, z)
 	}
-	ranks := make([]int32, len(given))
+	var mem scratch
+	if c.mem != nil {
+		mem, c.mem = *c.mem, nil
+	}
+	ranks := reuse(mem.ranks, len(given))
+	c.ranks = ranks
 	for k, g := range given {
 		ranks[k] = int32(kindRank[c.kindOf[g]])
 	}
@@ -274,8 +295,8 @@ func (c *common) tries() []try {
 		failover++
 	}
 	start := make([]int, len(sizes)+1)
-	bySize := func(largestFirst bool) []int {
-		out := make([]int, len(given))
+	bySize := func(largestFirst bool, out []int) []int {
+		out = reuse(out, len(given))
 		base, dir := int32(0), int32(1) // rank r sorts at base+dir*r
 		if largestFirst {
 			base, dir = int32(len(sizes)-1), -1
@@ -297,7 +318,8 @@ func (c *common) tries() []try {
 		}
 		return out
 	}
-	largest, smallest := bySize(true), bySize(false)
+	largest, smallest := bySize(true, mem.largest), bySize(false, mem.smallest)
+	c.largest, c.smallest = largest, smallest
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
 		if t.rule == fewestAgents && c.alike() {
@@ -401,6 +423,12 @@ type common struct {
 	// BINPACK (a string compare, once).
 	off       []int
 	isBinpack []bool
+	// ready is the memory of READY BINPACK groups; ranks, largest and smallest that of tries,
+	// which takes the scratch's (mem) on its first call only.
+	ready             []int
+	ranks             []int32
+	largest, smallest []int
+	mem               *scratch
 	// binpack are the BINPACK groups, failover ones first, each phase in the order given;
 	// spread the others, failover ones ([0]), then READY ones ([1]).
 	binpack []int
@@ -425,7 +453,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 
 // newCommonIn is newCommon in the memory of an earlier Pack.
 func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
-	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents)), spare: s.spare, spareRes: s.outs}
+	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
 	if c.spare != nil {
 		c.spare.c = c
 	}
@@ -439,10 +467,10 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	// Jobs come in few kinds, found by a hash of their need (not of the app's name).
 	var kinds []shardKind
 	table := make([]int32, 16) // kind+1 per slot; 0: empty
-	readyBinpack := make([]int, 0, len(groups))
-	c.binpack = make([]int, 0, len(groups))
-	c.kindOf = make([]int32, len(groups))
-	c.off, c.isBinpack = make([]int, len(groups)), make([]bool, len(groups))
+	readyBinpack := reuse(s.ready, len(groups))[:0]
+	c.binpack = reuse(s.binpack, len(groups))[:0]
+	c.kindOf = reuse(s.kindOf, len(groups))
+	c.off, c.isBinpack = reuse(s.off, len(groups)), reuse(s.isBinpack, len(groups))
 	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
@@ -490,7 +518,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 			c.minNeed.MemMB = g.Need.MemMB
 		}
 	}
-	c.binpack = append(c.binpack, readyBinpack...)
+	c.binpack, c.ready = append(c.binpack, readyBinpack...), readyBinpack
 	c.nKinds = len(kinds)
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
