@@ -457,8 +457,10 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	if c.spare != nil {
 		c.spare.c = c
 	}
-	c.sets.init()
 	for i, a := range agents {
+		if len(a.Executors) > 0 && c.sets.ids == nil {
+			c.sets.init() // else every set is the empty one, 0, and none is looked at
+		}
 		c.set0[i] = c.sets.of(a.Executors)
 		c.total = c.total.plus(a.Free)
 		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
@@ -519,6 +521,9 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		}
 	}
 	c.binpack, c.ready = append(c.binpack, readyBinpack...), readyBinpack
+	if c.execNeeded && c.sets.ids == nil {
+		c.sets.init()
+	}
 	c.nKinds = len(kinds)
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
