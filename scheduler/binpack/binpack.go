@@ -17,15 +17,19 @@
 // and rules (see tries) and keeps the result that places the most failover shards, then the
 // most shards, then uses the fewest agents (the first try among equals). The try likeliest to
 // win runs first, and the others stop as soon as they cannot beat it: their agents used only
-// grow, and what they can still place is bounded by the agents' free cpu and memory. Two are
-// Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
-// when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
-// that those two tries choose exactly as a plain implementation of Fenzo's rules).
+// grow, and what they can still place is bounded by the agents' free cpu and memory. A try
+// that could at best tie is not run at all when the result kept provably cannot be beaten:
+// how many shards of each kind fit on each offer bounds the shards any packing places and the
+// agents it needs (see unbeatable). Two tries are Fenzo's own rules on the given order, so
+// Pack never places fewer tasks, nor uses more agents when all fit, than cpuMemBinPacker
+// would on the same input (fenzo_test.go checks it, and that those two tries choose exactly
+// as a plain implementation of Fenzo's rules).
 //
 // Agents with the same offer, the same free resources and the same executors are one bucket:
 // a scan looks at buckets, not agents, so its cost does not grow with the number of identical
 // agents. Most placements need no scan at all: a kind of shard's next choice is redone from
-// its last one and the few agents changed since (see choose).
+// its last one and the few agents changed since (see choose). A Pack works in the memory of
+// the one before (scratchPool).
 //
 // An agent is never over-committed. An app's executor resources are counted once per agent
 // where that app has no executor yet. A job marked Integrity (a READY run) places all its
