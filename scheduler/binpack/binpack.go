@@ -1343,13 +1343,14 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
 		placed := o.at[c.off[g] : c.off[g]+n]
-		var f failure
-		failed := true
 		if closed && n > 0 {
-			f = p.fail(g, placed)
-		} else {
-			f, failed = p.place(g, &c.groups[g], t.rule, placed)
+			o.fails = append(o.fails, p.fail(g, placed))
+			if !c.groups[g].Integrity {
+				failedFailover += n
+			}
+			return false
 		}
+		f, failed := p.place(g, &c.groups[g], t.rule, placed)
 		if failed {
 			o.fails = append(o.fails, f)
 		}
@@ -1426,7 +1427,11 @@ func (p *packer) fail(gi int, placed []int32) failure {
 		placed[k] = -1
 	}
 	f := failure{group: gi, first: 0, rolledBack: g.Integrity}
-	f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+	if kr := p.failed[p.c.kindOf[gi]]; kr.changes == len(p.changes) {
+		f.cpu, f.mem = kr.cpu, kr.mem // up to date: nothing changes once closed
+	} else {
+		f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+	}
 	return f
 }
 
