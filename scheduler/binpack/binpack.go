@@ -817,8 +817,11 @@ type packer struct {
 	loose   []int32
 	isLoose []bool
 	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
-	// shard that failed before are brought up to date from what changed since.
-	changes []change
+	// shard that failed before are brought up to date from what changed since. seen marks,
+	// per agent, the last update (seenMark) that looked at it.
+	changes  []change
+	seen     []int32
+	seenMark int32
 	// failed holds the kinds of shard that found no room, and why. While no rollback freed
 	// anything (gen unchanged), a shard of such a kind fails without a scan: agents only fill.
 	failed []*kindReasons // per kind of shard (common.kindOf)
@@ -832,10 +835,12 @@ type packer struct {
 	reasonsOf           []kindReasons // the memory of failed
 }
 
+// change is a move of an agent, with its state before: its state after is that before its
+// next move, or its state now.
 type change struct {
-	agent            int32
-	oldFree, newFree Resources
-	oldSet, newSet   int32
+	agent   int32
+	oldSet  int32
+	oldFree Resources
 }
 
 type kindReasons struct {
@@ -937,7 +942,7 @@ func (c *common) newPacker() *packer {
 	p.used = resetBools(p.used, len(c.agents))
 	p.isLoose = resetBools(p.isLoose, len(c.agents))
 	p.loose = p.loose[:0]
-	p.changes = p.changes[:0]
+	p.changes, p.seenMark = p.changes[:0], 0
 	if cap(p.changes) < c.shards {
 		p.changes = make([]change, 0, c.shards) // a take each, rollbacks aside
 	}
@@ -951,6 +956,15 @@ func (c *common) newPacker() *packer {
 	}
 	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
 	return p
+}
+
+func resetInt32s(b []int32, n int) []int32 {
+	if cap(b) < n {
+		return make([]int32, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
 }
 
 func resetBools(b []bool, n int) []bool {
@@ -1110,7 +1124,7 @@ func (p *packer) take(i int32, g *Group) undo {
 	if p.c.execNeeded && !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
-	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
+	p.changes = append(p.changes, change{i, u.set, u.free})
 	if !p.used[i] {
 		p.used[i] = true
 		p.hosts++
@@ -1143,7 +1157,7 @@ func (p *packer) rollback(us []undo) {
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
 		p.leave(u.agent)
-		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		p.changes = append(p.changes, change{u.agent, p.set[u.agent], p.free[u.agent]})
 		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
 		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
@@ -1642,9 +1656,18 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 		}
 		p.failed[kind] = kr
 	} else {
+		// An agent's moves since add up to one from its state before the first (that move's
+		// old state) to its state now.
+		if p.seenMark++; p.seenMark == 1 {
+			p.seen = resetInt32s(p.seen, len(p.c.agents))
+		}
 		for _, ch := range p.changes[kr.changes:] {
+			if p.seen[ch.agent] == p.seenMark {
+				continue
+			}
+			p.seen[ch.agent] = p.seenMark
 			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
-			kr.count(p, g, ch.newFree, ch.newSet, 1)
+			kr.count(p, g, p.free[ch.agent], p.set[ch.agent], 1)
 		}
 	}
 	kr.changes, kr.gen = len(p.changes), p.gen
