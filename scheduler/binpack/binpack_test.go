@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/ejcloud/ejcloud/scheduler/binpack/internal/gen"
@@ -304,4 +305,46 @@ func TestPackBoundsHoldOnEveryTry(t *testing.T) {
 		t.Fatal("no try passed as unbeatable: the test checks nothing")
 	}
 	t.Logf("%d tries passed as unbeatable", skipped)
+}
+
+// Packs running at once, each in memory an earlier Pack used (scratchPool), give what they
+// give one at a time, and share nothing that the race detector would see.
+func TestPackConcurrentCallsShareNothing(t *testing.T) {
+	type input struct {
+		gs   []Group
+		as   []Agent
+		want Result
+	}
+	var inputs []input
+	for seed := int64(1); seed <= 24; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%2 == 0
+			if seed%3 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+			}
+		}
+		inputs = append(inputs, input{gs, as, Pack(gs, as)})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for worker := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 * len(inputs) {
+				in := inputs[(round*(worker+1))%len(inputs)]
+				if got := Pack(in.gs, in.as); !reflect.DeepEqual(got, in.want) {
+					errs <- fmt.Sprintf("worker %d, round %d: Pack placed %v; alone it placed %v", worker, round, got.Placed, in.want.Placed)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
 }
