@@ -322,8 +322,11 @@ func (c *common) tries() []try {
 		}
 		return out
 	}
-	largest, smallest := bySize(true, mem.largest), bySize(false, mem.smallest)
-	c.largest, c.smallest = largest, smallest
+	largest, smallest := given, given // one size: the given order is both
+	if len(sizes) > 1 {
+		largest, smallest = bySize(true, mem.largest), bySize(false, mem.smallest)
+		c.largest, c.smallest = largest, smallest
+	}
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
 		if t.rule == fewestAgents && c.alike() {
@@ -1543,29 +1546,30 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	shared := map[counts]map[string]int{}
 	integrity := map[string]int{ReasonIntegrity: 1}
-	var last counts // the counts of reasons, the failure before: runs of a kind repeat them
-	var reasons map[string]int
+	// The last few counts seen, looked through before the map: a few kinds of shard fail
+	// in turn, each with the same counts.
+	type seen struct {
+		c       counts
+		reasons map[string]int
+	}
+	var recent [4]seen
 	for _, f := range o.fails {
 		c := counts{f.cpu, f.mem, f.noAgents}
-		ok := reasons != nil && c == last
-		if !ok {
-			reasons, ok = shared[c]
-			last = c
-		}
-		if !ok {
-			reasons = map[string]int{}
-			switch {
-			case f.noAgents:
-				reasons[ReasonNoAgents] = 1
-			default:
-				if f.cpu > 0 {
-					reasons[ReasonCPU] = f.cpu
-				}
-				if f.mem > 0 {
-					reasons[ReasonMem] = f.mem
-				}
+		var reasons map[string]int
+		for _, r := range recent {
+			if r.reasons != nil && r.c == c {
+				reasons = r.reasons
+				break
 			}
-			shared[c] = reasons
+		}
+		if reasons == nil {
+			reasons = shared[c]
+			if reasons == nil {
+				reasons = newReasons(f)
+				shared[c] = reasons
+			}
+			copy(recent[1:], recent[:len(recent)-1])
+			recent[0] = seen{c, reasons}
 		}
 		for k, item := range groups[f.group].Items {
 			r := reasons
@@ -1579,6 +1583,23 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 		}
 	}
 	return out
+}
+
+// newReasons is the reasons map of failure f.
+func newReasons(f failure) map[string]int {
+	reasons := map[string]int{}
+	switch {
+	case f.noAgents:
+		reasons[ReasonNoAgents] = 1
+	default:
+		if f.cpu > 0 {
+			reasons[ReasonCPU] = f.cpu
+		}
+		if f.mem > 0 {
+			reasons[ReasonMem] = f.mem
+		}
+	}
+	return reasons
 }
 
 // place places one group into placed (room for its items); with Integrity it undoes a
