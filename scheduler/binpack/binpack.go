@@ -17,15 +17,19 @@
 // and rules (see tries) and keeps the result that places the most failover shards, then the
 // most shards, then uses the fewest agents (the first try among equals). The try likeliest to
 // win runs first, and the others stop as soon as they cannot beat it: their agents used only
-// grow, and what they can still place is bounded by the agents' free cpu and memory. Two are
-// Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more agents
-// when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it, and
-// that those two tries choose exactly as a plain implementation of Fenzo's rules).
+// grow, and what they can still place is bounded by the agents' free cpu and memory. A try
+// that could at best tie is not run at all when the result kept provably cannot be beaten:
+// how many shards of each kind fit on each offer bounds the shards any packing places and the
+// agents it needs (see unbeatable). Two tries are Fenzo's own rules on the given order, so
+// Pack never places fewer tasks, nor uses more agents when all fit, than cpuMemBinPacker
+// would on the same input (fenzo_test.go checks it, and that those two tries choose exactly
+// as a plain implementation of Fenzo's rules).
 //
 // Agents with the same offer, the same free resources and the same executors are one bucket:
 // a scan looks at buckets, not agents, so its cost does not grow with the number of identical
 // agents. Most placements need no scan at all: a kind of shard's next choice is redone from
-// its last one and the few agents changed since (see choose).
+// its last one and the few agents changed since (see choose). A Pack works in the memory of
+// the one before (scratchPool).
 //
 // An agent is never over-committed. An app's executor resources are counted once per agent
 // where that app has no executor yet. A job marked Integrity (a READY run) places all its
@@ -34,11 +38,11 @@
 package binpack
 
 import (
-	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ejcloud/ejcloud/scheduler/sharding"
 )
@@ -114,7 +118,9 @@ type Result struct {
 // Pack places the groups on the agents: failover work (groups without Integrity) first, as
 // the scheduler asks. It never mutates its arguments.
 func Pack(groups []Group, agents []Agent) Result {
-	c := newCommon(groups, agents)
+	s := scratchPool.Get().(*scratch)
+	c := newCommonIn(groups, agents, s)
+	defer c.release(s)
 	ts := c.tries()
 	var best outcome
 	bestRank := -1 // in ts: the preferred try among equal results is the first
@@ -123,12 +129,12 @@ func Pack(groups []Group, agents []Agent) Result {
 		if t.ifShort && bestRank >= 0 && best.placed == c.shards {
 			continue
 		}
-		if bestRank >= 0 && k > bestRank && best.placed == c.shards && best.hosts <= c.minHosts {
+		if bestRank >= 0 && k > bestRank && c.unbeatable(&best) {
 			continue // it could at best tie, and ties go to the earlier try
 		}
 		var o outcome
 		if bestRank < 0 {
-			o = c.run(t)
+			o = c.runUnless(t, nil)
 		} else if o = c.runUnless(t, &bound{best: &best, winsTies: k < bestRank}); o.abandoned {
 			c.spareRes = append(c.spareRes, o)
 			continue
@@ -142,8 +148,46 @@ func Pack(groups []Group, agents []Agent) Result {
 			c.spareRes = append(c.spareRes, o)
 		}
 	}
-	best.res.Unplaced = best.unplaced(groups)
-	return best.res
+	res := best.result(c)
+	c.spareRes = append(c.spareRes, best)
+	return res
+}
+
+// scratch is the memory one Pack works in, kept for the next: a scheduler packs every cycle,
+// and on mid-size inputs touching fresh memory costs as much as the packing.
+type scratch struct {
+	first, spare *packer
+	outs         []outcome
+	// The memory of common's slices per agent, per group and per try.
+	set0, kindOf, ranks                    []int32
+	off, binpack, ready, largest, smallest []int
+	isBinpack                              []bool
+}
+
+// reuse is s n long: its memory if it has room, else new. The caller writes every element.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// release hands c's memory back to the pool, holding nothing of the caller's.
+func (c *common) release(s *scratch) {
+	s.first, s.spare = c.first, c.spare
+	s.outs = append(s.outs[:0], c.spareRes...)
+	s.set0, s.kindOf, s.off, s.isBinpack, s.binpack, s.ready = c.set0, c.kindOf, c.off, c.isBinpack, c.binpack, c.ready
+	if c.ranks != nil {
+		s.ranks, s.largest, s.smallest = c.ranks, c.largest, c.smallest
+	}
+	for _, p := range []*packer{s.first, s.spare} {
+		if p != nil {
+			p.c, p.hasApp, p.hasAppOf = nil, nil, ""
+		}
+	}
+	scratchPool.Put(s)
 }
 
 // runOrder is the order to run the tries in: the one likeliest to win first, so that the
@@ -241,40 +285,48 @@ func (c *common) tries() []try {
 	for k, z := range size {
 		kindRank[k], _ = slices.BinarySearch(sizes, z)
 	}
-	ranks := make([]int, len(given))
+	var mem scratch
+	if c.mem != nil {
+		mem, c.mem = *c.mem, nil
+	}
+	ranks := reuse(mem.ranks, len(given))
+	c.ranks = ranks
 	for k, g := range given {
-		ranks[k] = kindRank[c.kindOf[g]]
+		ranks[k] = int32(kindRank[c.kindOf[g]])
 	}
 	failover := 0
 	for failover < len(given) && !c.groups[given[failover]].Integrity {
 		failover++
 	}
-	bySize := func(largestFirst bool) []int {
-		out := make([]int, 0, len(given))
-		for _, phase := range [][2]int{{0, failover}, {failover, len(given)}} {
-			start := make([]int, len(sizes)+1)
-			rank := func(k int) int {
-				if largestFirst {
-					return len(sizes) - 1 - ranks[k]
-				}
-				return ranks[k]
-			}
+	start := make([]int, len(sizes)+1)
+	bySize := func(largestFirst bool, out []int) []int {
+		out = reuse(out, len(given))
+		base, dir := int32(0), int32(1) // rank r sorts at base+dir*r
+		if largestFirst {
+			base, dir = int32(len(sizes)-1), -1
+		}
+		for _, phase := range [2][2]int{{0, failover}, {failover, len(given)}} {
+			clear(start)
 			for k := phase[0]; k < phase[1]; k++ {
-				start[rank(k)+1]++
+				start[base+dir*ranks[k]+1]++
 			}
+			start[0] = phase[0]
 			for r := 1; r < len(start); r++ {
 				start[r] += start[r-1]
 			}
-			part := make([]int, phase[1]-phase[0])
 			for k := phase[0]; k < phase[1]; k++ {
-				part[start[rank(k)]] = given[k]
-				start[rank(k)]++
+				r := base + dir*ranks[k]
+				out[start[r]] = given[k]
+				start[r]++
 			}
-			out = append(out, part...)
 		}
 		return out
 	}
-	largest, smallest := bySize(true), bySize(false)
+	largest, smallest := given, given // one size: the given order is both
+	if len(sizes) > 1 {
+		largest, smallest = bySize(true, mem.largest), bySize(false, mem.smallest)
+		c.largest, c.smallest = largest, smallest
+	}
 	var out []try
 	for _, t := range []try{{largest, bestScore, false}, {largest, fewestAgents, false}, {given, bestScore, false}, {given, firstGoodEnough, false}, {smallest, bestScore, true}} {
 		if t.rule == fewestAgents && c.alike() {
@@ -292,17 +344,7 @@ func (c *common) tries() []try {
 // something scores higher, for any shard, than an empty one (it is fuller, relative to the
 // same offer), so both take a fitting used agent of the highest score if any, else the empty
 // agent of the lowest index (all empty ones score, and offer, the same).
-func (c *common) alike() bool {
-	if len(c.first.buckets) != 1 {
-		return false
-	}
-	for g := range c.groups {
-		if c.groups[g].Executor != (Resources{}) {
-			return false
-		}
-	}
-	return true
-}
+func (c *common) alike() bool { return len(c.first.buckets) == 1 && !c.execNeeded }
 
 func share(x, total float64) float64 {
 	if total <= 0 {
@@ -323,12 +365,29 @@ func cmpFloat(a, b float64) int {
 
 // outcome is the result of one try.
 type outcome struct {
-	res              Result
+	// at is the agent of every shard (-1: none), group after group: group g's from
+	// common.off[g]. Only the kept try's becomes a Result, so a try writes no slice headers.
+	at               []int32
 	failover, placed int // shards placed: of failover groups, of all
 	hosts            int // agents given at least one shard
 	fails            []failure
-	abandoned        bool  // it could not beat the best so far
-	all              []int // the memory of res.Placed's slices
+	abandoned        bool   // it could not beat the best so far
+	res              Result // filled by result
+}
+
+// result is o as a Result: Placed in one allocation, and the reasons of what is left out.
+func (o *outcome) result(c *common) Result {
+	all := make([]int, len(o.at))
+	for k, i := range o.at {
+		all[k] = int(i)
+	}
+	placed := make([][]int, len(c.groups))
+	for g := range placed {
+		n := len(c.groups[g].Items)
+		placed[g], all = all[:n:n], all[n:]
+	}
+	o.res = Result{Placed: placed, Unplaced: o.unplaced(c.groups)}
+	return o.res
 }
 
 func (o outcome) better(than outcome) bool {
@@ -355,12 +414,28 @@ type common struct {
 	need           Resources // of all shards, without executors
 	// minHosts is a lower bound on the agents any packing placing every shard uses.
 	minHosts int
+	// kindFits[k] are the counts of shards of kind k that fit on an empty agent of each offer,
+	// most first, with how many agents offer it; kindCap[k] is how many of them all agents
+	// hold (at most kindShards[k]). Nil when there are too many kinds and offers to count.
+	kindFits [][]fitCount
+	kindCap  []int
+	capSum   int // the sum of kindCap: no packing places more
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
 	// free can take nothing.
 	minNeed Resources
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
+	// off is where each group's shards start in outcome.at; isBinpack says its placement is
+	// BINPACK (a string compare, once).
+	off       []int
+	isBinpack []bool
+	// ready is the memory of READY BINPACK groups; ranks, largest and smallest that of tries,
+	// which takes the scratch's (mem) on its first call only.
+	ready             []int
+	ranks             []int32
+	largest, smallest []int
+	mem               *scratch
 	// binpack are the BINPACK groups, failover ones first, each phase in the order given;
 	// spread the others, failover ones ([0]), then READY ones ([1]).
 	binpack []int
@@ -380,22 +455,36 @@ type common struct {
 }
 
 func newCommon(groups []Group, agents []Agent) *common {
-	c := &common{groups: groups, agents: agents, set0: make([]int32, len(agents))}
-	c.sets.init()
+	return newCommonIn(groups, agents, &scratch{})
+}
+
+// newCommonIn is newCommon in the memory of an earlier Pack.
+func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
+	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
+	if c.spare != nil {
+		c.spare.c = c
+	}
 	for i, a := range agents {
+		if len(a.Executors) > 0 && c.sets.ids == nil {
+			c.sets.init() // else every set is the empty one, 0, and none is looked at
+		}
 		c.set0[i] = c.sets.of(a.Executors)
 		c.total = c.total.plus(a.Free)
 		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
 	var need Resources
-	// Jobs come in few kinds: a look through them costs less than hashing the app's name,
-	// until there are many.
+	// Jobs come in few kinds, found by a hash of their need (not of the app's name).
 	var kinds []shardKind
-	var byKind map[shardKind]int32
-	var readyBinpack []int
-	c.kindOf = make([]int32, len(groups))
+	table := make([]int32, 16) // kind+1 per slot; 0: empty
+	readyBinpack := reuse(s.ready, len(groups))[:0]
+	c.binpack = reuse(s.binpack, len(groups))[:0]
+	c.kindOf = reuse(s.kindOf, len(groups))
+	c.off, c.isBinpack = reuse(s.off, len(groups)), reuse(s.isBinpack, len(groups))
+	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
+		c.off[k] = c.shards
+		c.isBinpack[k] = g.Placement == Binpack
 		// Failover groups first, then READY ones, each in the order given.
 		switch {
 		case g.Placement == Binpack && !g.Integrity:
@@ -408,32 +497,23 @@ func newCommon(groups []Group, agents []Agent) *common {
 			c.spread[1] = append(c.spread[1], k)
 		}
 		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
-		kind := shardKind{g.Need, g.Executor, g.App}
-		id := int32(-1)
-		if byKind == nil {
-			for j := range kinds {
-				if kinds[j] == kind {
-					id = int32(j)
-					break
-				}
+		id := last
+		if id < 0 || !kinds[id].is(g) {
+			slot := kindHash(g.Need, g.Executor, g.App) & uint64(len(table)-1)
+			for id = table[slot] - 1; id >= 0 && !kinds[id].is(g); id = table[slot] - 1 {
+				slot = (slot + 1) & uint64(len(table)-1)
 			}
-		} else if j, ok := byKind[kind]; ok {
-			id = j
-		}
-		if id < 0 {
-			id = int32(len(kinds))
-			kinds = append(kinds, kind)
-			c.kindShards = append(c.kindShards, 0)
-			if byKind != nil {
-				byKind[kind] = id
-			} else if len(kinds) > 16 {
-				byKind = make(map[shardKind]int32, 2*len(kinds))
-				for j, kd := range kinds {
-					byKind[kd] = int32(j)
+			if id < 0 {
+				id = int32(len(kinds))
+				kinds = append(kinds, shardKind{g.Need, g.Executor, g.App})
+				c.kindShards = append(c.kindShards, 0)
+				table[slot] = id + 1
+				if 2*len(kinds) > len(table) {
+					table = kindTable(kinds, 4*len(table))
 				}
 			}
 		}
-		c.kindOf[k] = id
+		c.kindOf[k], last = id, id
 		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
 		if !g.Integrity {
@@ -447,7 +527,10 @@ func newCommon(groups []Group, agents []Agent) *common {
 			c.minNeed.MemMB = g.Need.MemMB
 		}
 	}
-	c.binpack = append(c.binpack, readyBinpack...)
+	c.binpack, c.ready = append(c.binpack, readyBinpack...), readyBinpack
+	if c.execNeeded && c.sets.ids == nil {
+		c.sets.init()
+	}
 	c.nKinds = len(kinds)
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
@@ -460,10 +543,100 @@ func newCommon(groups []Group, agents []Agent) *common {
 	}
 	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
 	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
-	c.first = c.bucketed()
+	c.first = c.bucketed(s.first)
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
+	c.countFits()
+	for k := range c.kindFits {
+		c.minHosts = max(c.minHosts, c.hostsHolding(k, c.kindShards[k]))
+	}
 	return c
+}
+
+// fitCount is how many shards of a kind fit on an empty agent of one offer, and how many
+// agents offer it.
+type fitCount struct{ fit, agents int }
+
+// maxFitKindsOffers bounds the kinds × offers counted by countFits.
+const maxFitKindsOffers = 1 << 14
+
+// countFits fills kindFits, kindCap and capSum from the first buckets, if there are few
+// enough kinds and offers.
+func (c *common) countFits() {
+	buckets := c.first.buckets
+	if c.nKinds*len(buckets) > maxFitKindsOffers {
+		return
+	}
+	c.kindFits, c.kindCap = make([][]fitCount, c.nKinds), make([]int, c.nKinds)
+	for k, n := range c.kindNeed {
+		fits := make([]fitCount, 0, len(buckets))
+		held := 0
+		for b := range buckets {
+			f := fitsOn(n, buckets[b].key.offer, c.kindShards[k])
+			fits = append(fits, fitCount{f, len(buckets[b].members)})
+			held = min(c.kindShards[k], held+f*len(buckets[b].members))
+		}
+		slices.SortFunc(fits, func(a, b fitCount) int { return b.fit - a.fit })
+		c.kindFits[k], c.kindCap[k] = fits, held
+		c.capSum += held
+	}
+}
+
+// fitsOn is how many shards needing n fit on an empty agent offering offer, at most most. It
+// counts generously, so that bounds built on it hold: executors left out, and the float error
+// of the packer's running subtraction (which epsilon absorbs) allowed for.
+func fitsOn(n, offer Resources, most int) int {
+	f := float64(most)
+	if n.CPUs > 0 {
+		f = min(f, math.Floor((offer.CPUs+epsilon)/n.CPUs*(1+1e-9)))
+	}
+	if n.MemMB > 0 {
+		f = min(f, math.Floor((offer.MemMB+epsilon)/n.MemMB*(1+1e-9)))
+	}
+	return int(max(f, 0))
+}
+
+// hostsHolding is a lower bound on the agents that any packing placing m shards of kind k
+// uses: the fewest agents, those holding the most first, that hold m. When no packing places
+// m, one more than there are agents.
+func (c *common) hostsHolding(k, m int) int {
+	hosts := 0
+	for _, f := range c.kindFits[k] {
+		if m <= 0 {
+			break
+		}
+		if f.fit == 0 {
+			break
+		}
+		n := min(f.agents, (m+f.fit-1)/f.fit)
+		hosts, m = hosts+n, m-n*f.fit
+	}
+	if m > 0 {
+		return len(c.agents) + 1
+	}
+	return hosts
+}
+
+// unbeatable says whether no packing beats o: it places every failover shard, as many
+// shards as any packing can, on no more agents than any packing placing that many needs.
+// Any packing placing P shards places at least P minus what the other kinds can hold of each
+// kind, which takes agents (hostsHolding).
+func (c *common) unbeatable(o *outcome) bool {
+	if o.failover != c.failoverShards {
+		return false
+	}
+	if o.placed == c.shards && o.hosts <= c.minHosts {
+		return true
+	}
+	if c.kindFits == nil || o.placed < c.capSum {
+		return false
+	}
+	for k := range c.kindFits {
+		if o.hosts <= c.hostsHolding(k, o.placed-(c.capSum-c.kindCap[k])) {
+			return true
+		}
+	}
+	return false
 }
 
 // hostsFor is how many agents, taking the largest first, it takes to offer need of one
@@ -566,6 +739,57 @@ type bucketKey struct {
 	set   int32
 }
 
+// bucketIndex finds a bucket by its key: an open-addressed table of bucket+1 (0: empty),
+// copied in one move when a try starts, and hashing floats more cheaply than a map.
+type bucketIndex struct {
+	slots []int32 // a power of two long, at most half full
+	n     int
+}
+
+func (x *bucketIndex) reset(agents int) {
+	size := 16
+	for size < 2*min(agents, 1024) {
+		size *= 2
+	}
+	x.slots, x.n = slices.Grow(x.slots[:0], size)[:size], 0
+	clear(x.slots)
+}
+
+// bucketHash hashes as keys compare: -0 as 0 (adding 0 makes it so).
+func bucketHash(k bucketKey) uint64 {
+	h := math.Float64bits(k.offer.CPUs+0) ^ math.Float64bits(k.offer.MemMB+0)>>1 ^ math.Float64bits(k.free.CPUs+0)>>2 ^
+		math.Float64bits(k.free.MemMB+0)>>3 ^ uint64(k.set)
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// find returns the bucket of key k, or -1 and the slot to add it at.
+func (x *bucketIndex) find(buckets []bucket, k bucketKey) (slot uint64, b int32) {
+	mask := uint64(len(x.slots) - 1)
+	for slot = bucketHash(k) & mask; x.slots[slot] != 0; slot = (slot + 1) & mask {
+		if b := x.slots[slot] - 1; buckets[b].key == k {
+			return slot, b
+		}
+	}
+	return slot, -1
+}
+
+// add puts bucket b, whose key find did not find, at slot.
+func (x *bucketIndex) add(buckets []bucket, slot uint64, b int32) {
+	x.slots[slot] = b + 1
+	if x.n++; 2*x.n <= len(x.slots) {
+		return
+	}
+	x.slots = make([]int32, 2*len(x.slots))
+	for b := range buckets {
+		slot, _ := x.find(buckets, buckets[b].key)
+		x.slots[slot] = int32(b) + 1
+	}
+}
+
 // bucket holds interchangeable agents in a min-heap of their indices: the lowest index goes
 // first, as it would in a scan of the agents in order.
 type bucket struct {
@@ -582,7 +806,7 @@ type packer struct {
 	bucket  []int32 // per agent
 	heapPos []int32 // per agent: its position in its bucket's members
 	buckets []bucket
-	byKey   map[bucketKey]int32
+	byKey   bucketIndex
 	// active lists the buckets that may take a shard; empty ones leave it when a scan meets
 	// them, and buckets with less than minNeed never join.
 	active []int32
@@ -596,8 +820,11 @@ type packer struct {
 	loose   []int32
 	isLoose []bool
 	// changes logs every agent's moves (takes and rollbacks), so that the reasons of a kind of
-	// shard that failed before are brought up to date from what changed since.
-	changes []change
+	// shard that failed before are brought up to date from what changed since. seen marks,
+	// per agent, the last update (seenMark) that looked at it.
+	changes  []change
+	seen     []int32
+	seenMark int32
 	// failed holds the kinds of shard that found no room, and why. While no rollback freed
 	// anything (gen unchanged), a shard of such a kind fails without a scan: agents only fill.
 	failed []*kindReasons // per kind of shard (common.kindOf)
@@ -605,15 +832,18 @@ type packer struct {
 	// hasApp caches, per executor set, whether it holds app hasAppOf: 0 unknown, 1 no, 2 yes.
 	hasApp   []int8
 	hasAppOf string
+	left     []int // the memory of runUnless's shards left per kind
 	// freeTotal is what all agents have left, usedFree what the agents used have left.
 	freeTotal, usedFree Resources
 	reasonsOf           []kindReasons // the memory of failed
 }
 
+// change is a move of an agent, with its state before: its state after is that before its
+// next move, or its state now.
 type change struct {
-	agent            int32
-	oldFree, newFree Resources
-	oldSet, newSet   int32
+	agent   int32
+	oldSet  int32
+	oldFree Resources
 }
 
 type kindReasons struct {
@@ -627,11 +857,52 @@ type shardKind struct {
 	app            string
 }
 
-// bucketed is the agents in their buckets, before any try.
-func (c *common) bucketed() *packer {
+// kindHash mixes the bits of a kind's amounts (whose low bits are mostly zero: 0.5, 2, 1024)
+// into the low bits, which pick the slot.
+func kindHash(need, executor Resources, app string) uint64 {
+	h := math.Float64bits(need.CPUs) ^ math.Float64bits(need.MemMB)>>1 ^ math.Float64bits(executor.CPUs)>>2 ^
+		math.Float64bits(executor.MemMB)>>3 ^ uint64(len(app))
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// kindTable is an open-addressed table of size slots (a power of two) holding kinds.
+func kindTable(kinds []shardKind, size int) []int32 {
+	t := make([]int32, size)
+	for k := range kinds {
+		slot := kindHash(kinds[k].need, kinds[k].executor, kinds[k].app) & uint64(size-1)
+		for t[slot] != 0 {
+			slot = (slot + 1) & uint64(size-1)
+		}
+		t[slot] = int32(k) + 1
+	}
+	return t
+}
+
+// is says whether g's shards are of kind k; the need, which differs most often, first.
+func (k *shardKind) is(g *Group) bool {
+	return k.need == g.Need && k.executor == g.Executor && k.app == g.App
+}
+
+// bucketed is the agents in their buckets, before any try, in p's memory if not nil.
+func (c *common) bucketed(p *packer) *packer {
 	n := len(c.agents)
-	p := &packer{c: c, free: make([]Resources, n), set: slices.Clone(c.set0), bucket: make([]int32, n),
-		heapPos: make([]int32, n), byKey: map[bucketKey]int32{}}
+	if p == nil {
+		p = &packer{}
+	}
+	p.c = c
+	p.free = slices.Grow(p.free[:0], n)[:n]
+	p.set = append(p.set[:0], c.set0...)
+	p.bucket = slices.Grow(p.bucket[:0], n)[:n]
+	p.heapPos = slices.Grow(p.heapPos[:0], n)[:n]
+	for b := range p.buckets {
+		p.buckets[b].members = p.buckets[b].members[:0]
+	}
+	p.buckets, p.active = p.buckets[:0], p.active[:0]
+	p.byKey.reset(n)
 	for i, a := range c.agents {
 		p.free[i] = a.Free
 		if i > 0 && a.Free == c.agents[i-1].Free && p.set[i] == p.set[i-1] {
@@ -653,7 +924,7 @@ func (c *common) bucketed() *packer {
 func (c *common) newPacker() *packer {
 	f, p := c.first, c.spare
 	if p == nil {
-		p = &packer{c: c, byKey: make(map[bucketKey]int32, len(f.byKey))}
+		p = &packer{c: c}
 		c.spare = p
 	}
 	p.free = append(p.free[:0], f.free...)
@@ -669,17 +940,16 @@ func (c *common) newPacker() *packer {
 		}
 		p.buckets = append(p.buckets, bucket{key: fb.key, members: append(members, fb.members...), inActive: fb.inActive})
 	}
-	clear(p.byKey)
-	maps.Copy(p.byKey, f.byKey)
+	p.byKey.slots, p.byKey.n = append(p.byKey.slots[:0], f.byKey.slots...), f.byKey.n
 	p.active = append(p.active[:0], f.active...)
 	p.used = resetBools(p.used, len(c.agents))
 	p.isLoose = resetBools(p.isLoose, len(c.agents))
 	p.loose = p.loose[:0]
-	p.changes = p.changes[:0]
+	p.changes, p.seenMark = p.changes[:0], 0
 	if cap(p.changes) < c.shards {
 		p.changes = make([]change, 0, c.shards) // a take each, rollbacks aside
 	}
-	if p.failed == nil {
+	if len(p.failed) != c.nKinds {
 		p.failed, p.reasonsOf = make([]*kindReasons, c.nKinds), make([]kindReasons, c.nKinds)
 		p.kinds = make([]kindChoice, c.nKinds)
 	}
@@ -689,6 +959,15 @@ func (c *common) newPacker() *packer {
 	}
 	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
 	return p
+}
+
+func resetInt32s(b []int32, n int) []int32 {
+	if cap(b) < n {
+		return make([]int32, n)
+	}
+	b = b[:n]
+	clear(b)
+	return b
 }
 
 func resetBools(b []bool, n int) []bool {
@@ -707,11 +986,15 @@ func (p *packer) key(i int32) bucketKey {
 // join puts agent i in the bucket of its current state.
 func (p *packer) join(i int32) {
 	k := p.key(i)
-	b, ok := p.byKey[k]
-	if !ok {
+	slot, b := p.byKey.find(p.buckets, k)
+	if b < 0 {
 		b = int32(len(p.buckets))
-		p.buckets = append(p.buckets, bucket{key: k})
-		p.byKey[k] = b
+		var members []int32 // an earlier Pack's, if any
+		if len(p.buckets) < cap(p.buckets) {
+			members = p.buckets[:b+1][b].members[:0]
+		}
+		p.buckets = append(p.buckets, bucket{key: k, members: members})
+		p.byKey.add(p.buckets, slot, b)
 	}
 	bk := &p.buckets[b]
 	p.bucket[i] = b
@@ -844,7 +1127,7 @@ func (p *packer) take(i int32, g *Group) undo {
 	if p.c.execNeeded && !p.has(p.set[i], g.App) {
 		p.set[i] = p.c.sets.plus(p.set[i], g.App)
 	}
-	p.changes = append(p.changes, change{i, u.free, p.free[i], u.set, p.set[i]})
+	p.changes = append(p.changes, change{i, u.set, u.free})
 	if !p.used[i] {
 		p.used[i] = true
 		p.hosts++
@@ -877,7 +1160,7 @@ func (p *packer) rollback(us []undo) {
 	for k := len(us) - 1; k >= 0; k-- {
 		u := us[k]
 		p.leave(u.agent)
-		p.changes = append(p.changes, change{u.agent, p.free[u.agent], u.free, p.set[u.agent], u.set})
+		p.changes = append(p.changes, change{u.agent, p.set[u.agent], p.free[u.agent]})
 		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
 		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
@@ -1045,40 +1328,50 @@ func (p *packer) leastLoaded(g *Group) int32 {
 	return best
 }
 
-// run packs every group under try t.
-func (c *common) run(t try) outcome { return c.runUnless(t, nil) }
+// run packs every group under try t, with its Result.
+func (c *common) run(t try) outcome {
+	o := c.runUnless(t, nil)
+	o.result(c)
+	return o
+}
 
 // runUnless packs every group under try t, unless it can no longer beat b (nil: no bound);
 // then it stops with abandoned set.
 func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
 	var o outcome
-	var all []int // every group's Placed, in one allocation
 	if n := len(c.spareRes); n > 0 {
 		spare := c.spareRes[n-1]
 		c.spareRes = c.spareRes[:n-1]
-		o.res.Placed, o.fails, o.all = spare.res.Placed, spare.fails[:0], spare.all
+		o.at, o.fails = slices.Grow(spare.at[:0], c.shards)[:c.shards], spare.fails[:0]
 	} else {
-		o.res.Placed, o.all = make([][]int, len(c.groups)), make([]int, c.shards)
+		o.at = make([]int32, c.shards)
 	}
-	all = o.all
 	failedFailover := 0
-	var left []int // per kind: shards not yet tried
-	if b != nil {
-		left = slices.Clone(c.kindShards)
-	}
+	left := append(p.left[:0], c.kindShards...) // per kind: shards not yet tried
+	p.left = left
+	// closed: every kind of shard left found no room since the last rollback, so every group
+	// left fails, and nothing changes: they fail without a look at the agents.
+	closed := false
 	// The bound on what is left costs O(kinds): it is looked at when a shard failed, else
 	// every so many groups.
 	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
 	leftNeed := c.need // of the shards not yet tried, without executors
 	place := func(g int) bool {
 		n := len(c.groups[g].Items)
-		o.res.Placed[g], all = all[:n:n], all[n:]
-		f, failed := p.place(g, &c.groups[g], t.rule, o.res.Placed[g])
+		placed := o.at[c.off[g] : c.off[g]+n]
+		if closed && n > 0 {
+			o.fails = append(o.fails, p.fail(g, placed))
+			if !c.groups[g].Integrity {
+				failedFailover += n
+			}
+			return false
+		}
+		f, failed := p.place(g, &c.groups[g], t.rule, placed)
 		if failed {
 			o.fails = append(o.fails, f)
 		}
-		for _, i := range o.res.Placed[g] {
+		for _, i := range placed {
 			if i >= 0 {
 				o.placed++
 				if !c.groups[g].Integrity {
@@ -1088,10 +1381,11 @@ func (c *common) runUnless(t try, b *bound) outcome {
 				failedFailover++
 			}
 		}
+		left[c.kindOf[g]] -= n
 		if b == nil {
+			closed = closed || failed && c.nKinds <= maxClosedKinds && p.allHopeless(left)
 			return false
 		}
-		left[c.kindOf[g]] -= n
 		leftAll -= n
 		need := c.groups[g].Need
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
@@ -1123,6 +1417,39 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	}
 	o.hosts = p.hosts
 	return o
+}
+
+// maxClosedKinds bounds the kinds that a run looks through, after a failure, to see whether
+// all those left are hopeless.
+const maxClosedKinds = 64
+
+// allHopeless says whether every kind of shard with shards left found no room since the
+// last rollback.
+func (p *packer) allHopeless(left []int) bool {
+	for k, n := range left {
+		if n > 0 {
+			if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fail fails group gi, of a kind that found no room since the last rollback, as place would:
+// no shard placed, for the kind's reasons.
+func (p *packer) fail(gi int, placed []int32) failure {
+	g := &p.c.groups[gi]
+	for k := range placed {
+		placed[k] = -1
+	}
+	f := failure{group: gi, first: 0, rolledBack: g.Integrity}
+	if kr := p.failed[p.c.kindOf[gi]]; kr.changes == len(p.changes) {
+		f.cpu, f.mem = kr.cpu, kr.mem // up to date: nothing changes once closed
+	} else {
+		f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+	}
+	return f
 }
 
 // moreHosts is a lower bound on the agents, beyond those used, that placing shards needing
@@ -1193,7 +1520,20 @@ type failure struct {
 // unplaced lists the shards that o did not place, in the order of the groups given, each
 // group's shards in order. Only the kept outcome pays for the maps.
 func (o *outcome) unplaced(groups []Group) []Unplaced {
-	slices.SortFunc(o.fails, func(a, b failure) int { return a.group - b.group })
+	// In the order of the groups: a group fails once at most, so a counting sort.
+	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return a.group - b.group }) {
+		at := make([]int32, len(groups)) // 1 + index in fails; 0: none
+		for k, f := range o.fails {
+			at[f.group] = int32(k) + 1
+		}
+		sorted := make([]failure, 0, len(o.fails))
+		for _, k := range at {
+			if k > 0 {
+				sorted = append(sorted, o.fails[k-1])
+			}
+		}
+		o.fails = sorted
+	}
 	n := 0
 	for _, f := range o.fails {
 		n += len(groups[f.group].Items) // at most
@@ -1206,23 +1546,30 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	shared := map[counts]map[string]int{}
 	integrity := map[string]int{ReasonIntegrity: 1}
+	// The last few counts seen, looked through before the map: a few kinds of shard fail
+	// in turn, each with the same counts.
+	type seen struct {
+		c       counts
+		reasons map[string]int
+	}
+	var recent [4]seen
 	for _, f := range o.fails {
 		c := counts{f.cpu, f.mem, f.noAgents}
-		reasons, ok := shared[c]
-		if !ok {
-			reasons = map[string]int{}
-			switch {
-			case f.noAgents:
-				reasons[ReasonNoAgents] = 1
-			default:
-				if f.cpu > 0 {
-					reasons[ReasonCPU] = f.cpu
-				}
-				if f.mem > 0 {
-					reasons[ReasonMem] = f.mem
-				}
+		var reasons map[string]int
+		for _, r := range recent {
+			if r.reasons != nil && r.c == c {
+				reasons = r.reasons
+				break
 			}
-			shared[c] = reasons
+		}
+		if reasons == nil {
+			reasons = shared[c]
+			if reasons == nil {
+				reasons = newReasons(f)
+				shared[c] = reasons
+			}
+			copy(recent[1:], recent[:len(recent)-1])
+			recent[0] = seen{c, reasons}
 		}
 		for k, item := range groups[f.group].Items {
 			r := reasons
@@ -1238,12 +1585,29 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	return out
 }
 
+// newReasons is the reasons map of failure f.
+func newReasons(f failure) map[string]int {
+	reasons := map[string]int{}
+	switch {
+	case f.noAgents:
+		reasons[ReasonNoAgents] = 1
+	default:
+		if f.cpu > 0 {
+			reasons[ReasonCPU] = f.cpu
+		}
+		if f.mem > 0 {
+			reasons[ReasonMem] = f.mem
+		}
+	}
+	return reasons
+}
+
 // place places one group into placed (room for its items); with Integrity it undoes a
 // partial placement. It says whether some shard found no room, and why.
-func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
+func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
-	if g.Placement != Binpack {
+	if !p.c.isBinpack[gi] {
 		preferred = p.c.spreadPreference(g)
 	}
 	// A kind of shard that found no room still finds none while agents only fill up.
@@ -1263,7 +1627,7 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int) (failure, bool) {
 		default:
 			i = p.choose(gi, g, r)
 		}
-		placed[k] = int(i)
+		placed[k] = i
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
@@ -1313,9 +1677,18 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 		}
 		p.failed[kind] = kr
 	} else {
+		// An agent's moves since add up to one from its state before the first (that move's
+		// old state) to its state now.
+		if p.seenMark++; p.seenMark == 1 {
+			p.seen = resetInt32s(p.seen, len(p.c.agents))
+		}
 		for _, ch := range p.changes[kr.changes:] {
+			if p.seen[ch.agent] == p.seenMark {
+				continue
+			}
+			p.seen[ch.agent] = p.seenMark
 			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
-			kr.count(p, g, ch.newFree, ch.newSet, 1)
+			kr.count(p, g, p.free[ch.agent], p.set[ch.agent], 1)
 		}
 	}
 	kr.changes, kr.gen = len(p.changes), p.gen

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/ejcloud/ejcloud/scheduler/binpack/internal/gen"
@@ -239,5 +240,111 @@ func TestPackKeepsWhatRunningEveryTryWould(t *testing.T) {
 		if got := Pack(gs, as); !reflect.DeepEqual(got.Placed, want.res.Placed) {
 			t.Fatalf("seed %d: Pack places %v; the first best try %v", seed, got.Placed, want.res.Placed)
 		}
+	}
+}
+
+// The bounds that let Pack skip a try hold on what every try places: no kind of shard places
+// more than kindCap, nor on fewer agents than hostsHolding; no try places more than capSum,
+// nor every shard on fewer than minHosts agents; and no try beats one that unbeatable passes.
+func TestPackBoundsHoldOnEveryTry(t *testing.T) {
+	skipped := 0
+	for seed := int64(1); seed <= 600; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%3 == 0
+			if seed%5 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+			}
+		}
+		c := newCommon(gs, as)
+		if c.kindFits == nil {
+			t.Fatalf("seed %d: %d kinds on %d offers not counted", seed, c.nKinds, len(c.first.buckets))
+		}
+		var outs []outcome
+		for _, tr := range c.tries() {
+			outs = append(outs, newCommon(gs, as).run(tr))
+		}
+		for k, o := range outs {
+			if o.placed > c.capSum || o.placed == c.shards && o.hosts < c.minHosts {
+				t.Fatalf("seed %d, try %d: %d shards on %d agents; bounds: at most %d shards, every shard on at least %d agents",
+					seed, k, o.placed, o.hosts, c.capSum, c.minHosts)
+			}
+			placed := make([]int, c.nKinds)
+			agents := make([]map[int]bool, c.nKinds)
+			for g, at := range o.res.Placed {
+				kind := c.kindOf[g]
+				for _, i := range at {
+					if i >= 0 {
+						placed[kind]++
+						if agents[kind] == nil {
+							agents[kind] = map[int]bool{}
+						}
+						agents[kind][i] = true
+					}
+				}
+			}
+			for kind := range placed {
+				if placed[kind] > c.kindCap[kind] || len(agents[kind]) < c.hostsHolding(kind, placed[kind]) {
+					t.Fatalf("seed %d, try %d, kind %d: %d shards on %d agents; bounds: at most %d shards, on at least %d agents",
+						seed, k, kind, placed[kind], len(agents[kind]), c.kindCap[kind], c.hostsHolding(kind, placed[kind]))
+				}
+			}
+			if c.unbeatable(&o) {
+				skipped++
+				for j, other := range outs {
+					if other.better(o) {
+						t.Fatalf("seed %d: try %d passes as unbeatable (%d shards on %d agents), but try %d places %d on %d",
+							seed, k, o.placed, o.hosts, j, other.placed, other.hosts)
+					}
+				}
+			}
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("no try passed as unbeatable: the test checks nothing")
+	}
+	t.Logf("%d tries passed as unbeatable", skipped)
+}
+
+// Packs running at once, each in memory an earlier Pack used (scratchPool), give what they
+// give one at a time, and share nothing that the race detector would see.
+func TestPackConcurrentCallsShareNothing(t *testing.T) {
+	type input struct {
+		gs   []Group
+		as   []Agent
+		want Result
+	}
+	var inputs []input
+	for seed := int64(1); seed <= 24; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%2 == 0
+			if seed%3 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+			}
+		}
+		inputs = append(inputs, input{gs, as, Pack(gs, as)})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for worker := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 3 * len(inputs) {
+				in := inputs[(round*(worker+1))%len(inputs)]
+				if got := Pack(in.gs, in.as); !reflect.DeepEqual(got, in.want) {
+					errs <- fmt.Sprintf("worker %d, round %d: Pack placed %v; alone it placed %v", worker, round, got.Placed, in.want.Placed)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }
