@@ -114,6 +114,18 @@ func doneByFire(runs []run) map[int64]map[int]int {
 	return out
 }
 
+// aFireAfter is a condition for awaitRuns: some fire after the given one had all n items done.
+func aFireAfter(after int64, n int) func([]run) bool {
+	return func(runs []run) bool {
+		for f, items := range doneByFire(runs) {
+			if f > after && len(items) == n {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // checkOncePerFire fails when an item finished twice for one fire, or when a fire in
 // [from, to] does not have every item finished exactly once.
 func checkOncePerFire(t *testing.T, runs []run, items int, from, to int64) {
@@ -171,17 +183,21 @@ func (i *instance) stop(t *testing.T) {
 
 func start(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any) *instance {
 	t.Helper()
-	return startWith(t, servers, ns, id, cfg, j, sessionTimeout)
+	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, nil)
 }
 
-// startWith is start with the instance's own session timeout.
-func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, session time.Duration) *instance {
+// startWith is start with the instance's own session timeout and, if not nil, a hook called
+// just before the instance sends a claim, a taking or a failover flag.
+func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, session time.Duration, hook func(op string)) *instance {
 	t.Helper()
 	ip, _, _ := strings.Cut(id, "@-@")
 	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: session,
 		IP: ip, InstanceID: id, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	if hook != nil {
+		lite.SetBeforeMulti(in, hook)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	x := &instance{in: in, cancel: cancel, done: make(chan struct{})}

@@ -78,7 +78,7 @@ func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *te
 	const aSession = 3 * time.Second
 	cfg := simpleJob(name, "* * * * * ?", 2)
 	j := &leaseJob{starts: map[string]time.Time{}, stopped: map[string]time.Time{}, holdItem: -1}
-	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession)
+	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
 	start(t, env.Servers, env.Namespace, b, cfg, j)
 	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {

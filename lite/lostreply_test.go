@@ -1,10 +1,8 @@
 package lite_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,24 +16,7 @@ import (
 // startHooked is start with a hook called just before the instance sends a claim or a taking.
 func startHooked(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, hook func(op string)) *instance {
 	t.Helper()
-	ip, _, _ := strings.Cut(id, "@-@")
-	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: sessionTimeout,
-		IP: ip, InstanceID: id, Logger: quietLogger()})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	lite.SetBeforeMulti(in, hook)
-	ctx, cancel := context.WithCancel(context.Background())
-	x := &instance{in: in, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(x.done)
-		x.err = in.Run(ctx)
-		if x.err != nil && ctx.Err() == nil {
-			t.Errorf("%s: Run: %v", id, x.err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-x.done })
-	return x
+	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, hook)
 }
 
 // loseAnswer arms a hook that, the first time op is about to be sent, makes the proxy throw
@@ -100,14 +81,7 @@ func TestClaimWhoseAnswerWasLostRunsItsItems(t *testing.T) {
 	awaitRuns(t, rec, 3*sessionTimeout, "both items of the fire whose claim's answer was lost run", func(runs []run) bool {
 		return len(doneByFire(runs)[fire]) == 2
 	})
-	awaitRuns(t, rec, 5*time.Second, "both items of a later fire run", func(runs []run) bool {
-		for f, items := range doneByFire(runs) {
-			if f > fire && len(items) == 2 {
-				return true
-			}
-		}
-		return false
-	})
+	awaitRuns(t, rec, 5*time.Second, "both items of a later fire run", aFireAfter(fire, 2))
 	a.stop(t)
 	checkOncePerFire(t, rec.snapshot(), 2, fire, fire)
 }

@@ -73,7 +73,7 @@ func TestReturningInstanceDoesNotRunItemsTakenOverByAnother(t *testing.T) {
 
 	// a leads (it is started first) and reaches ZooKeeper through a proxy, with a session long
 	// enough to outlive its cut.
-	ia := startWith(t, []string{pa.Addr}, env.Namespace, a, cfg, rec, 8*time.Second)
+	ia := startWith(t, []string{pa.Addr}, env.Namespace, a, cfg, rec, 8*time.Second, nil)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
 	ib := start(t, env.Servers, env.Namespace, b, cfg, rec)
 	ic := start(t, []string{pc.Addr}, env.Namespace, c, cfg, rec)
@@ -208,14 +208,7 @@ func TestCompletionLostWithTheSessionIsRecordedOnReturn(t *testing.T) {
 	proxy.Restore()
 	back := time.Now().UnixMilli()
 	await.True(t, 3*sessionTimeout, "c registers again", func() bool { return exists(t, tr, name+"/instances/"+c) })
-	awaitRuns(t, rec, 5*time.Second, "c runs a fire after its return", func(runs []run) bool {
-		for f, items := range doneByFire(runs) {
-			if f > back && len(items) == 2 {
-				return true
-			}
-		}
-		return false
-	})
+	awaitRuns(t, rec, 5*time.Second, "c runs a fire after its return", aFireAfter(back, 2))
 	ic.stop(t)
 	checkOncePerFire(t, rec.snapshot(), 2, fire, fire)
 }
