@@ -133,7 +133,18 @@ func Options(j config.Job) schedule.Options {
 // with the new cron, and the old cron's passed slots are never decided again.
 func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	if j.JobExecutionType != config.Transient || j.Cron == "" {
-		p.Remove(j.JobName)
+		p.mu.Lock()
+		defer p.poke()
+		defer p.mu.Unlock()
+		if old := p.jobs[j.JobName]; old != nil {
+			// No longer this producer's to fire (trigger only, or a DAEMON job, whose executor
+			// runs the cron): a change to no cron. Were the ledger left with the old cron, the
+			// same cron put back later would catch up the time it was not scheduled.
+			none := j
+			none.Cron, none.TimeZone = "", ""
+			p.change(old, none, p.clock.Now())
+			delete(p.jobs, j.JobName)
+		}
 		return nil
 	}
 	sched, err := cron.Parse(j.Cron)
@@ -171,21 +182,26 @@ func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	case old.job.Cron == j.Cron && old.job.TimeZone == j.TimeZone:
 		e.last, e.live = old.last, old.live
 	default:
-		// A change of cron or zone. The old cron's slots up to now are decided as its timer
-		// would have (it may be running late), with the old options, and written first.
-		if !old.next.IsZero() && !old.next.After(now) {
-			if d := schedule.Plan(old.sched, old.loc, old.last, now, old.opts, old.live); len(d.Slots) > 0 {
-				p.pend(due{job: old.job, last: d.Last, slots: d.Slots})
-			}
-		}
-		// The new cron from now: its slots before now are none of the job's.
-		p.pend(due{job: j, from: now})
-		p.signal()
+		p.change(old, j, now)
 		e.last, e.live = now, true
 	}
 	e.next = sched.Next(e.last.In(loc))
 	p.jobs[j.JobName] = e
 	return nil
+}
+
+// change ends old's cron at now, for j's cron and zone (the caller holds mu). The old cron's
+// slots up to now are decided as its timer would have (it may be running late), with the old
+// options, and written first; then the ledger takes j's cron and zone from now: the new cron's
+// slots before now are none of the job's.
+func (p *Producer) change(old *entry, j config.Job, now time.Time) {
+	if !old.next.IsZero() && !old.next.After(now) {
+		if d := schedule.Plan(old.sched, old.loc, old.last, now, old.opts, old.live); len(d.Slots) > 0 {
+			p.pend(due{job: old.job, last: d.Last, slots: d.Slots})
+		}
+	}
+	p.pend(due{job: j, from: now})
+	p.signal()
 }
 
 // Remove stops firing a job.

@@ -468,6 +468,33 @@ func TestCronChangeDecidesTheOldCronsDueSlots(t *testing.T) {
 	}
 }
 
+// A job whose cron is taken away (trigger only) has its due slots decided and the ledger told:
+// when the same cron comes back it starts afresh, rather than catching up the time it was not
+// scheduled as if no instance had led.
+func TestCronRemovedThenPutBackDoesNotCatchUp(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	j := job("j", "*/2 * * * * ?", "UTC", true)
+	p.Put(context.Background(), j)
+	step(t, clock, rec, 2*time.Second, []string{"j:add"}) // 2 s
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(time.Second) // 3 s
+	off := j
+	off.Cron = ""
+	p.Put(context.Background(), off)
+	await.True(t, 5*time.Second, "the ledger says the job has no cron from 3 s", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		l := rec.ledgers["j"]
+		return l.Cron == "" && l.From.Equal(t0.Add(3*time.Second))
+	})
+	clock.advance(20 * time.Second) // 23 s: ten slots that were not the job's
+	p.Put(context.Background(), j)
+	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 24 s, on time
+	if got, want := rec.slots("j"), []string{"fired@2s", "fired@24s"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger %v; want %v", got, want)
+	}
+}
+
 // A write ZooKeeper refuses is tried again, before the slots decided after it: the ledger never
 // moves back and no slot is lost.
 func TestFailedWritesAreTriedAgainInOrder(t *testing.T) {
