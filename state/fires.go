@@ -66,10 +66,23 @@ func (e FireEntry) Succeeded() bool { return !e.Ended.IsZero() && e.Failed == ""
 
 // Ledger is a job's fire ledger.
 type Ledger struct {
-	Cron  string      `json:"cron"`  // the expression Last is a slot of
-	Zone  string      `json:"zone"`  // and its zone
-	Last  time.Time   `json:"last"`  // the latest slot handled
+	Cron string    `json:"cron"` // the expression the job is scheduled with: since From, or Last's
+	Zone string    `json:"zone"` // and its zone
+	Last time.Time `json:"last"` // the latest slot handled: always a real slot, of Cron or of the cron before From
+	// From is when Cron and Zone took effect (a changed cron or zone): the slots up to then were
+	// the old cron's, all handled, and the new cron's slots before it are none of the job's. A
+	// new leader resumes from the later of Last and From. Zero: the cron has not changed since
+	// the ledger began (and ledgers from before it read so).
+	From  time.Time   `json:"from,omitzero"`
 	Fires []FireEntry `json:"fires"` // oldest first
+}
+
+// Resume is where a producer resumes the job's slots from: the later of Last and From.
+func (l Ledger) Resume() time.Time {
+	if l.From.After(l.Last) {
+		return l.From
+	}
+	return l.Last
 }
 
 func parseLedger(data []byte) (Ledger, error) {
@@ -108,9 +121,15 @@ func (s *Store) FireLedger(ctx context.Context, job string) (l Ledger, ok bool, 
 
 // Fires is what the producer decided for some of a job's slots.
 type Fires struct {
+	// Cron and Zone are the job's schedule after this write, which the ledger then holds when
+	// Last or From is set.
 	Cron, Zone string
-	// Last is the latest slot handled, which the ledger then holds; zero leaves it (a trigger).
+	// Last is the latest slot handled, which the ledger then holds; zero leaves it (a trigger,
+	// or a change of cron alone).
 	Last time.Time
+	// From, when set, is a change of cron or zone: Cron and Zone take effect then. It is
+	// written after (or with) the old cron's slots up to the change, and never moves Last.
+	From time.Time
 	// Entries, in slot order: each fired one asks for one run.
 	Entries []FireEntry
 	// Accumulate: each run adds one to the ready count (misfire, fireAll). Otherwise the count
@@ -195,7 +214,13 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 		led.add(e)
 	}
 	if !f.Last.IsZero() {
-		led.Last, led.Cron, led.Zone = f.Last, f.Cron, f.Zone
+		led.Last = f.Last
+	}
+	if !f.From.IsZero() {
+		led.From = f.From
+	}
+	if !f.Last.IsZero() || !f.From.IsZero() {
+		led.Cron, led.Zone = f.Cron, f.Zone
 	}
 	data, err := json.Marshal(led)
 	if err != nil {

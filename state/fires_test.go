@@ -1,6 +1,8 @@
 package state_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -77,6 +79,48 @@ func TestRecordFiresWritesTheReadyCountAndTheLedgerTogether(t *testing.T) {
 	}
 	if th := l.Fires[4].Through; !th.Equal(slot0.Add(12 * time.Second)) {
 		t.Fatalf("joined skips run through %v; want 12 s", th)
+	}
+}
+
+// A changed cron: the old cron's slots up to the change are written with their last slot, then
+// the change with the new cron and its time (From), which never moves Last: Last stays a real
+// slot, and a new leader resumes from the change.
+func TestRecordFiresRecordsACronChange(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Cron: "old", Zone: "UTC", Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires of the old cron")
+	change := slot0.Add(3 * time.Second)
+	_, err = s.RecordFires(ctx, "j", state.Fires{Cron: "new", Zone: "Asia/Tokyo", From: change})
+	must(t, err, "RecordFires of the change")
+	l, _, err := s.FireLedger(ctx, "j")
+	must(t, err, "FireLedger")
+	if l.Cron != "new" || l.Zone != "Asia/Tokyo" || !l.Last.Equal(slot0) || !l.From.Equal(change) || !l.Resume().Equal(change) {
+		t.Fatalf("ledger cron %q zone %q last %v from %v; want the new cron from the change, last the old slot", l.Cron, l.Zone, l.Last, l.From)
+	}
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 1 {
+		t.Fatalf("ready count %d; want the old slot's run alone", r.Count)
+	}
+	// The new cron's first slot moves Last past the change.
+	_, err = s.RecordFires(ctx, "j", state.Fires{Cron: "new", Zone: "Asia/Tokyo", Last: slot0.Add(4 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(4)}})
+	must(t, err, "RecordFires of the new cron")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.Resume().Equal(slot0.Add(4*time.Second)) || !slices.Equal(outcomes(l), []string{"fired@0", "fired@4"}) {
+		t.Fatalf("ledger %v resumes from %v; want both slots, from 4 s", outcomes(l), l.Resume())
+	}
+}
+
+// A ledger written before From existed reads as one whose cron never changed.
+func TestALedgerWithoutFromResumesFromItsLast(t *testing.T) {
+	var l state.Ledger
+	if err := json.Unmarshal([]byte(`{"cron":"*/2 * * * * ?","zone":"UTC","last":"2026-11-24T10:00:00Z","fires":[]}`), &l); err != nil {
+		t.Fatal(err)
+	}
+	if !l.From.IsZero() || !l.Resume().Equal(slot0) {
+		t.Fatalf("from %v resume %v; want none, and the last slot", l.From, l.Resume())
+	}
+	if b, _ := json.Marshal(l); bytes.Contains(b, []byte(`"from"`)) {
+		t.Fatalf("%s: an unchanged cron's ledger writes no from", b)
 	}
 }
 

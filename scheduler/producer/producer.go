@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -69,21 +70,28 @@ type Producer struct {
 	log   logrus.FieldLogger
 	fired func(job string, at []time.Time) // told after each job that reached the ready queue
 
-	mu   sync.Mutex // guards jobs
+	// mu guards jobs. A decision is pended before mu is let go (lock order: mu, then pendMu),
+	// so the writes of a job come in the order of its decisions, a change of cron included.
+	mu   sync.Mutex
 	jobs map[string]*entry
 	wake chan struct{}
 
-	pendMu  sync.Mutex     // guards pending
-	pending map[string]due // decided slots not yet written, by job
-	written chan struct{}  // tells the writer there is something pending
+	pendMu  sync.Mutex       // guards pending
+	pending map[string][]due // decided slots and changes not yet written, by job, in order
+	written chan struct{}    // tells the writer there is something pending
 }
 
-// due is a job's decided slots that wait to be written.
+// due is a write that waits: some of a job's decided slots, a change of its cron or zone, or
+// both (the change, then the new cron's slots after it).
 type due struct {
-	job   config.Job
-	last  time.Time        // the latest slot decided
+	job   config.Job       // the job's config as of the latest decision: the ledger's cron and zone
+	last  time.Time        // the latest slot decided; zero when there is none (a change alone)
+	from  time.Time        // a change of cron or zone: when the job's cron took effect
 	slots []schedule.Slots // in order
 }
+
+// accumulates says each of a job's fired slots adds a run (misfire, fireAll).
+func accumulates(j config.Job) bool { return j.Misfire || j.EffectiveMisfirePolicy() == config.FireAll }
 
 type entry struct {
 	job   config.Job
@@ -108,7 +116,7 @@ func New(store Store, clock Clock, log logrus.FieldLogger, fired func(job string
 		fired = func(string, []time.Time) {}
 	}
 	return &Producer{store: store, clock: clock, log: log, fired: fired, jobs: map[string]*entry{}, wake: make(chan struct{}, 1),
-		pending: map[string]due{}, written: make(chan struct{}, 1)}
+		pending: map[string][]due{}, written: make(chan struct{}, 1)}
 }
 
 // Options are a job's misfire options for schedule.Plan.
@@ -118,11 +126,25 @@ func Options(j config.Job) schedule.Options {
 
 // Put schedules a job, or reschedules it after a change. Jobs without a cron and DAEMON jobs
 // (whose executor runs the cron) are not scheduled here. A job new to this producer resumes
-// from its fire ledger's last slot when the ledger is of the same cron and zone (a takeover:
-// the slots since then were missed); otherwise, and after a change of cron or zone, from now.
+// where its fire ledger says (schedule.Resume: a takeover, the slots since then were missed),
+// or from now. A change of cron or zone first decides the old cron's slots that are due (the
+// timer running late), then takes effect from now: the ledger records it (From) after those
+// slots, so a leader that takes over before the new cron's first slot resumes from the change
+// with the new cron, and the old cron's passed slots are never decided again.
 func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	if j.JobExecutionType != config.Transient || j.Cron == "" {
-		p.Remove(j.JobName)
+		p.mu.Lock()
+		defer p.poke()
+		defer p.mu.Unlock()
+		if old := p.jobs[j.JobName]; old != nil {
+			// No longer this producer's to fire (trigger only, or a DAEMON job, whose executor
+			// runs the cron): a change to no cron. Were the ledger left with the old cron, the
+			// same cron put back later would catch up the time it was not scheduled.
+			none := j
+			none.Cron, none.TimeZone = "", ""
+			p.change(old, none, p.clock.Now())
+			delete(p.jobs, j.JobName)
+		}
 		return nil
 	}
 	sched, err := cron.Parse(j.Cron)
@@ -133,28 +155,53 @@ func (p *Producer) Put(ctx context.Context, j config.Job) error {
 	if err != nil {
 		return err
 	}
-	e := &entry{job: j, sched: sched, loc: loc, opts: Options(j), last: p.clock.Now(), live: true}
 	p.mu.Lock()
-	old := p.jobs[j.JobName]
+	_, known := p.jobs[j.JobName]
 	p.mu.Unlock()
-	switch {
-	case old != nil && old.job.Cron == j.Cron && old.job.TimeZone == j.TimeZone:
-		e.last, e.live = old.last, old.live
-	case old == nil:
-		led, ok, err := p.store.FireLedger(ctx, j.JobName)
+	var led state.Ledger
+	if !known {
+		l, ok, err := p.store.FireLedger(ctx, j.JobName)
 		if err != nil {
 			return fmt.Errorf("schedule job %q: %w", j.JobName, err)
 		}
-		if ok && led.Cron == j.Cron && led.Zone == j.TimeZone && !led.Last.IsZero() {
-			e.last, e.live = led.Last, false
+		if ok {
+			led = l
 		}
 	}
-	e.next = sched.Next(e.last.In(loc))
+	e := &entry{job: j, sched: sched, loc: loc, opts: Options(j)}
 	p.mu.Lock()
+	defer p.poke()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	switch old := p.jobs[j.JobName]; {
+	case old == nil:
+		// New to this producer: a takeover, or a new job. (led is empty when the job was
+		// removed, then put again, while this Put read nothing: it begins at now, as a new job.)
+		from, missed := schedule.Resume(schedule.Mark{Cron: led.Cron, Zone: led.Zone, Last: led.Last, From: led.From}, j.Cron, j.TimeZone, now)
+		e.last, e.live = from, !missed
+	case old.job.Cron == j.Cron && old.job.TimeZone == j.TimeZone:
+		e.last, e.live = old.last, old.live
+	default:
+		p.change(old, j, now)
+		e.last, e.live = now, true
+	}
+	e.next = sched.Next(e.last.In(loc))
 	p.jobs[j.JobName] = e
-	p.mu.Unlock()
-	p.poke()
 	return nil
+}
+
+// change ends old's cron at now, for j's cron and zone (the caller holds mu). The old cron's
+// slots up to now are decided as its timer would have (it may be running late), with the old
+// options, and written first; then the ledger takes j's cron and zone from now: the new cron's
+// slots before now are none of the job's.
+func (p *Producer) change(old *entry, j config.Job, now time.Time) {
+	if !old.next.IsZero() && !old.next.After(now) {
+		if d := schedule.Plan(old.sched, old.loc, old.last, now, old.opts, old.live); len(d.Slots) > 0 {
+			p.pend(due{job: old.job, last: d.Last, slots: d.Slots})
+		}
+	}
+	p.pend(due{job: j, from: now})
+	p.signal()
 }
 
 // Remove stops firing a job.
@@ -223,7 +270,8 @@ func (p *Producer) Run(ctx context.Context) error {
 func (p *Producer) fireDue() {
 	now := p.clock.Now()
 	p.mu.Lock()
-	var decided []due
+	defer p.mu.Unlock()
+	decided := false
 	for _, e := range p.jobs {
 		if e.next.IsZero() || e.next.After(now) {
 			continue
@@ -232,38 +280,48 @@ func (p *Producer) fireDue() {
 		e.live = true
 		if len(d.Slots) > 0 {
 			e.last = d.Last
-			decided = append(decided, due{job: e.job, last: d.Last, slots: d.Slots})
+			p.pend(due{job: e.job, last: d.Last, slots: d.Slots})
+			decided = true
 		}
 		e.next = e.sched.Next(e.last.In(e.loc))
 		if !e.next.After(now) { // a slot Plan did not see (cannot happen): never spin on it
 			e.next = e.sched.Next(now.In(e.loc))
 		}
 	}
-	p.mu.Unlock()
-	if len(decided) == 0 {
-		return
+	if decided {
+		p.signal()
 	}
-	p.pendMu.Lock()
-	for _, d := range decided {
-		p.pend(d, false)
-	}
-	p.pendMu.Unlock()
-	p.signal()
 }
 
-// pend adds d to the job's pending slots (the caller holds pendMu): after them, or before them
-// when d is a batch whose write failed and is to be tried again.
-func (p *Producer) pend(d due, before bool) {
-	old, ok := p.pending[d.job.JobName]
-	switch {
-	case !ok:
-		p.pending[d.job.JobName] = d
-	case before:
-		old.slots = append(d.slots, old.slots...)
-		p.pending[d.job.JobName] = old
-	default:
-		p.pending[d.job.JobName] = due{job: d.job, last: d.last, slots: append(old.slots, d.slots...)}
+// pend adds d after the job's pending writes (the caller holds mu), joined to the last of them
+// when one multi can write both, with the same ready-count semantics: slots of one cron, a
+// change after the old cron's slots (so that the ledger never holds them without the change
+// that follows), or the new cron's slots after the change.
+func (p *Producer) pend(d due) {
+	p.pendMu.Lock()
+	defer p.pendMu.Unlock()
+	q := p.pending[d.job.JobName]
+	if n := len(q); n > 0 {
+		prev := &q[n-1]
+		sameCron := prev.job.Cron == d.job.Cron && prev.job.TimeZone == d.job.TimeZone
+		if accumulates(prev.job) == accumulates(d.job) && (sameCron || !d.from.IsZero()) {
+			prev.job, prev.slots = d.job, append(prev.slots, d.slots...)
+			if !d.last.IsZero() {
+				prev.last = d.last
+			}
+			if !d.from.IsZero() {
+				prev.from = d.from
+			}
+			return
+		}
 	}
+	p.pending[d.job.JobName] = append(q, d)
+}
+
+// requeue puts back, before whatever was pended since, a job's writes that failed (the caller
+// holds pendMu).
+func (p *Producer) requeue(job string, ds []due) {
+	p.pending[job] = append(slices.Clip(ds), p.pending[job]...)
 }
 
 func (p *Producer) signal() {
@@ -282,25 +340,28 @@ func (p *Producer) write(ctx context.Context) {
 		case <-p.written:
 		}
 		p.pendMu.Lock()
-		batch := make([]due, 0, len(p.pending))
-		for _, d := range p.pending {
-			batch = append(batch, d)
+		batch := make([][]due, 0, len(p.pending))
+		for _, ds := range p.pending {
+			batch = append(batch, ds)
 		}
 		clear(p.pending)
 		p.pendMu.Unlock()
-		sort.Slice(batch, func(i, j int) bool { return batch[i].job.JobName < batch[j].job.JobName })
+		sort.Slice(batch, func(i, j int) bool { return batch[i][0].job.JobName < batch[j][0].job.JobName })
 		failed := false
-		for _, d := range batch {
+		for _, ds := range batch {
 			if ctx.Err() != nil {
 				return
 			}
-			if failed || !p.writeFires(ctx, d) {
-				// Not written: the ledger still has the slots before these as its last, so
-				// they must be written before any later one. Try again shortly.
-				failed = true
-				p.pendMu.Lock()
-				p.pend(d, true)
-				p.pendMu.Unlock()
+			for i, d := range ds {
+				if failed || !p.writeFires(ctx, d) {
+					// Not written: the ledger still has the slots before these as its last,
+					// so they must be written before any later one. Try again shortly.
+					failed = true
+					p.pendMu.Lock()
+					p.requeue(d.job.JobName, ds[i:])
+					p.pendMu.Unlock()
+					break
+				}
 			}
 		}
 		if failed {
@@ -334,8 +395,8 @@ func (p *Producer) writeFires(ctx context.Context, d due) bool {
 		}
 		entries[i] = e
 	}
-	written, err := p.store.RecordFires(ctx, j.JobName, state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, Entries: entries,
-		Accumulate: j.Misfire || j.EffectiveMisfirePolicy() == config.FireAll})
+	written, err := p.store.RecordFires(ctx, j.JobName, state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, From: d.from, Entries: entries,
+		Accumulate: accumulates(j)})
 	switch {
 	case errors.Is(err, state.ErrNotFound):
 		log.WithError(err).Debug("cron slots of a deleted job dropped")

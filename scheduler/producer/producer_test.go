@@ -131,7 +131,16 @@ func (r *recorder) RecordFires(_ context.Context, job string, f state.Fires) ([]
 		if !f.Last.After(l.Last) {
 			return nil, fmt.Errorf("ledger of %s moved back from %v to %v", job, l.Last, f.Last)
 		}
-		l.Last, l.Cron, l.Zone = f.Last, f.Cron, f.Zone
+		l.Last = f.Last
+	}
+	if !f.From.IsZero() {
+		if !f.From.After(l.From) {
+			return nil, fmt.Errorf("ledger of %s: the cron changed at %v, then at %v", job, l.From, f.From)
+		}
+		l.From = f.From
+	}
+	if !f.Last.IsZero() || !f.From.IsZero() {
+		l.Cron, l.Zone = f.Cron, f.Zone
 	}
 	l.Fires = append(l.Fires, out...)
 	r.ledgers[job] = l
@@ -360,6 +369,130 @@ func TestTakeoverAppliesTheMisfirePolicy(t *testing.T) {
 		s := rec.slots("skip")
 		return len(s) == 2 && s[1] == "fired@2s"
 	})
+}
+
+// A changed cron: the old cron's slots that passed are not decided again, its later ones never,
+// and the first slot of the new cron after the change is the next fire. The ledger takes the
+// change at once, its last slot staying a real one, so a leader that takes over before the new
+// cron's first slot resumes from the change and decides the new cron's missed slots by the
+// policy, instead of losing them unrecorded.
+func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	j := job("j", "*/10 * * * * ?", "UTC", false)
+	j.MisfirePolicy = config.FireAll
+	p.Put(context.Background(), j)
+	step(t, clock, rec, 10*time.Second, []string{"j:add"}) // 10 s
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(3 * time.Second) // 13 s: the change
+	j.Cron = "*/2 * * * * ?"
+	p.Put(context.Background(), j)
+	await.True(t, 5*time.Second, "the ledger takes the new cron from the change", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		l := rec.ledgers["j"]
+		return l.Cron == j.Cron && l.From.Equal(t0.Add(13*time.Second)) && l.Last.Equal(t0.Add(10*time.Second))
+	})
+	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 14 s, the new cron's first slot after the change
+	if got, want := rec.slots("j"), []string{"fired@10s", "fired@14s"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger %v; want %v (not the new cron's 12 s, before the change)", got, want)
+	}
+
+	// Another change at 15 s, and the leader dies before the new cron's first slot (18 s); the
+	// next one takes over at 21 s on the same ledger.
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(time.Second)
+	j.Cron = "*/3 * * * * ?"
+	p.Put(context.Background(), j)
+	await.True(t, 5*time.Second, "the ledger takes the second change", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.ledgers["j"].Cron == j.Cron
+	})
+	if !rec.last("j").Equal(t0.Add(14 * time.Second)) {
+		t.Fatalf("last slot %v; want 14 s, a real slot", rec.last("j"))
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p2 := New(rec, &fakeClock{now: t0.Add(21 * time.Second)}, log, rec.firedTimes)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p2.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := p2.Put(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	// fireAll: one run per missed slot of the new cron after the change (18 s, 21 s), none of
+	// the old one's (16 s, 18 s, 20 s).
+	want := []string{"fired@10s", "fired@14s", "fired@18s", "fired@21s"}
+	await.True(t, 5*time.Second, "the missed slots since the change decided", func() bool { return reflect.DeepEqual(rec.slots("j"), want) })
+	if !rec.last("j").Equal(t0.Add(21 * time.Second)) {
+		t.Errorf("last slot %v; want 21 s", rec.last("j"))
+	}
+}
+
+// The old cron's slots that are due when the change lands (the producer's timer running late)
+// are decided then, by the old options, before the change: none is lost.
+func TestCronChangeDecidesTheOldCronsDueSlots(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	rec := &recorder{disabled: map[string]bool{}, ledgers: map[string]state.Ledger{}}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	p := New(rec, clock, log, rec.firedTimes)
+	j := job("j", "*/10 * * * * ?", "UTC", true)
+	if err := p.Put(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	// The producer's loop is not running: its timer is late for 10 s and 20 s when the change
+	// lands at 20.4 s.
+	clock.advance(20400 * time.Millisecond)
+	j.Cron = "*/2 * * * * ?"
+	if err := p.Put(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// fireOnce (misfire): 20 s is the slot on time, 10 s was jumped over and merges into it.
+	want := []string{"merged@10s", "fired@20s"}
+	await.True(t, 5*time.Second, "the old cron's due slots decided", func() bool { return reflect.DeepEqual(rec.slots("j"), want) })
+	rec.mu.Lock()
+	l := rec.ledgers["j"]
+	rec.mu.Unlock()
+	if l.Cron != j.Cron || !l.Last.Equal(t0.Add(20*time.Second)) || !l.From.Equal(t0.Add(20400*time.Millisecond)) {
+		t.Fatalf("ledger cron %q last %v from %v; want the new cron from 20.4 s, last 20 s", l.Cron, l.Last, l.From)
+	}
+	step(t, clock, rec, 1600*time.Millisecond, []string{"j:add", "j:add"}) // 22 s: the new cron's
+	if got, want := rec.slots("j"), []string{"merged@10s", "fired@20s", "fired@22s"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger %v; want %v", got, want)
+	}
+}
+
+// A job whose cron is taken away (trigger only) has its due slots decided and the ledger told:
+// when the same cron comes back it starts afresh, rather than catching up the time it was not
+// scheduled as if no instance had led.
+func TestCronRemovedThenPutBackDoesNotCatchUp(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	j := job("j", "*/2 * * * * ?", "UTC", true)
+	p.Put(context.Background(), j)
+	step(t, clock, rec, 2*time.Second, []string{"j:add"}) // 2 s
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(time.Second) // 3 s
+	off := j
+	off.Cron = ""
+	p.Put(context.Background(), off)
+	await.True(t, 5*time.Second, "the ledger says the job has no cron from 3 s", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		l := rec.ledgers["j"]
+		return l.Cron == "" && l.From.Equal(t0.Add(3*time.Second))
+	})
+	clock.advance(20 * time.Second) // 23 s: ten slots that were not the job's
+	p.Put(context.Background(), j)
+	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 24 s, on time
+	if got, want := rec.slots("j"), []string{"fired@2s", "fired@24s"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger %v; want %v", got, want)
+	}
 }
 
 // A write ZooKeeper refuses is tried again, before the slots decided after it: the ledger never

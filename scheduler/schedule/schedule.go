@@ -238,3 +238,31 @@ func Before(c Cron, x time.Time) time.Time {
 func AtOrBefore(c Cron, t time.Time) time.Time {
 	return Before(c, t.Add(time.Nanosecond))
 }
+
+// Mark is what a job's fire ledger says of its schedule: the cron and zone the job is scheduled
+// with, the latest slot handled (Last, always a real slot) and when that cron and zone took
+// effect (From, zero when they have not changed since the ledger began).
+type Mark struct {
+	Cron, Zone string
+	Last, From time.Time
+}
+
+// Resume says where a producer that starts scheduling a job (a takeover, a new job) begins. With
+// a mark of the job's cron and zone it resumes from the later of Last and From, and the slots
+// since then fell while no instance led (missed). Otherwise — no mark, one of another cron or
+// zone (changed while no instance led, by a version that did not record the change), or one
+// with neither time — it begins at now, missing nothing: the mark says nothing of this cron's
+// slots.
+func Resume(m Mark, cron, zone string, now time.Time) (from time.Time, missed bool) {
+	if m.Cron != cron || m.Zone != zone {
+		return now, false
+	}
+	from = m.Last
+	if m.From.After(from) {
+		from = m.From
+	}
+	if from.IsZero() {
+		return now, false
+	}
+	return from, true
+}

@@ -281,3 +281,104 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A change of cron or zone, then a leader change: the old cron's slots due at the change (the
+// producer running late) are decided then, the ledger's mark takes the new cron from the change,
+// and a leader that takes over resumes from it. Every slot of the old cron up to the change and
+// of the new one after it is decided exactly once, and no other.
+func TestCronChangeThenTakeover(t *testing.T) {
+	cases := []struct {
+		name               string
+		oldCron, oldZone   string
+		newCron, newZone   string
+		last               time.Time // the ledger's last slot before the change
+		live               bool      // the producer had decided a slot on time before the change
+		change, takeover   time.Time
+		o                  Options
+		atChange, atResume string
+	}{
+		{"takeover inside the window, fireAll", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(10), true, at(13), at(21),
+			Options{Policy: FireAll}, "", "fired@14 fired@16 fired@18 fired@20"},
+		{"takeover inside the window, fireOnce", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(10), true, at(13), at(21),
+			Options{Policy: FireOnce}, "", "merged@14-18x3(missed) fired@20"},
+		{"takeover inside the window, skip", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(10), true, at(13), at(21),
+			Options{Policy: Skip}, "", "skipped@14-20x4(missed)"},
+		{"an old slot due at the change, the producer live", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(10), true, at(20.4), at(23),
+			Options{Policy: FireOnce}, "fired@20", "fired@22"},
+		{"old slots due at the change, late after a takeover", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(0), false, at(20.4), at(23),
+			Options{Policy: FireOnce}, "merged@10(missed) fired@20", "fired@22"},
+		{"old slots due at the change, skip", "*/10 * * * * ?", "UTC", "*/2 * * * * ?", "UTC", at(0), true, at(20.4), at(23),
+			Options{Policy: Skip}, "skipped@10(missed) fired@20", "skipped@22(missed)"},
+		{"a new cron with no slot before the takeover", "*/2 * * * * ?", "UTC", "0 0 0 1 1 ? 2099", "UTC", at(10), true, at(11), at(30),
+			Options{Policy: FireAll}, "", ""},
+		{"a zone change: Kathmandu's hours fall at :15 UTC", "0 0 * * * ?", "UTC", "0 0 * * * ?", "Asia/Kathmandu", at(0), true, at(300), at(8400),
+			Options{Policy: FireAll}, "", "fired@900 fired@4500 fired@8100"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			oldC, newC := parse(t, c.oldCron), parse(t, c.newCron)
+			oldLoc, _ := time.LoadLocation(c.oldZone)
+			newLoc, _ := time.LoadLocation(c.newZone)
+			// At the change: the old cron's due slots, then the mark.
+			d := Plan(oldC, oldLoc, c.last, c.change, c.o, c.live)
+			if got := show(d); got != c.atChange {
+				t.Errorf("at the change: %s\nwant:          %s", got, c.atChange)
+			}
+			m := Mark{Cron: c.newCron, Zone: c.newZone, Last: d.Last, From: c.change}
+			if !d.Last.IsZero() && (d.Last.After(c.change) || (len(d.Slots) > 0 && !oldC.Next(d.Last.Add(-time.Nanosecond)).Equal(d.Last))) {
+				t.Errorf("the ledger's last %v is not a slot of the old cron up to the change", d.Last)
+			}
+			// The takeover.
+			from, missed := Resume(m, c.newCron, c.newZone, c.takeover)
+			if !missed || !from.Equal(c.change) {
+				t.Fatalf("resumes from %v (missed %v); want the change, %v", from, missed, c.change)
+			}
+			r := Plan(newC, newLoc, from, c.takeover, c.o, false)
+			if got := show(r); got != c.atResume {
+				t.Errorf("at the takeover: %s\nwant:            %s", got, c.atResume)
+			}
+			// Exactly the old cron's slots in (last, change] and the new one's in (change, takeover].
+			want := countIn(oldC, oldLoc, c.last, c.change) + countIn(newC, newLoc, c.change, c.takeover)
+			got := 0
+			for _, s := range append(d.Slots, r.Slots...) {
+				got += s.Count
+			}
+			if got != want {
+				t.Errorf("%d slots decided; want %d, each once", got, want)
+			}
+		})
+	}
+}
+
+func countIn(c Cron, loc *time.Location, from, to time.Time) int {
+	n := 0
+	for s := c.Next(from.In(loc)); !s.IsZero() && !s.After(to); s = c.Next(s) {
+		n++
+	}
+	return n
+}
+
+// Where a producer begins a job's slots, from its ledger's mark.
+func TestResume(t *testing.T) {
+	now := at(100)
+	cases := []struct {
+		name   string
+		m      Mark
+		from   time.Time
+		missed bool
+	}{
+		{"no ledger", Mark{}, now, false},
+		{"the same cron: from the last slot", Mark{Cron: "c", Zone: "UTC", Last: at(10)}, at(10), true},
+		{"a change after the last slot: from the change", Mark{Cron: "c", Zone: "UTC", Last: at(10), From: at(13)}, at(13), true},
+		{"a slot of the new cron since the change: from it", Mark{Cron: "c", Zone: "UTC", Last: at(14), From: at(13)}, at(14), true},
+		{"a change before any slot", Mark{Cron: "c", Zone: "UTC", From: at(13)}, at(13), true},
+		{"another cron: from now", Mark{Cron: "other", Zone: "UTC", Last: at(10), From: at(13)}, now, false},
+		{"another zone: from now", Mark{Cron: "c", Zone: "Asia/Tokyo", Last: at(10)}, now, false},
+	}
+	for _, c := range cases {
+		from, missed := Resume(c.m, "c", "UTC", now)
+		if !from.Equal(c.from) || missed != c.missed {
+			t.Errorf("%s: Resume = %v, %v; want %v, %v", c.name, from, missed, c.from, c.missed)
+		}
+	}
+}
