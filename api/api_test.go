@@ -127,6 +127,8 @@ func TestEndpoints(t *testing.T) {
 			wantBody: `{"jobName":"job","misfirePolicy":"fireAll","startingDeadline":30,"lastSlot":"2026-11-22T00:00:10Z","fires":[` +
 				`{"slot":"2026-11-22T00:00:10Z","count":1,"outcome":"fired","launched":"2026-11-22T00:00:11Z","tasks":1,"taskIds":["` + id.String() + `"]},` +
 				`{"slot":"2026-11-22T00:00:05Z","count":1,"outcome":"merged","reason":"merged into the run already queued"}]}`},
+		{name: "fires since a change of cron", method: "GET", path: "/api/job/changed/fires", wantCode: 200,
+			wantBody: `"lastSlot":"2026-11-22T00:00:05Z","cronSince":"2026-11-22T00:00:07Z","fires":[`},
 		{name: "fires of a job waiting for its dependency", method: "GET", path: "/api/job/dep/fires", wantCode: 200,
 			wantBody: `"dependsOn":["job"],"waiting":"dependsOn: waiting for \"job\""`},
 		{name: "fires of a missing job", method: "GET", path: "/api/job/nope/fires", wantCode: 404},
@@ -166,6 +168,10 @@ func TestEndpoints(t *testing.T) {
 				{Slot: at, Count: 1, Outcome: state.OutcomeSkipped, Reason: "old"},
 				{Slot: at.Add(5 * time.Second), Count: 1, Outcome: state.OutcomeMerged, Reason: state.ReasonMergedQueued},
 				{Slot: at.Add(10 * time.Second), Count: 1, Outcome: state.OutcomeFired, Launched: at.Add(11 * time.Second), Tasks: 1, TaskIDs: []string{id.String()}}}}}
+			changed := f.store.jobs["job"]
+			changed.JobName = "changed"
+			f.store.jobs["changed"] = changed
+			f.store.ledgers["changed"] = state.Ledger{Cron: j.Cron, Zone: "UTC", Last: at.Add(5 * time.Second), From: at.Add(7 * time.Second)}
 			f.store.failover = []state.FailoverEntry{{Meta: id.Meta, TaskID: id.String()}}
 			rec := f.do(tc.method, tc.path, tc.body)
 			if rec.Code != tc.wantCode {

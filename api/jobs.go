@@ -243,9 +243,10 @@ func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 // JobFires is the answer of GET /api/job/{jobName}/fires: the fire ledger, newest slot first.
 type JobFires struct {
 	JobName          string            `json:"jobName"`
-	MisfirePolicy    string            `json:"misfirePolicy"`    // in effect (the job's, or its default)
-	StartingDeadline int               `json:"startingDeadline"` // seconds; 0: none
-	LastSlot         *time.Time        `json:"lastSlot"`         // the latest cron slot handled; null before the first
+	MisfirePolicy    string            `json:"misfirePolicy"`       // in effect (the job's, or its default)
+	StartingDeadline int               `json:"startingDeadline"`    // seconds; 0: none
+	LastSlot         *time.Time        `json:"lastSlot"`            // the latest cron slot handled; null before the first
+	CronSince        *time.Time        `json:"cronSince,omitempty"` // when the job's cron or zone last changed; absent: not since its ledger began
 	DependsOn        []string          `json:"dependsOn,omitempty"`
 	Waiting          string            `json:"waiting,omitempty"` // why its queued run waits (dependencies)
 	Fires            []state.FireEntry `json:"fires"`             // newest first
@@ -277,6 +278,9 @@ func (s *Server) jobFires(w http.ResponseWriter, r *http.Request) {
 		DependsOn: j.DependsOn, Waiting: s.sched.Waiting(j.JobName), Fires: []state.FireEntry{}}
 	if !l.Last.IsZero() {
 		out.LastSlot = &l.Last
+	}
+	if !l.From.IsZero() {
+		out.CronSince = &l.From
 	}
 	for i := len(l.Fires) - 1; i >= 0 && len(out.Fires) < limit; i-- {
 		out.Fires = append(out.Fires, l.Fires[i])
