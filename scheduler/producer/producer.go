@@ -99,10 +99,32 @@ type entry struct {
 	loc   *time.Location
 	opts  schedule.Options
 	last  time.Time // the latest slot handled: the ledger's at first, then this producer's
-	// live is false until the first plan after a takeover: the slots since last fell while no
-	// instance led. Then it is true: the latest due slot is on time.
-	live bool
-	next time.Time
+	// live is false until the first plan after a takeover: the slots from last up to since
+	// (when this producer took the job over) fell while no instance led. Then it is true: the
+	// latest due slot is on time.
+	live  bool
+	since time.Time
+	next  time.Time
+}
+
+// plan decides e's slots in (e.last, now]. After a takeover the slots up to the takeover were
+// missed, and the policy decides them; a slot after it falls while this producer runs, and is
+// on time whatever the policy: a takeover between two slots misses none.
+func (e *entry) plan(now time.Time) schedule.Decision {
+	if e.live {
+		return schedule.Plan(e.sched, e.loc, e.last, now, e.opts, true)
+	}
+	e.live = true
+	cut := e.since
+	if now.Before(cut) {
+		cut = now
+	}
+	d := schedule.Plan(e.sched, e.loc, e.last, cut, e.opts, false)
+	if now.After(cut) {
+		after := schedule.Plan(e.sched, e.loc, d.Last, now, e.opts, true)
+		d.Slots, d.Fires, d.Last = append(d.Slots, after.Slots...), append(d.Fires, after.Fires...), after.Last
+	}
+	return d
 }
 
 // New returns a producer; fired, if not nil, is called after each write, with the slots of the
@@ -178,9 +200,9 @@ func (p *Producer) Put(ctx context.Context, j config.Job) error {
 		// New to this producer: a takeover, or a new job. (led is empty when the job was
 		// removed, then put again, while this Put read nothing: it begins at now, as a new job.)
 		from, missed := schedule.Resume(schedule.Mark{Cron: led.Cron, Zone: led.Zone, Last: led.Last, From: led.From}, j.Cron, j.TimeZone, now)
-		e.last, e.live = from, !missed
+		e.last, e.live, e.since = from, !missed, now
 	case old.job.Cron == j.Cron && old.job.TimeZone == j.TimeZone:
-		e.last, e.live = old.last, old.live
+		e.last, e.live, e.since = old.last, old.live, old.since
 	default:
 		p.change(old, j, now)
 		e.last, e.live = now, true
@@ -196,7 +218,7 @@ func (p *Producer) Put(ctx context.Context, j config.Job) error {
 // slots before now are none of the job's.
 func (p *Producer) change(old *entry, j config.Job, now time.Time) {
 	if !old.next.IsZero() && !old.next.After(now) {
-		if d := schedule.Plan(old.sched, old.loc, old.last, now, old.opts, old.live); len(d.Slots) > 0 {
+		if d := old.plan(now); len(d.Slots) > 0 {
 			p.pend(due{job: old.job, last: d.Last, slots: d.Slots})
 		}
 	}
@@ -276,8 +298,7 @@ func (p *Producer) fireDue() {
 		if e.next.IsZero() || e.next.After(now) {
 			continue
 		}
-		d := schedule.Plan(e.sched, e.loc, e.last, now, e.opts, e.live)
-		e.live = true
+		d := e.plan(now)
 		if len(d.Slots) > 0 {
 			e.last = d.Last
 			p.pend(due{job: e.job, last: d.Last, slots: d.Slots})

@@ -371,6 +371,29 @@ func TestTakeoverAppliesTheMisfirePolicy(t *testing.T) {
 	})
 }
 
+// A takeover between two slots misses none: the first slot after it falls while the new
+// leader runs, so it is on time and fires whatever the misfire policy. (Found by the soak: every
+// job skipped its first slot after a takeover, so nothing ran for a whole cron period.)
+func TestTheFirstSlotAfterATakeoverIsOnTime(t *testing.T) {
+	p, clock, rec := start(t, t0.Add(time.Second))
+	every2 := "*/2 * * * * ?"
+	for _, name := range []string{"skip", "once"} {
+		rec.ledgers[name] = state.Ledger{Cron: every2, Zone: "UTC", Last: t0}
+	}
+	for _, j := range []config.Job{job("skip", every2, "UTC", false), job("once", every2, "UTC", true)} {
+		if err := p.Put(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(time.Second)
+	for _, name := range []string{"skip", "once"} {
+		await.True(t, 5*time.Second, name+"'s first slot after the takeover fires on time", func() bool {
+			return reflect.DeepEqual(rec.slots(name), []string{"fired@2s"})
+		})
+	}
+}
+
 // A changed cron: the old cron's slots that passed are not decided again, its later ones never,
 // and the first slot of the new cron after the change is the next fire. The ledger takes the
 // change at once, its last slot staying a real one, so a leader that takes over before the new
