@@ -144,16 +144,8 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	close(ready)
 	s := &Store{shared: sh}
-	if err := sess.waitConnected(ctx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
-	}
-	if cfg.Digest != "" {
-		if err := conn.AddAuth("digest", []byte(cfg.Digest)); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("authenticate to ZooKeeper: %w", err)
-		}
-		s.acl = zk.AuthACL(zk.PermAll)
+	if err := s.connected(ctx); err != nil {
+		return nil, err
 	}
 	if err := s.ensureLayout(ctx); err != nil {
 		conn.Close()
@@ -592,3 +584,20 @@ func (c *boundedConn) Read(b []byte) (int, error) {
 func (c *boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
 func (c *boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
 func (c *boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }
+
+// connected waits for the store's session and authenticates it with its digest; on failure it
+// closes the connection.
+func (s *Store) connected(ctx context.Context) error {
+	if err := s.sess.waitConnected(ctx); err != nil {
+		s.conn.Close()
+		return fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(s.servers, ","), err)
+	}
+	if s.digest != "" {
+		if err := s.conn.AddAuth("digest", []byte(s.digest)); err != nil {
+			s.conn.Close()
+			return fmt.Errorf("authenticate to ZooKeeper: %w", err)
+		}
+		s.acl = zk.AuthACL(zk.PermAll)
+	}
+	return nil
+}

@@ -54,16 +54,8 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
 		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
 	}}
-	if err := sess.waitConnected(ctx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("cannot reach ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
-	}
-	if cfg.Digest != "" {
-		if err := conn.AddAuth("digest", []byte(cfg.Digest)); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("authenticate to ZooKeeper: %w", err)
-		}
-		s.acl = zk.AuthACL(zk.PermAll)
+	if err := s.connected(ctx); err != nil {
+		return nil, err
 	}
 	return &Tree{s: s}, nil
 }
