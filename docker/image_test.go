@@ -106,14 +106,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
+func freeAddr(t testing.TB) string { return freeport.For(t) }
 
 // syncBuf collects a process's output while the test reads it.
 type syncBuf struct {

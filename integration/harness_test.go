@@ -145,14 +145,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
+func freeAddr(t testing.TB) string { return freeport.For(t) }
 
 // mesos is a running mesos-local binary with short timing knobs, recording every status update
 // its agents take.

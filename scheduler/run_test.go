@@ -53,13 +53,7 @@ func noMesos(t testing.TB) string {
 	return srv.URL
 }
 
-func freeAddr(t testing.TB) string {
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
+func freeAddr(t testing.TB) string { return freeport.For(t) }
 
 type running struct {
 	cfg  Config

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // lowest is the bottom of the range ports are picked from: above the well-known and most
@@ -34,6 +35,16 @@ func Addr() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no free loopback port below %d: %w", top+1, err)
+}
+
+// For is Addr for a test, which it fails when no port is free.
+func For(t testing.TB) string {
+	t.Helper()
+	addr, err := Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // Port is Addr's port.
