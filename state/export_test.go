@@ -1,8 +1,10 @@
 package state
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -34,4 +36,17 @@ func (s *Store) ModelDump() string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// ReadyVersion reads a job's ready node as the Store does (from the model on a mirrored
+// Store): its version, and whether it exists.
+func (s *Store) ReadyVersion(ctx context.Context, job string) (int32, bool, error) {
+	n, err := s.get(ctx, s.path(readyDir, job))
+	return n.version, n.exists, err
+}
+
+// SetReadyAt writes a job's ready count if its node still has version: the write of a
+// read-modify-write.
+func (s *Store) SetReadyAt(ctx context.Context, job string, count int, version int32) error {
+	return s.multi(ctx, setOp(s.path(readyDir, job), []byte(strconv.Itoa(count)), version))
 }

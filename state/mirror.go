@@ -348,8 +348,7 @@ func (s *Store) mirroredMulti(ctx context.Context, ops []any) error {
 		i, err := v.m.apply(v.group.layer, ops)
 		v.m.mu.RUnlock()
 		if err != nil {
-			op, p := describe(ops[i])
-			return &OpError{Op: op, Path: p, Err: translate(err)}
+			return refused(ops[i], err)
 		}
 		v.group.ops = append(v.group.ops, ops...)
 		return nil
@@ -374,7 +373,7 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		if _, rerr := s.refreshWithParent(ctx, p); rerr != nil {
 			return fmt.Errorf("%s %s: %w", op, p, rerr)
 		}
-		return &OpError{Op: op, Path: p, Err: translate(err)}
+		return refused(ops[i], err)
 	}
 	var seq uint64
 	sent := ops

@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -104,6 +105,29 @@ func TestMirrorWriteOnAStaleNodeIsRetriedOnWhatZooKeeperHolds(t *testing.T) {
 	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
 		if r, err := s.ReadyOf(ctx, "job"); err != nil || r.Count != 3 {
 			t.Fatalf("%s: ready count %d (%v); want 3", name, r.Count, err)
+		}
+	}
+}
+
+// A write built on a read of a node that is gone since is a conflict, to read again, whether
+// ZooKeeper or the model refuses it: a launch that took a job's ready entry while a fire was
+// being written must not make the fire look like one of a deleted job (the producer drops
+// those slots; a CI run lost seven fires so when a hung ZooKeeper member let both wait).
+func TestAWriteOnANodeGoneSinceItsReadIsAConflict(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
+		job := "job-" + name
+		must(t, s.AddReady(ctx, job, true), name+": AddReady")
+		v, ok, err := s.ReadyVersion(ctx, job)
+		if err != nil || !ok {
+			t.Fatalf("%s: the ready node: exists %v, %v", name, ok, err)
+		}
+		must(t, s.RemoveReady(ctx, job), name+": RemoveReady")
+		err = s.SetReadyAt(ctx, job, 2, v)
+		if !errors.Is(err, state.ErrConflict) {
+			t.Errorf("%s: a set on a node deleted since its read: %v; want ErrConflict", name, err)
 		}
 	}
 }

@@ -451,11 +451,37 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 		if i == 0 && s.fence != nil {
 			return fmt.Errorf("%w: election node %s: %w", ErrNotLeader, s.fence.Path, r.Error)
 		}
-		op, p := describe(ops[i])
-		return &OpError{Op: op, Path: p, Err: translate(r.Error)}
+		return refused(ops[i], r.Error)
 	}
 	// No per-op result: the request itself failed (connection loss, expiry).
 	return fmt.Errorf("multi of %d ops: %w", len(ops), translate(err))
+}
+
+// refused is the error of an op that ZooKeeper refused, or that the model refused because it
+// knows ZooKeeper would. A versioned op on a node that is gone was built on a read that no
+// longer holds, just as one refused for a bad version was: it is a conflict too, so that
+// read-modify-write loops read again. Otherwise a fire whose ready entry a launch took between
+// the fire's read and its write would look like the fire of a deleted job, and be dropped.
+func refused(op any, err error) *OpError {
+	name, p := describe(op)
+	err = translate(err)
+	if errors.Is(err, ErrNotFound) && version(op) >= 0 {
+		err = fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return &OpError{Op: name, Path: p, Err: err}
+}
+
+// version is the version an op expects its node to have; -1 for any, or for a create.
+func version(op any) int32 {
+	switch o := op.(type) {
+	case *zk.SetDataRequest:
+		return o.Version
+	case *zk.DeleteRequest:
+		return o.Version
+	case *zk.CheckVersionRequest:
+		return o.Version
+	}
+	return -1
 }
 
 func describe(op any) (string, string) {

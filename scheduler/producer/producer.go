@@ -419,7 +419,9 @@ func (p *Producer) writeFires(ctx context.Context, d due) bool {
 	written, err := p.store.RecordFires(ctx, j.JobName, state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, From: d.from, Entries: entries,
 		Accumulate: accumulates(j)})
 	switch {
-	case errors.Is(err, state.ErrNotFound):
+	case errors.Is(err, state.ErrNotFound) && !errors.Is(err, state.ErrConflict):
+		// The job's config is gone. (A node gone since it was read is a conflict, which
+		// RecordFires reads again until ctx ends: the slots are not a deleted job's.)
 		log.WithError(err).Debug("cron slots of a deleted job dropped")
 		return true
 	case err != nil:
