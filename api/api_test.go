@@ -71,6 +71,15 @@ func withDeps(name string, deps ...string) string {
 	return string(b)
 }
 
+// allowing is jobBody renamed, with concurrencyPolicy Allow.
+func allowing(name string) string {
+	var j map[string]any
+	json.Unmarshal([]byte(jobBody), &j)
+	j["jobName"], j["concurrencyPolicy"], j["shardsIndependent"] = name, "Allow", true
+	b, _ := json.Marshal(j)
+	return string(b)
+}
+
 func TestEndpoints(t *testing.T) {
 	id := taskid.New(taskid.Meta{JobName: "job", Item: 1}, taskid.Failover, "S3")
 	tests := []struct {
@@ -136,6 +145,11 @@ func TestEndpoints(t *testing.T) {
 		{name: "depends on a job", method: "POST", path: "/api/job/register", body: withDeps("b", "job"), wantCode: 204, wantOps: []string{"changed b"}},
 		{name: "depends on a missing job", method: "POST", path: "/api/job/register", body: withDeps("b", "nope"), wantCode: 400, wantBody: `does not exist`},
 		{name: "depends on a DAEMON job", method: "POST", path: "/api/job/register", body: withDeps("b", "daemon"), wantCode: 400, wantBody: `"field":"dependsOn"`},
+		{name: "depends on an Allow job", method: "POST", path: "/api/job/register", body: withDeps("b", "par"), wantCode: 400,
+			wantBody: `"field":"dependsOn"`},
+		{name: "a job others depend on made Allow", method: "PUT", path: "/api/job/update", body: allowing("job"), wantCode: 400,
+			wantBody: `{"error":"job \"dep\" depends on this job: a job others depend on cannot have concurrencyPolicy Allow","field":"concurrencyPolicy"}`},
+		{name: "an Allow job", method: "POST", path: "/api/job/register", body: allowing("b"), wantCode: 204, wantOps: []string{"changed b"}},
 		{name: "depends on itself", method: "POST", path: "/api/job/register", body: withDeps("b", "b"), wantCode: 400, wantBody: `cycle: b → b`},
 		{name: "an update that closes a cycle", method: "PUT", path: "/api/job/update", body: withDeps("job", "dep"), wantCode: 400,
 			wantBody: `{"error":"dependsOn would close a cycle: job → dep → job","field":"dependsOn"}`},
@@ -173,6 +187,9 @@ func TestEndpoints(t *testing.T) {
 			f.store.jobs["changed"] = changed
 			f.store.ledgers["changed"] = state.Ledger{Cron: j.Cron, Zone: "UTC", Last: at.Add(5 * time.Second), From: at.Add(7 * time.Second)}
 			f.store.failover = []state.FailoverEntry{{Meta: id.Meta, TaskID: id.String()}}
+			par := f.store.jobs["job"]
+			par.JobName, par.ConcurrencyPolicy, par.ShardsIndependent = "par", config.Allow, true
+			f.store.jobs["par"] = par
 			rec := f.do(tc.method, tc.path, tc.body)
 			if rec.Code != tc.wantCode {
 				t.Fatalf("%s %s: %d %s; want %d", tc.method, tc.path, rec.Code, rec.Body, tc.wantCode)

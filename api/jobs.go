@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,10 +80,12 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkDependsOn validates a job's dependsOn against the other jobs (issue 19): each names a
-// TRANSIENT job with a cron, and together they close no cycle — a job in a cycle would wait
-// for itself. The 400 names the field and the cycle.
+// TRANSIENT job with a cron and without concurrencyPolicy Allow (whose overlapping runs give a
+// logical time no single run to wait for), and together they close no cycle — a job in a
+// cycle would wait for itself. The 400 names the field and the cycle. A job becomes Allow only
+// while no job depends on it.
 func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
-	if len(j.DependsOn) == 0 {
+	if len(j.DependsOn) == 0 && j.ConcurrencyPolicy != config.Allow {
 		return nil
 	}
 	jobs, err := s.store.Jobs(ctx)
@@ -93,6 +96,9 @@ func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
 	byName := map[string]config.Job{}
 	for _, o := range jobs {
 		deps[o.JobName], byName[o.JobName] = o.DependsOn, o
+		if j.ConcurrencyPolicy == config.Allow && o.JobName != j.JobName && slices.Contains(o.DependsOn, j.JobName) {
+			return &config.FieldError{Field: "concurrencyPolicy", Message: fmt.Sprintf("job %q depends on this job: a job others depend on cannot have concurrencyPolicy Allow", o.JobName)}
+		}
 	}
 	deps[j.JobName] = j.DependsOn
 	for _, d := range j.DependsOn {
@@ -103,6 +109,8 @@ func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
 			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which does not exist", d)}
 		case o.JobExecutionType != config.Transient || o.Cron == "":
 			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which is not a TRANSIENT job with a cron", d)}
+		case o.ConcurrencyPolicy == config.Allow:
+			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, whose concurrencyPolicy is Allow (its runs overlap: a logical time has no single run to wait for)", d)}
 		}
 	}
 	if c := schedule.Cycle(deps, j.JobName); c != nil {

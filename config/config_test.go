@@ -68,7 +68,12 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 		{`"retry":{"maxAttempts":3,"backoff":-1}`, "", 0, "retry"},
 		{`"retry":{"maxAttempts":3,"tries":2}`, "", 0, "retry"},
 		{`"retry":3`, "", 0, "retry"},
-		{`"concurrencyPolicy":"Allow"`, "", 0, "concurrencyPolicy"},
+		{`"concurrencyPolicy":"Allow"`, "", 0, "concurrencyPolicy"}, // shards not declared independent
+		{`"concurrencyPolicy":"Allow","shardsIndependent":true,"jobExecutionType":"DAEMON"`, "", 0, "concurrencyPolicy"},
+		{`"concurrencyPolicy":"Allow","shardsIndependent":true,"retry":{"maxAttempts":2}`, "", 0, "retry"},
+		{`"concurrencyPolicy":"Allow","shardsIndependent":true,"dependsOn":["up"]`, "", 0, "dependsOn"},
+		{`"shardsIndependent":true`, "", 0, "shardsIndependent"}, // without Allow it would do nothing
+		{`"concurrencyPolicy":"Allow","shardsIndependent":true`, Skip, 0, ""},
 		{`"concurrencyPolicy":"replace"`, "", 0, "concurrencyPolicy"},
 	}
 	for _, c := range cases {
@@ -90,6 +95,9 @@ func TestDecodeJobMisfireOptions(t *testing.T) {
 	}
 	if j, err := DecodeJob(with(`"concurrencyPolicy":"Replace"`), "UTC"); err != nil || j.ConcurrencyPolicy != Replace {
 		t.Errorf("Replace: %q, %v", j.ConcurrencyPolicy, err)
+	}
+	if j, err := DecodeJob(with(`"concurrencyPolicy":"Allow","shardsIndependent":"true"`), "UTC"); err != nil || j.ConcurrencyPolicy != Allow || !j.ShardsIndependent {
+		t.Errorf("Allow: %q, independent %v, %v", j.ConcurrencyPolicy, j.ShardsIndependent, err)
 	}
 	if j, _ := DecodeJob([]byte(validJob), "UTC"); j.Attempts() != 1 || j.Retry != nil {
 		t.Errorf("no retry given: %d attempts, %+v; want 1, none", j.Attempts(), j.Retry)

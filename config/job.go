@@ -36,6 +36,7 @@ const (
 	// still running.
 	Forbid  = "Forbid"  // it waits for that run to end: queued, or merged without misfire (2.1.5)
 	Replace = "Replace" // that run's shards are killed (SIGTERM, SIGKILL after the grace), then it starts
+	Allow   = "Allow"   // it starts beside that run: a shard may run twice at once (ShardsIndependent)
 )
 
 // MaxShards is the largest shardingTotalCount.
@@ -70,8 +71,11 @@ type Job struct {
 	MisfirePolicy    string `json:"misfirePolicy,omitempty"`    // fireOnce, fireAll or skip; default from misfire
 	StartingDeadline int    `json:"startingDeadline,omitempty"` // seconds; a missed slot older than this is skipped; 0: none
 	Retry            *Retry `json:"retry,omitempty"`            // retries of shards that fail by the job's own fault
-	// ConcurrencyPolicy is Forbid or Replace; default Forbid.
+	// ConcurrencyPolicy is Forbid, Replace or Allow; default Forbid.
 	ConcurrencyPolicy string `json:"concurrencyPolicy,omitempty"`
+	// ShardsIndependent declares that two runs of a shard may overlap without harm (each run
+	// works on its own data): Allow requires it.
+	ShardsIndependent bool `json:"shardsIndependent,omitempty"`
 	// DependsOn names jobs whose run for the same logical time (each one's latest slot at or
 	// before this job's slot) must have succeeded before a run of this job starts.
 	DependsOn []string `json:"dependsOn,omitempty"`
@@ -141,6 +145,7 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 		"startingDeadline":        integer(&j.StartingDeadline),
 		"retry":                   retryPolicy(&j.Retry),
 		"concurrencyPolicy":       str(&j.ConcurrencyPolicy),
+		"shardsIndependent":       boolean(&j.ShardsIndependent),
 		"dependsOn":               stringList(&j.DependsOn),
 		// Accepted and ignored, as 2.1.5 did, so that its exported configs still register.
 		"appURL":          ignored,
@@ -254,11 +259,24 @@ func (j Job) Validate() error {
 		if j.JobExecutionType != Transient {
 			return fieldErr("concurrencyPolicy", "Replace applies to TRANSIENT jobs only")
 		}
-	case "Allow":
-		// Two runs of one shard at once would need two running nodes of it (SPEC §4 keeps one).
-		return fieldErr("concurrencyPolicy", "Allow is not supported: a shard runs one task at a time; use Forbid or Replace")
+	case Allow:
+		// A run of an Allow job has no single end (its shards' runs overlap the next run's),
+		// and a shard may have two attempts at once: so neither a retry nor a dependency.
+		switch {
+		case j.JobExecutionType != Transient:
+			return fieldErr("concurrencyPolicy", "Allow applies to TRANSIENT jobs only")
+		case !j.ShardsIndependent:
+			return fieldErr("concurrencyPolicy", "Allow runs a shard again while its last run still runs: set shardsIndependent to true to declare that two runs of a shard may overlap")
+		case j.Retry != nil && j.Retry.MaxAttempts > 1:
+			return fieldErr("retry", "a job with concurrencyPolicy Allow cannot retry (two runs of a shard would share one attempt count)")
+		case len(j.DependsOn) > 0:
+			return fieldErr("dependsOn", "a job with concurrencyPolicy Allow cannot wait for other jobs (its runs overlap, so a logical time has no single run)")
+		}
 	default:
-		return fieldErr("concurrencyPolicy", "must be Forbid or Replace, got %q", j.ConcurrencyPolicy)
+		return fieldErr("concurrencyPolicy", "must be Forbid, Replace or Allow, got %q", j.ConcurrencyPolicy)
+	}
+	if j.ShardsIndependent && j.ConcurrencyPolicy != Allow {
+		return fieldErr("shardsIndependent", "applies to concurrencyPolicy Allow only")
 	}
 	if len(j.DependsOn) > 0 {
 		if j.JobExecutionType != Transient || j.Cron == "" {

@@ -217,6 +217,9 @@ func waitReasons(snap plan.Snapshot, w plan.Work, retries map[taskid.Meta]state.
 		}
 		j := snap.Jobs[r.JobName]
 		switch {
+		case j.ConcurrencyPolicy == config.Allow:
+			// Its runs wait for neither the last run nor its relaunches: if not chosen, it
+			// is disabled, stopped or unplaced, which say so themselves.
 		case len(relaunch[r.JobName]) > 0:
 			sort.Strings(relaunch[r.JobName])
 			waiting.why[r.JobName] = "waiting for " + strings.Join(relaunch[r.JobName], ", ")

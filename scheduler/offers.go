@@ -59,6 +59,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			l.Tasks = append(l.Tasks, p.Launch.Tasks...)
 			l.Ready = append(l.Ready, p.Launch.Ready...)
 			l.Failover = append(l.Failover, p.Launch.Failover...)
+			l.Overlapping = append(l.Overlapping, p.Launch.Overlapping...)
 		}
 		if err := ld.store.RecordLaunch(ctx, l); err != nil {
 			ld.log.WithError(err).WithField("tasks", len(l.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")

@@ -234,11 +234,9 @@ func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, s
 		return f, err
 	}
 	if f.State == mesos.TASK_RUNNING {
-		cur, ok, err := store.RunningTask(ctx, id.Meta)
-		if err != nil {
+		if f.Current, err = store.IsRunning(ctx, id); err != nil {
 			return f, err
 		}
-		f.Current = ok && cur == id.String()
 	}
 	return f, nil
 }

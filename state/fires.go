@@ -367,7 +367,8 @@ func (l *Ledger) relaunched(orig, id string, attempt int) bool {
 }
 
 // runOf returns the index of the entry of the run task belongs to: the one that names it, or
-// the latest launched (a job's runs never overlap); -1 when there is none.
+// the latest launched (a job's runs never overlap, unless it is Allow: its runs of more tasks
+// than an entry keeps ids of are then told apart no better); -1 when there is none.
 func (l *Ledger) runOf(task string) int {
 	latest := -1
 	for i := len(l.Fires) - 1; i >= 0; i-- {

@@ -284,3 +284,74 @@ func TestSkipQueuedRun(t *testing.T) {
 		t.Fatalf("ledger %v %q; want %v, the oldest skipped with the reason", outcomes(l), l.Fires[0].Reason, want)
 	}
 }
+
+// Two runs of a job whose runs overlap (concurrencyPolicy Allow): both launch on the same
+// shards, each task in a node of its own; each failed task is its own failover entry, and each
+// run ends in the ledger with the last of its own tasks, whatever the other run does.
+func TestOverlappingRunsOfTheSameShards(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	run := func(sec int, kind taskid.Type) []taskid.ID {
+		t.Helper()
+		_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(time.Duration(sec) * time.Second), Entries: []state.FireEntry{fired(sec)}})
+		must(t, err, "RecordFires")
+		r, err := s.ReadyOf(ctx, "j")
+		must(t, err, "ReadyOf")
+		ids := []taskid.ID{taskid.New(taskid.Meta{JobName: "j", Item: 0}, kind, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, kind, "S0")}
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: ids, Ready: []state.ReadyEntry{r}, Overlapping: []string{"j"}}), "RecordLaunch")
+		return ids
+	}
+	a := run(0, taskid.Ready)
+	b := run(5, taskid.Ready) // while a runs
+	running, err := s.RunningOf(ctx, "j")
+	must(t, err, "RunningOf")
+	if len(running) != 4 {
+		t.Fatalf("running %+v; want the four tasks of both runs", running)
+	}
+	for _, id := range append(slices.Clone(a), b...) {
+		if ok, err := s.IsRunning(ctx, id); err != nil || !ok {
+			t.Fatalf("IsRunning(%s) = %v, %v; want true", id, ok, err)
+		}
+	}
+	for _, id := range []taskid.ID{a[0], b[0]} {
+		e, err := s.EndTask(ctx, id, state.Failover)
+		if err != nil || !e.Removed || !e.Requeued {
+			t.Fatalf("EndTask(%s, Failover) = %+v, %v; want removed and queued for relaunch", id, e, err)
+		}
+	}
+	fos, err := s.Failovers(ctx)
+	must(t, err, "Failovers")
+	if len(fos) != 2 || fos[0].Meta != fos[1].Meta {
+		t.Fatalf("failover entries %+v; want one per failed task of shard 0", fos)
+	}
+	for _, id := range []taskid.ID{a[1], b[1]} {
+		_, err := s.EndTask(ctx, id, state.NoFollowUp)
+		must(t, err, "EndTask")
+	}
+	ended := func() (a, b bool) {
+		l, _, err := s.FireLedger(ctx, "j")
+		must(t, err, "FireLedger")
+		return !l.Fires[0].Ended.IsZero(), !l.Fires[1].Ended.IsZero()
+	}
+	if ea, eb := ended(); ea || eb {
+		t.Fatalf("runs ended %v, %v with their shard 0 waiting for a relaunch; want neither", ea, eb)
+	}
+	// Run a's shard 0 is relaunched and finishes: run a is over, b still waits.
+	var mine state.FailoverEntry
+	for _, f := range fos {
+		if f.TaskID == a[0].String() {
+			mine = f
+		}
+	}
+	re := taskid.New(a[0].Meta, taskid.Failover, "S1")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{re}, Failover: []state.FailoverEntry{mine}, Overlapping: []string{"j"}}), "relaunch")
+	if fos, _ := s.Failovers(ctx); len(fos) != 1 || fos[0].TaskID != b[0].String() {
+		t.Fatalf("failover entries after the relaunch %+v; want b's only", fos)
+	}
+	_, err = s.EndTask(ctx, re, state.NoFollowUp)
+	must(t, err, "EndTask relaunch")
+	if ea, eb := ended(); !ea || eb {
+		t.Fatalf("runs ended %v, %v; want a's only", ea, eb)
+	}
+}

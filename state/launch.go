@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,6 +21,10 @@ type Launch struct {
 	// Failover holds the failover entries relaunched, as read; each is deleted, checked
 	// against that version.
 	Failover []FailoverEntry
+	// Overlapping names the jobs whose runs may overlap (concurrencyPolicy Allow): their
+	// tasks' running nodes are named by task id, so that a shard may run twice at once. The
+	// others' are named by shard, and a shard already running refuses the launch.
+	Overlapping []string
 }
 
 // RecordLaunch writes a launch ahead of telling Mesos, as one multi: it creates the running
@@ -43,11 +49,11 @@ func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
 		} else if err := s.ensureParent(ctx, parent); err != nil {
 			return fmt.Errorf("record launch: %w", err)
 		}
-		ops = append(ops, s.createOp(parent+"/"+id.Meta.String(), []byte(id.String())))
+		ops = append(ops, s.createOp(parent+"/"+nodeName(id, slices.Contains(l.Overlapping, id.JobName)), []byte(id.String())))
 	}
 	failoverJobs := map[string]bool{}
 	for _, f := range l.Failover {
-		ops = append(ops, deleteOp(s.path(failoverDir, f.Meta.JobName, f.Meta.String()), f.Version))
+		ops = append(ops, deleteOp(s.path(failoverDir, f.Meta.JobName, entryNode(f.Meta, f.Node)), f.Version))
 		failoverJobs[f.Meta.JobName] = true
 	}
 	for _, r := range l.Ready {
@@ -145,22 +151,21 @@ func (s *Store) EndTaskAndStop(ctx context.Context, id taskid.ID, stop Stop) (En
 func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop, o EndOptions) (Ended, error) {
 	var out Ended
 	parent := s.path(runningDir, id.JobName)
-	p := parent + "/" + id.Meta.String()
 	err := retry(ctx, func() error {
 		out = Ended{}
-		n, err := s.get(ctx, p)
-		if err != nil {
+		p, n, err := s.runningNode(ctx, id)
+		if err != nil || p == "" {
 			return err
 		}
-		if !n.exists || string(n.data) != id.String() {
-			return nil
-		}
+		// A task in a node of its own is a run of a job whose runs overlap: so is its
+		// failover entry, and its run ends with its own last shard.
+		overlapping := path.Base(p) == id.String()
 		ops := []any{deleteOp(p, n.version)}
 		var follow []any
 		switch next {
 		case Failover:
 			var queued bool
-			follow, queued, err = s.failoverOps(ctx, id)
+			follow, queued, err = s.failoverOps(ctx, id, overlapping)
 			if queued {
 				follow = nil
 			}
@@ -194,7 +199,7 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 		// relaunch (issue 19: dependent jobs wait for that).
 		var runEnded time.Time
 		if len(follow) == 0 && next != Rerun {
-			last, err := s.lastShard(ctx, id.JobName)
+			last, err := s.lastShard(ctx, id, overlapping)
 			if err != nil {
 				return err
 			}
@@ -225,9 +230,24 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 	return out, nil
 }
 
-// lastShard reports whether the job's running node being removed is its last one and no shard
-// of it waits for a relaunch.
-func (s *Store) lastShard(ctx context.Context, job string) (bool, error) {
+// lastShard reports whether task id, whose running node is being removed, is the last of its
+// run: no other task of the run runs or waits for a relaunch. A job's runs never overlap
+// unless overlapping (concurrencyPolicy Allow): then the run is the fire ledger's entry that
+// names the task and, when it names every task of the run, the run ends with the last of
+// them. Otherwise — a run of more shards than an entry keeps ids of, or a job whose runs do
+// not overlap — the run ends with the job's last running node and no failover entry.
+func (s *Store) lastShard(ctx context.Context, id taskid.ID, overlapping bool) (bool, error) {
+	if overlapping {
+		led, n, err := s.readLedger(ctx, id.JobName)
+		if err != nil {
+			return false, err
+		}
+		if i := led.runOf(id.String()); n.exists && i >= 0 && slices.Contains(led.Fires[i].TaskIDs, id.String()) &&
+			len(led.Fires[i].TaskIDs) == led.Fires[i].Tasks {
+			return s.noneOf(ctx, id, led.Fires[i].TaskIDs)
+		}
+	}
+	job := id.JobName
 	st, err := s.stat(ctx, s.path(runningDir, job))
 	if err != nil || st == nil || st.NumChildren > 1 {
 		return false, err
@@ -237,6 +257,25 @@ func (s *Store) lastShard(ctx context.Context, job string) (bool, error) {
 		return false, err
 	}
 	return fo == nil || fo.NumChildren == 0, nil
+}
+
+// noneOf reports whether no task of ids but id runs or waits for a relaunch (in a node of its
+// own: ids are of a job whose runs overlap).
+func (s *Store) noneOf(ctx context.Context, id taskid.ID, ids []string) (bool, error) {
+	for _, t := range ids {
+		other, err := taskid.Parse(t)
+		if err != nil || t == id.String() {
+			continue
+		}
+		p, _, err := s.runningNode(ctx, other)
+		if err != nil || p != "" {
+			return false, err
+		}
+		if fo, err := s.stat(ctx, s.path(failoverDir, id.JobName, t)); err != nil || fo != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // rerunOps returns the ops that set a job's ready count to at least 1.

@@ -22,6 +22,7 @@ type RunningEntry struct {
 	Meta    taskid.Meta
 	TaskID  string
 	Version int32
+	Node    string // the node's name: the shard's (Meta), or the task id for a job whose runs overlap
 }
 
 // FailoverEntry is a shard waiting to be relaunched, with the id of the task that failed.
@@ -29,6 +30,26 @@ type FailoverEntry struct {
 	Meta    taskid.Meta
 	TaskID  string
 	Version int32
+	Node    string // the node's name: the shard's (Meta), or the failed task's id for a job whose runs overlap
+}
+
+// A queue node is named by its shard, {job}@-@{item} (SPEC §4), so a shard has one running task
+// and one failover entry at most. A job with concurrencyPolicy Allow runs a shard again while
+// its last run still runs: its nodes are named by the task id instead, so that a shard has one
+// per run. nodeName is the name of task id's node.
+func nodeName(id taskid.ID, byTask bool) string {
+	if byTask {
+		return id.String()
+	}
+	return id.Meta.String()
+}
+
+// entryNode is the name of an entry's node (Node, or the shard's for an entry made by hand).
+func entryNode(m taskid.Meta, node string) string {
+	if node != "" {
+		return node
+	}
+	return m.String()
 }
 
 // admit enforces the queue-size limit before a new child is created under a queue root and
@@ -170,14 +191,28 @@ func (s *Store) RunningOf(ctx context.Context, job string) ([]RunningEntry, erro
 	return out, err
 }
 
-// RunningTask returns the id of the task the shard's running node holds, if any: one node read,
-// whatever the job's size.
-func (s *Store) RunningTask(ctx context.Context, meta taskid.Meta) (string, bool, error) {
-	n, err := s.get(ctx, s.path(runningDir, meta.JobName, meta.String()))
-	if err != nil || !n.exists {
-		return "", false, err
+// IsRunning reports whether task id is in the running queue: one or two node reads, whatever
+// the job's size.
+func (s *Store) IsRunning(ctx context.Context, id taskid.ID) (bool, error) {
+	p, _, err := s.runningNode(ctx, id)
+	return p != "", err
+}
+
+// runningNode returns the running node that holds task id: its shard's, or, for a run of a job
+// whose runs overlap, its own.
+func (s *Store) runningNode(ctx context.Context, id taskid.ID) (string, node, error) {
+	want := id.String()
+	for _, byTask := range []bool{false, true} {
+		p := s.path(runningDir, id.JobName, nodeName(id, byTask))
+		n, err := s.get(ctx, p)
+		if err != nil {
+			return "", node{}, err
+		}
+		if n.exists && string(n.data) == want {
+			return p, n, nil
+		}
 	}
-	return string(n.data), true, nil
+	return "", node{}, nil
 }
 
 // Failovers returns every failover entry, by job name then item.
@@ -195,6 +230,7 @@ type queueEntry struct {
 	Meta    taskid.Meta
 	TaskID  string
 	Version int32
+	Node    string
 }
 
 // readQueue reads a two-level queue (root/job/job@-@item → task id).
@@ -243,11 +279,17 @@ func (s *Store) readJobQueue(ctx context.Context, dir, job string) ([]queueEntry
 	out := make([]queueEntry, 0, len(nodes))
 	for _, n := range nodes {
 		meta, err := taskid.ParseMeta(n.name)
+		if err != nil {
+			// A run of a job whose runs overlap: the node is named by its task id.
+			var id taskid.ID
+			id, err = taskid.Parse(n.name)
+			meta = id.Meta
+		}
 		if err != nil || meta.JobName != job {
-			s.log.WithField("path", parent+"/"+n.name).Warn("queue node name is not {job}@-@{item}; ignoring it")
+			s.log.WithField("path", parent+"/"+n.name).Warn("queue node name is neither {job}@-@{item} nor a task id of the job; ignoring it")
 			continue
 		}
-		out = append(out, queueEntry{Meta: meta, TaskID: string(n.data), Version: n.version})
+		out = append(out, queueEntry{Meta: meta, TaskID: string(n.data), Version: n.version, Node: n.name})
 	}
 	return out, nil
 }
@@ -258,7 +300,7 @@ func (s *Store) readJobQueue(ctx context.Context, dir, job string) ([]queueEntry
 func (s *Store) AddFailover(ctx context.Context, id taskid.ID) (bool, error) {
 	var added bool
 	err := retry(ctx, func() error {
-		ops, queued, err := s.failoverOps(ctx, id)
+		ops, queued, err := s.failoverOps(ctx, id, false)
 		if err != nil || queued {
 			return err
 		}
@@ -275,10 +317,11 @@ func (s *Store) AddFailover(ctx context.Context, id taskid.ID) (bool, error) {
 }
 
 // failoverOps returns the ops that queue id's shard for failover, or queued = true if it is
-// queued already.
-func (s *Store) failoverOps(ctx context.Context, id taskid.ID) (ops []any, queued bool, err error) {
+// queued already. byTask names the node by the task (a run of a job whose runs overlap): each
+// run's failed shard is then its own entry.
+func (s *Store) failoverOps(ctx context.Context, id taskid.ID, byTask bool) (ops []any, queued bool, err error) {
 	parent := s.path(failoverDir, id.JobName)
-	item := parent + "/" + id.Meta.String()
+	item := parent + "/" + nodeName(id, byTask)
 	st, err := s.stat(ctx, parent)
 	if err != nil {
 		return nil, false, err

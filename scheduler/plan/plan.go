@@ -45,7 +45,10 @@ type Work struct {
 // while its shard runs, not before due says its backoff ran out), then ready jobs with no
 // running task and no failover item; disabled and stopped jobs, jobs of disabled or missing
 // apps, and the entries of jobs that no longer exist are left out. A job with a failover item,
-// launched now or backed off, holds its whole-job runs back.
+// launched now or backed off, holds its whole-job runs back. A job whose runs may overlap
+// (concurrencyPolicy Allow) waits for none of its running tasks or failover items: only a
+// shard's second failover entry waits for the next cycle, so that each relaunch replaces one
+// failed task.
 func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 	w := Work{Apps: s.Apps, Ready: map[string]state.ReadyEntry{}, Failover: map[string][]state.FailoverEntry{}}
 	runningShard := map[taskid.Meta]bool{}
@@ -63,18 +66,24 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 		return j, appOK && !s.OffJobs[name] && !s.OffApps[j.AppName] && !s.Stopped[name]
 	}
 	failingJob := map[string]bool{}
+	relaunching := map[taskid.Meta]bool{}
 	for _, f := range s.Failovers {
 		if _, exists := s.Jobs[f.Meta.JobName]; !exists {
 			w.StaleFailover = append(w.StaleFailover, f.Meta)
 			continue
 		}
-		if _, ok := usable(f.Meta.JobName); !ok || runningShard[f.Meta] {
+		j, ok := usable(f.Meta.JobName)
+		overlap := j.ConcurrencyPolicy == config.Allow
+		if !ok || (runningShard[f.Meta] && !overlap) {
 			continue
 		}
-		failingJob[f.Meta.JobName] = true
-		if !due(f.Meta) {
+		if !overlap {
+			failingJob[f.Meta.JobName] = true
+		}
+		if !due(f.Meta) || relaunching[f.Meta] {
 			continue
 		}
+		relaunching[f.Meta] = true
 		w.Failover[f.Meta.JobName] = append(w.Failover[f.Meta.JobName], f)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Failover)) {
@@ -91,7 +100,7 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 			continue
 		}
 		j, ok := usable(r.JobName)
-		if !ok || runningJob[r.JobName] || failingJob[r.JobName] {
+		if !ok || (runningJob[r.JobName] && j.ConcurrencyPolicy != config.Allow) || failingJob[r.JobName] {
 			continue
 		}
 		g := Group(j, s.Apps[j.AppName])
@@ -148,6 +157,9 @@ func Parts(w Work, res binpack.Result, agents []binpack.Agent) []Part {
 		}
 		if len(p.Tasks) == 0 {
 			continue
+		}
+		if job.ConcurrencyPolicy == config.Allow {
+			p.Launch.Overlapping = []string{job.JobName}
 		}
 		if group.Integrity {
 			p.Launch.Ready = append(p.Launch.Ready, w.Ready[job.JobName])

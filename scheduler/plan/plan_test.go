@@ -36,7 +36,10 @@ func groups(w Work) []string {
 
 func TestEligible(t *testing.T) {
 	apps := map[string]config.App{"app": {AppName: "app", CPUCount: 0.5, MemoryMB: 32}}
-	jobs := map[string]config.Job{"a": job("a", 2), "b": job("b", 3), "c": job("c", 1)}
+	jobs := map[string]config.Job{"a": job("a", 2), "b": job("b", 3), "c": job("c", 1), "o": job("o", 2)}
+	o := jobs["o"]
+	o.ConcurrencyPolicy, o.ShardsIndependent = config.Allow, true
+	jobs["o"] = o
 	ready := func(names ...string) []state.ReadyEntry {
 		var out []state.ReadyEntry
 		for _, n := range names {
@@ -71,6 +74,11 @@ func TestEligible(t *testing.T) {
 			Running: []state.RunningEntry{{Meta: meta("a", 1)}}}, want: []string{"b*:[0 1 2]"}},
 		{name: "a failover item whose shard runs waits", snap: Snapshot{Failovers: fo(meta("b", 1), meta("b", 2)),
 			Running: []state.RunningEntry{{Meta: meta("b", 1)}}}, want: []string{"b:[2]"}},
+		{name: "an Allow job runs again while it runs", snap: Snapshot{Ready: ready("o"), Running: []state.RunningEntry{{Meta: meta("o", 1)}}},
+			want: []string{"o*:[0 1]"}},
+		{name: "an Allow job's shard is relaunched while it runs, once per cycle; its runs do not wait for relaunches",
+			snap: Snapshot{Ready: ready("o"), Failovers: fo(meta("o", 1), meta("o", 1), meta("o", 0)), Running: []state.RunningEntry{{Meta: meta("o", 1)}}},
+			want: []string{"o:[1 0]", "o*:[0 1]"}},
 		{name: "disabled job, disabled app and stopped job are left out",
 			snap: Snapshot{Ready: ready("a", "b", "c"), OffJobs: map[string]bool{"a": true}, Stopped: map[string]bool{"c": true}},
 			want: []string{"b*:[0 1 2]"}},

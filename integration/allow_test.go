@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/integration/audit"
+	"github.com/ejcloud/ejcloud/internal/await"
+)
+
+// concurrencyPolicy Allow (issue 19): a 2-shard job whose shards hold until released is
+// triggered twice. The second run starts while the first still runs — four tasks in the running
+// queue, each shard's two runs overlapping in what the scripts recorded — and once released,
+// the fire ledger has both runs, each with its two tasks, ended. A job others depend on, or one
+// with retries, cannot be Allow (400 naming the field).
+func TestAllowRunsAShardAgainWhileItRuns(t *testing.T) {
+	w, s := startWorld(t, 2)
+	var j map[string]any
+	json.Unmarshal([]byte(setPlacement(w.jobJSON("par", 2, "", false, w.hold("par")), "SPREAD")), &j)
+	j["concurrencyPolicy"] = "Allow"
+	if code, body := s.api(t, "POST", "/api/job/register", mustJSON(j)); code != 400 || !strings.Contains(body, `"field":"concurrencyPolicy"`) {
+		t.Fatalf("Allow without shardsIndependent: %d %s; want 400 naming concurrencyPolicy", code, body)
+	}
+	j["shardsIndependent"] = true
+	s.must(t, 204, "POST", "/api/job/register", mustJSON(j))
+
+	s.must(t, 204, "POST", "/api/job/trigger", "par")
+	await.True(t, 30*time.Second, "both shards of the first run running", func() bool { return tasks(t, s, "running", "par") == 2 })
+	s.must(t, 204, "POST", "/api/job/trigger", "par")
+	await.True(t, 30*time.Second, "the second run's shards running beside the first's", func() bool { return tasks(t, s, "running", "par") == 4 })
+	await.True(t, 30*time.Second, "each shard started twice", func() bool { r := w.runs("par"); return len(r["0"]) == 2 && len(r["1"]) == 2 })
+	w.release("par")
+	quiet(t, s, "par")
+
+	// What the scripts recorded: per shard, the second run started before the first ended.
+	recs, err := audit.ReadEffects(w.effects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts, ends := map[int][]time.Time{}, map[int][]time.Time{}
+	for _, r := range recs {
+		switch {
+		case !strings.HasPrefix(r.TaskID, "par@-@"):
+		case r.Kind == "start":
+			starts[r.Item] = append(starts[r.Item], r.At)
+		case r.Kind == "end":
+			ends[r.Item] = append(ends[r.Item], r.At)
+		}
+	}
+	for item := range 2 {
+		if len(starts[item]) != 2 || len(ends[item]) != 2 {
+			t.Fatalf("shard %d: %d starts, %d ends recorded; want 2 and 2", item, len(starts[item]), len(ends[item]))
+		}
+		firstEnd, lastStart := ends[item][0], starts[item][1]
+		if ends[item][1].Before(firstEnd) {
+			firstEnd = ends[item][1]
+		}
+		if starts[item][0].After(lastStart) {
+			lastStart = starts[item][0]
+		}
+		if !lastStart.Before(firstEnd) {
+			t.Errorf("shard %d's runs did not overlap: starts %v, ends %v", item, starts[item], ends[item])
+		}
+	}
+	var fires struct {
+		Fires []struct {
+			Outcome string    `json:"outcome"`
+			Tasks   int       `json:"tasks"`
+			Ended   time.Time `json:"ended"`
+			Failed  string    `json:"failed"`
+		} `json:"fires"`
+	}
+	body := s.must(t, 200, "GET", "/api/job/par/fires", "")
+	if err := json.Unmarshal([]byte(body), &fires); err != nil || len(fires.Fires) != 2 {
+		t.Fatalf("fires %s (%v); want two runs", body, err)
+	}
+	for _, f := range fires.Fires {
+		if f.Outcome != "fired" || f.Tasks != 2 || f.Ended.IsZero() || f.Failed != "" {
+			t.Errorf("ledger %s; want both runs fired, with 2 tasks each, ended and not failed", body)
+		}
+	}
+
+	// Allow and dependencies exclude each other: a run of an Allow job is not the one run of a
+	// logical time.
+	dep := map[string]any{}
+	json.Unmarshal([]byte(w.jobJSON("down", 1, "0 0 * * * ?", false, "")), &dep)
+	dep["dependsOn"] = []string{"par"}
+	if code, body := s.api(t, "POST", "/api/job/register", mustJSON(dep)); code != 400 || !strings.Contains(body, `"field":"dependsOn"`) {
+		t.Errorf("a job depending on an Allow job: %d %s; want 400 naming dependsOn", code, body)
+	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
