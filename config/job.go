@@ -328,6 +328,16 @@ func (j Job) Schedule() (*cron.Schedule, error) {
 	return cron.Parse(j.Cron)
 }
 
+// FiredCron is the cron and zone the scheduler fires the job by: a TRANSIENT job's; none ("")
+// for a trigger-only job or a DAEMON job, whose executor runs its cron. The fire ledger records
+// it, so a change of it is a change of the job's schedule.
+func (j Job) FiredCron() (cron, zone string) {
+	if j.JobExecutionType != Transient || j.Cron == "" {
+		return "", ""
+	}
+	return j.Cron, j.TimeZone
+}
+
 // Location returns the job's time zone.
 func (j Job) Location() (*time.Location, error) { return time.LoadLocation(j.TimeZone) }
 

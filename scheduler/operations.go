@@ -164,7 +164,22 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	if err != nil {
 		return err
 	}
-	prev, err := ld.store.UpdateJob(ctx, j)
+	var prev config.Job
+	cur, err := ld.store.Job(ctx, j.JobName)
+	if err != nil {
+		return err
+	}
+	oldCron, oldZone := cur.FiredCron()
+	if newCron, newZone := j.FiredCron(); newCron != oldCron || newZone != oldZone {
+		// A new cron or zone: written with the config, after the old cron's slots up to the
+		// change (issue 19), so that a leader taking over at any point loses none of either.
+		err = ld.prod.Change(ctx, j, func(from time.Time) error {
+			prev, err = ld.store.UpdateJobFrom(ctx, j, from)
+			return err
+		})
+	} else {
+		prev, err = ld.store.UpdateJob(ctx, j)
+	}
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -239,6 +240,16 @@ func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]confi
 // (config.Job.RestartsTasks) to decide whether running tasks must be killed. The job must
 // exist (ErrNotFound) and its app too (ErrAppNotFound).
 func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error) {
+	return s.UpdateJobFrom(ctx, j, time.Time{})
+}
+
+// UpdateJobFrom is UpdateJob that, when the update changes the cron or zone the job is fired
+// by (config.Job.FiredCron), records in the same multi that the new one takes effect from
+// (the fire ledger's Cron, Zone and From; Last stays the old cron's last slot). The caller
+// has had every slot of the old cron up to from decided and written: so no leader, however
+// soon it takes over, finds the new config beside a ledger of the old cron, and every slot is
+// the old cron's up to from and the new one's after it.
+func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time) (config.Job, error) {
 	data, err := json.Marshal(j)
 	if err != nil {
 		return config.Job{}, err
@@ -249,7 +260,15 @@ func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error)
 		if err != nil {
 			return err
 		}
-		err = s.multi(ctx, checkOp(s.path(appsDir, j.AppName), -1), setOp(s.path(jobsDir, j.JobName), data, version))
+		ops := []any{checkOp(s.path(appsDir, j.AppName), -1), setOp(s.path(jobsDir, j.JobName), data, version)}
+		if !from.IsZero() {
+			change, err := s.cronChangeOps(ctx, cur, j, from)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, change...)
+		}
+		err = s.multi(ctx, ops...)
 		if err != nil {
 			return fmt.Errorf("update job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
 		}
@@ -257,6 +276,30 @@ func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error)
 		return nil
 	})
 	return prev, err
+}
+
+// cronChangeOps returns the op that records in the job's fire ledger a change from cur's fired
+// cron to next's at from; none when the fired cron is the same, or the job has no ledger (a
+// leader then starts it at its takeover, missing nothing).
+func (s *Store) cronChangeOps(ctx context.Context, cur, next config.Job, from time.Time) ([]any, error) {
+	oldCron, oldZone := cur.FiredCron()
+	cron, zone := next.FiredCron()
+	if cron == oldCron && zone == oldZone {
+		return nil, nil
+	}
+	led, n, err := s.readLedger(ctx, next.JobName)
+	if err != nil || !n.exists {
+		return nil, err
+	}
+	led.Cron, led.Zone = cron, zone
+	if from.After(led.From) {
+		led.From = from
+	}
+	data, err := json.Marshal(led)
+	if err != nil {
+		return nil, fmt.Errorf("encode the fire ledger: %w", err)
+	}
+	return []any{setOp(s.path(firesDir, next.JobName), data, n.version)}, nil
 }
 
 // DeleteJob removes a job's config, ready entry, failover entries and disable marker in one

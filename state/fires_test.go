@@ -355,3 +355,39 @@ func TestOverlappingRunsOfTheSameShards(t *testing.T) {
 		t.Fatalf("runs ended %v, %v; want a's only", ea, eb)
 	}
 }
+
+// A job update that changes the fired cron records the change in the ledger in the same multi
+// (from when, the new cron and zone; last stays the old cron's); one that does not leaves the
+// ledger alone, as does a change of a job without a ledger.
+func TestUpdateJobFromRecordsACronChangeWithTheConfig(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	withJob(t, s, "new")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Cron: "0/5 * * * * ?", Zone: "UTC", Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	j := testJob("j", "app")
+	j.Description = "only the description"
+	_, err = s.UpdateJobFrom(ctx, j, slot0.Add(time.Second))
+	must(t, err, "UpdateJobFrom (same cron)")
+	if l, _, _ := s.FireLedger(ctx, "j"); !l.From.IsZero() || l.Cron != "0/5 * * * * ?" {
+		t.Fatalf("ledger cron %q from %v after an update of the same cron; want it unchanged", l.Cron, l.From)
+	}
+	j.Cron, j.TimeZone = "0/2 * * * * ?", "Asia/Tokyo"
+	_, err = s.UpdateJobFrom(ctx, j, slot0.Add(3*time.Second))
+	must(t, err, "UpdateJobFrom (new cron)")
+	l, _, _ := s.FireLedger(ctx, "j")
+	if l.Cron != j.Cron || l.Zone != j.TimeZone || !l.From.Equal(slot0.Add(3*time.Second)) || !l.Last.Equal(slot0) || len(l.Fires) != 1 {
+		t.Fatalf("ledger %+v; want the new cron and zone from 3 s, last and fires unchanged", l)
+	}
+	if got, _ := s.Job(ctx, "j"); got.Cron != j.Cron {
+		t.Fatalf("job cron %q; want %q", got.Cron, j.Cron)
+	}
+	n := testJob("new", "app")
+	n.Cron = "0/2 * * * * ?"
+	_, err = s.UpdateJobFrom(ctx, n, slot0)
+	must(t, err, "UpdateJobFrom (no ledger)")
+	if _, ok, _ := s.FireLedger(ctx, "new"); ok {
+		t.Fatal("a ledger was made for a job that had none")
+	}
+}

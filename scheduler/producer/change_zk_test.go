@@ -231,3 +231,43 @@ func TestCronChangeDecidesTheDueOldSlotOverZooKeeper(t *testing.T) {
 	}
 	awaitLedger(t, b.store, "the new cron's missed slots caught up once", []string{"merged@10s", "fired@20s", "merged@22s", "fired@24s"}, 2)
 }
+
+// Issue 19, over ZooKeeper: a change of cron made through Change is written with the config,
+// after the old cron's due slots, by the update itself: here the leader's writer never runs
+// and the leader dies the moment the update returns. The next leader finds the new config
+// beside a ledger that says when it took effect, and resumes from there. Before, the ledger
+// learnt of the change from the writer, after the config was written: a leader dying in
+// between left the new config beside a ledger of the old cron, and the next one started
+// afresh, losing the slots in between without a record.
+func TestCronChangeIsWrittenWithTheConfigOverZooKeeper(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := context.Background()
+	a, _ := newZKLeader(t, env, t0) // its producer never runs
+	j := zkJob(t, a.store, "*/10 * * * * ?", config.FireOnce)
+	if err := a.p.Put(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	a.clock.advance(20400 * time.Millisecond) // the old cron's 10 s and 20 s are due
+	j.Cron = "*/2 * * * * ?"
+	err := a.p.Change(ctx, j, func(from time.Time) error {
+		_, err := a.store.UpdateJobFrom(ctx, j, from)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	b, runB := newZKLeader(t, env, t0.Add(25*time.Second))
+	slots, l, _ := ledger(t, b.store)
+	if !reflect.DeepEqual(slots, []string{"merged@10s", "fired@20s"}) || l.Cron != j.Cron || !l.From.Equal(t0.Add(20400*time.Millisecond)) {
+		t.Fatalf("ledger %v cron %q from %v; want the old cron's slots decided, then the new cron from 20.4 s", slots, l.Cron, l.From)
+	}
+	runB()
+	if j, err = b.store.Job(ctx, "j"); err != nil || j.Cron != "*/2 * * * * ?" {
+		t.Fatalf("the stored job: cron %q, %v; want the new cron", j.Cron, err)
+	}
+	if err := b.p.Put(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	awaitLedger(t, b.store, "the new cron's missed slots caught up once", []string{"merged@10s", "fired@20s", "merged@22s", "fired@24s"}, 2)
+}

@@ -11,16 +11,20 @@
 // falls while an earlier one's write waits for the client to reconnect is counted all the same,
 // and is written once the connection is back; a write that fails is tried again.
 //
+// A change of a job's cron or zone through the leader (Change) is written by the update
+// itself, after the old cron's due slots, with the new config in one multi.
+//
 //	Put(job) / Remove(name) ──▶ schedule ──▶ timer: the earliest slot ──▶ schedule.Plan ──▶ pending
 //	  ──▶ writer: Store.RecordFires (ready count + fire ledger, one multi) ──▶ Fired(job, slots)
+//	Change(job, update) ──▶ the old cron's due slots written ──▶ update(from): config + ledger
 package producer
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -79,6 +83,11 @@ type Producer struct {
 	pendMu  sync.Mutex       // guards pending
 	pending map[string][]due // decided slots and changes not yet written, by job, in order
 	written chan struct{}    // tells the writer there is something pending
+
+	// writing holds a *sync.Mutex per job, held while the job's pending writes are taken and
+	// written (lock order: mu, then a job's, then pendMu): so a Change writes after what the
+	// writer has taken, never before it.
+	writing sync.Map
 }
 
 // due is a write that waits: some of a job's decided slots, a change of its cron or zone, or
@@ -226,6 +235,58 @@ func (p *Producer) change(old *entry, j config.Job, now time.Time) {
 	p.signal()
 }
 
+// Change applies an update of j's config that changes the cron or zone it is fired by, so that
+// the config and the change are written in one multi (state.Store.UpdateJobFrom): the old
+// cron's slots up to now are decided, and written with whatever the writer has pending of the
+// job, in order; then update(now) writes the config and the change; then j's cron fires from
+// now. A leader that takes over at any point finds either the old config and a ledger of the
+// old cron, or the new config and a ledger that says when it took effect. A failed write
+// changes nothing but the old cron's slots decided up to now; its cron goes on. Decisions wait
+// while a Change writes: an update is rare, its writes a round trip or two.
+func (p *Producer) Change(ctx context.Context, j config.Job, update func(from time.Time) error) error {
+	var sched *cron.Schedule
+	var loc *time.Location
+	if c, _ := j.FiredCron(); c != "" {
+		var err error
+		if sched, err = cron.Parse(j.Cron); err != nil {
+			return err
+		}
+		if loc, err = j.Location(); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	defer p.poke()
+	defer p.mu.Unlock()
+	w := p.writeLock(j.JobName)
+	w.Lock()
+	defer w.Unlock()
+	now := p.clock.Now()
+	if old := p.jobs[j.JobName]; old != nil {
+		p.decide(old, now)
+	}
+	if !p.writeQueued(ctx, j.JobName) {
+		return fmt.Errorf("change the cron of job %q: the old cron's slots up to the change are not written", j.JobName)
+	}
+	if err := update(now); err != nil {
+		return err
+	}
+	if sched == nil {
+		delete(p.jobs, j.JobName)
+		return nil
+	}
+	e := &entry{job: j, sched: sched, loc: loc, opts: Options(j), last: now, live: true}
+	e.next = sched.Next(now.In(loc))
+	p.jobs[j.JobName] = e
+	return nil
+}
+
+// writeLock returns the lock a job's writes are made under.
+func (p *Producer) writeLock(job string) *sync.Mutex {
+	l, _ := p.writing.LoadOrStore(job, &sync.Mutex{})
+	return l.(*sync.Mutex)
+}
+
 // Remove stops firing a job.
 func (p *Producer) Remove(name string) {
 	p.mu.Lock()
@@ -295,23 +356,29 @@ func (p *Producer) fireDue() {
 	defer p.mu.Unlock()
 	decided := false
 	for _, e := range p.jobs {
-		if e.next.IsZero() || e.next.After(now) {
-			continue
-		}
-		d := e.plan(now)
-		if len(d.Slots) > 0 {
-			e.last = d.Last
-			p.pend(due{job: e.job, last: d.Last, slots: d.Slots})
-			decided = true
-		}
-		e.next = e.sched.Next(e.last.In(e.loc))
-		if !e.next.After(now) { // a slot Plan did not see (cannot happen): never spin on it
-			e.next = e.sched.Next(now.In(e.loc))
-		}
+		decided = p.decide(e, now) || decided
 	}
 	if decided {
 		p.signal()
 	}
+}
+
+// decide decides e's slots up to now if its next one has come, and pends them (the caller
+// holds mu); it reports whether it pended any.
+func (p *Producer) decide(e *entry, now time.Time) bool {
+	if e.next.IsZero() || e.next.After(now) {
+		return false
+	}
+	d := e.plan(now)
+	if len(d.Slots) > 0 {
+		e.last = d.Last
+		p.pend(due{job: e.job, last: d.Last, slots: d.Slots})
+	}
+	e.next = e.sched.Next(e.last.In(e.loc))
+	if !e.next.After(now) { // a slot Plan did not see (cannot happen): never spin on it
+		e.next = e.sched.Next(now.In(e.loc))
+	}
+	return len(d.Slots) > 0
 }
 
 // pend adds d after the job's pending writes (the caller holds mu), joined to the last of them
@@ -360,32 +427,7 @@ func (p *Producer) write(ctx context.Context) {
 			return
 		case <-p.written:
 		}
-		p.pendMu.Lock()
-		batch := make([][]due, 0, len(p.pending))
-		for _, ds := range p.pending {
-			batch = append(batch, ds)
-		}
-		clear(p.pending)
-		p.pendMu.Unlock()
-		sort.Slice(batch, func(i, j int) bool { return batch[i][0].job.JobName < batch[j][0].job.JobName })
-		failed := false
-		for _, ds := range batch {
-			if ctx.Err() != nil {
-				return
-			}
-			for i, d := range ds {
-				if failed || !p.writeFires(ctx, d) {
-					// Not written: the ledger still has the slots before these as its last,
-					// so they must be written before any later one. Try again shortly.
-					failed = true
-					p.pendMu.Lock()
-					p.requeue(d.job.JobName, ds[i:])
-					p.pendMu.Unlock()
-					break
-				}
-			}
-		}
-		if failed {
+		if failed := !p.writeBatch(ctx); failed {
 			select {
 			case <-ctx.Done():
 				return
@@ -394,6 +436,62 @@ func (p *Producer) write(ctx context.Context) {
 			p.signal()
 		}
 	}
+}
+
+// writeBatch writes what is pending, job by job, and reports whether all of it was written.
+// It takes the jobs' queues under their write locks, so that a Change writes neither before
+// nor while this writes its job. After a failure the rest go back unwritten (ZooKeeper is
+// likely away): one wait, not one per job.
+func (p *Producer) writeBatch(ctx context.Context) bool {
+	p.pendMu.Lock()
+	jobs := slices.Sorted(maps.Keys(p.pending))
+	p.pendMu.Unlock()
+	locks := make([]*sync.Mutex, len(jobs))
+	for i, job := range jobs {
+		locks[i] = p.writeLock(job)
+		locks[i].Lock()
+	}
+	p.pendMu.Lock()
+	batch := make([][]due, len(jobs))
+	for i, job := range jobs {
+		batch[i] = p.pending[job]
+		delete(p.pending, job)
+	}
+	p.pendMu.Unlock()
+	failed := false
+	for i, job := range jobs {
+		for k, d := range batch[i] {
+			if failed || !p.writeFires(ctx, d) {
+				failed = true
+				p.pendMu.Lock()
+				p.requeue(job, batch[i][k:])
+				p.pendMu.Unlock()
+				break
+			}
+		}
+		locks[i].Unlock()
+	}
+	return !failed
+}
+
+// writeQueued writes a job's pending writes in order and reports whether all were written
+// (the caller holds the job's write lock). What is not written goes back, before anything
+// pended since: the ledger still has the slots before it as its last, so it must be written
+// before any later one.
+func (p *Producer) writeQueued(ctx context.Context, job string) bool {
+	p.pendMu.Lock()
+	ds := p.pending[job]
+	delete(p.pending, job)
+	p.pendMu.Unlock()
+	for i, d := range ds {
+		if !p.writeFires(ctx, d) {
+			p.pendMu.Lock()
+			p.requeue(job, ds[i:])
+			p.pendMu.Unlock()
+			return false
+		}
+	}
+	return true
 }
 
 // writeFires records a job's decided slots and reports whether they were written.

@@ -278,6 +278,7 @@ func TestFiresDuringASlowWriteAreNotLost(t *testing.T) {
 	rec.mu.Unlock()
 	close(gate)
 	want := []string{"add:add", "set:set", "add:add", "add:add", "add:add", "set:set"}
+	defer explain(t, func() string { return "adds " + fmtList(rec.got()) + ", fired " + fmtList(rec.firedSoFar()) })
 	await.True(t, 5*time.Second, "adds "+fmtList(want), func() bool { return reflect.DeepEqual(rec.got(), want) })
 	// The runs' cron times, for the schedule lag: each fire's with misfire, the earliest of
 	// the fires a run stands for without it.
