@@ -253,34 +253,44 @@ function AppsPage({ canWrite }) {
   </section>`;
 }
 
-function AppForm({ name }) {
-  const editing = !!name;
-  const existing = useApi(editing ? '/api/app/' + enc(name) : null);
+// useForm is what the app and job forms share: the values (set once loaded), the field errors
+// and a general one, a Field per value (f), and a submit that validates, lets save send the
+// values, and puts a 400 that names one of the form's fields beside that field.
+function useForm(defaults, validate, save) {
   const [form, setForm] = useState(null);
   const [errors, setErrors] = useState({});
   const [general, setGeneral] = useState(null);
+  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
+  const submit = async (ev) => {
+    ev.preventDefault();
+    setGeneral(null);
+    const errs = validate(form);
+    setErrors(errs);
+    if (Object.keys(errs).length) { focusError(); return; }
+    try {
+      await save(form);
+    } catch (e) {
+      if (e.field && e.field in defaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
+    }
+  };
+  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
+  return { form, setForm, errors, general, submit, f };
+}
+
+function AppForm({ name }) {
+  const editing = !!name;
+  const existing = useApi(editing ? '/api/app/' + enc(name) : null);
+  const { form, setForm, general, submit, f } = useForm(appDefaults, validateApp, async (form) => {
+    const body = { ...form, cpuCount: num(form.cpuCount), memoryMB: num(form.memoryMB), eventTraceSamplingCount: num(form.eventTraceSamplingCount) };
+    await api(editing ? 'PUT' : 'POST', '/api/app', body);
+    location.hash = '#/apps/' + enc(form.appName);
+  });
   useEffect(() => {
     if (!editing) setForm({ ...appDefaults });
     else if (existing.data) setForm(Object.fromEntries(Object.entries({ ...appDefaults, ...existing.data }).map(([k, v]) => [k, typeof v === 'number' ? String(v) : v])));
   }, [editing, existing.data]);
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
-  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
-  const submit = async (ev) => {
-    ev.preventDefault();
-    setGeneral(null);
-    const errs = validateApp(form);
-    setErrors(errs);
-    if (Object.keys(errs).length) { focusError(); return; }
-    const body = { ...form, cpuCount: num(form.cpuCount), memoryMB: num(form.memoryMB), eventTraceSamplingCount: num(form.eventTraceSamplingCount) };
-    try {
-      await api(editing ? 'PUT' : 'POST', '/api/app', body);
-      location.hash = '#/apps/' + enc(form.appName);
-    } catch (e) {
-      if (e.field && e.field in appDefaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
-    }
-  };
-  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
   return html`<section>
     <h1>${editing ? 'Modify app ' + name : 'Add an app'}</h1>
     <${Banner} error=${general} />
@@ -401,9 +411,14 @@ function JobForm({ name }) {
   const editing = !!name;
   const existing = useApi(editing ? '/api/job/jobs/' + enc(name) : null);
   const apps = useApi('/api/app/list');
-  const [form, setForm] = useState(null);
-  const [errors, setErrors] = useState({});
-  const [general, setGeneral] = useState(null);
+  const { form, setForm, errors, general, submit, f } = useForm(jobDefaults, validateJob, async (form) => {
+    const { jobPropertiesText, ...body } = form;
+    body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
+    for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
+    if (!body.timeZone) delete body.timeZone; // the scheduler's zone
+    await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
+    location.hash = '#/jobs/' + enc(form.jobName);
+  });
   useEffect(() => {
     const base = editing ? existing.data : {};
     if (!base) return;
@@ -417,25 +432,6 @@ function JobForm({ name }) {
   }, [form && form.appName, apps.data]);
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
-  const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
-  const submit = async (ev) => {
-    ev.preventDefault();
-    setGeneral(null);
-    const errs = validateJob(form);
-    setErrors(errs);
-    if (Object.keys(errs).length) { focusError(); return; }
-    const { jobPropertiesText, ...body } = form;
-    body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
-    for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
-    if (!body.timeZone) delete body.timeZone; // the scheduler's zone
-    try {
-      await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
-      location.hash = '#/jobs/' + enc(form.jobName);
-    } catch (e) {
-      if (e.field && e.field in jobDefaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
-    }
-  };
-  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
   const appNames = (apps.data || []).map((a) => a.appName);
   return html`<section>
     <h1>${editing ? 'Modify job ' + name : 'Add a job'}</h1>
