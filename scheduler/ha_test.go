@@ -152,24 +152,10 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 		sched, _ := cron.Parse(j.Cron)
 		jobs, audited = append(jobs, j), append(audited, audit.Job{Name: j.JobName, Shards: j.ShardingTotalCount, Schedule: sched, Since: time.Now()})
 	}
-	extra := []string{"--zk-session-timeout", "1s"}
-	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
-	leaderOf := func() int { return leaderAmong(t, procs) }
-	for k := 0; k < kills; k++ {
-		var l int
-		await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
-		led := time.Now()
-		await.True(t, 30*time.Second, fmt.Sprintf("kill %d: the leader launches", k), func() bool { return startedSince(s.updates.Updates(), led) })
-		// Deliberate fault timing, not a wait: the kill falls at phase k/10 of a second.
-		now := time.Now()
-		time.Sleep(now.Truncate(time.Second).Add(time.Second + time.Duration(k%10)*100*time.Millisecond).Sub(now))
-		procs[l].cmd.Process.Signal(syscall.SIGKILL)
-		procs[l].cmd.Wait()
-		procs[l] = startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)
-	}
+	procs := killLeaders(t, bin, s, kills, nil)
 	// Stop the fires, so that the work in hand can finish and the audit sees every task end.
 	var l int
-	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
+	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderAmong(t, procs); return l >= 0 })
 	s.stopFiresAndDrain(t, procs[l].addr, jobs)
 	rep := audit.Check(audited, s.updates.Updates())
 	t.Log(rep)
@@ -186,6 +172,33 @@ func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
 	if lines != rep.ShardRuns {
 		t.Fatalf("the scripts ran %d times; the status updates show %d shard runs", lines, rep.ShardRuns)
 	}
+}
+
+// killLeaders runs two scheduler binaries (1 s sessions) and SIGKILLs the leader kills times,
+// each time once it has launched something, at phase k/10 of a second, starting a new
+// instance in its place; each, if not nil, is called while a leader is awaited and after each
+// kill. It returns the instances running at the end.
+func killLeaders(t *testing.T, bin string, s *system, kills int, each func()) []*schedulerProcess {
+	t.Helper()
+	if each == nil {
+		each = func() {}
+	}
+	extra := []string{"--zk-session-timeout", "1s"}
+	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
+	for k := 0; k < kills; k++ {
+		var l int
+		await.True(t, 30*time.Second, "a leader", func() bool { each(); l = leaderAmong(t, procs); return l >= 0 })
+		led := time.Now()
+		await.True(t, 30*time.Second, fmt.Sprintf("kill %d: the leader launches", k), func() bool { return startedSince(s.updates.Updates(), led) })
+		// Deliberate fault timing, not a wait: the kill falls at phase k/10 of a second.
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second + time.Duration(k%10)*100*time.Millisecond).Sub(now))
+		procs[l].cmd.Process.Signal(syscall.SIGKILL)
+		procs[l].cmd.Wait()
+		procs[l] = startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)
+		each()
+	}
+	return procs
 }
 
 // startedSince says a task reported TASK_RUNNING after t.

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,26 +72,11 @@ func TestFireLedgerAcrossLeaderKills(t *testing.T) {
 			last[j.JobName] = l.Last
 		}
 	}
-	extra := []string{"--zk-session-timeout", "1s"}
-	procs := []*schedulerProcess{startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...), startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)}
-	leaderOf := func() int { return leaderAmong(t, procs) }
 	start := time.Now()
-	for k := 0; k < kills; k++ {
-		var l int
-		await.True(t, 30*time.Second, "a leader", func() bool { poll(); l = leaderOf(); return l >= 0 })
-		led := time.Now()
-		await.True(t, 30*time.Second, fmt.Sprintf("kill %d: the leader launches", k), func() bool { return startedSince(s.updates.Updates(), led) })
-		// Deliberate fault timing, not a wait: the kill falls at phase k/10 of a second.
-		now := time.Now()
-		time.Sleep(now.Truncate(time.Second).Add(time.Second + time.Duration(k%10)*100*time.Millisecond).Sub(now))
-		procs[l].cmd.Process.Signal(syscall.SIGKILL)
-		procs[l].cmd.Wait()
-		procs[l] = startSchedulerBinary(t, bin, s, s.mesos.URL(), extra...)
-		poll()
-	}
+	procs := killLeaders(t, bin, s, kills, poll)
 	t.Logf("%d leader kills in %v", kills, time.Since(start).Round(time.Second))
 	var l int
-	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderOf(); return l >= 0 })
+	await.True(t, 30*time.Second, "a leader", func() bool { l = leaderAmong(t, procs); return l >= 0 })
 	s.stopFiresAndDrain(t, procs[l].addr, jobs)
 	poll()
 
