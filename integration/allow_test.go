@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +91,60 @@ func TestAllowRunsAShardAgainWhileItRuns(t *testing.T) {
 	dep["dependsOn"] = []string{"par"}
 	if code, body := s.api(t, "POST", "/api/job/register", mustJSON(dep)); code != 400 || !strings.Contains(body, `"field":"dependsOn"`) {
 		t.Errorf("a job depending on an Allow job: %d %s; want 400 naming dependsOn", code, body)
+	}
+}
+
+// An Allow job's two overlapping runs of a shard both lose their task to an executor SIGKILL:
+// each failed task is its own failover entry, so both runs are relaunched (a job whose runs do
+// not overlap has one entry per shard, and would relaunch one), and each run's ledger entry
+// ends with its own relaunch.
+func TestAllowRelaunchesEachRunOfAShard(t *testing.T) {
+	w, s := startWorld(t, 1)
+	var j map[string]any
+	json.Unmarshal([]byte(w.jobJSON("pfo", 1, "", true, w.hold("pfo"))), &j)
+	j["concurrencyPolicy"], j["shardsIndependent"] = "Allow", true
+	s.must(t, 204, "POST", "/api/job/register", mustJSON(j))
+	for n := 1; n <= 2; n++ {
+		s.must(t, 204, "POST", "/api/job/trigger", "pfo")
+		await.True(t, 30*time.Second, fmt.Sprintf("run %d started", n), func() bool { return len(w.runs("pfo")["0"]) == n })
+	}
+	agent := w.runs("pfo")["0"][0]
+	pids := w.mesos.executorPIDs(agent)
+	if len(pids) != 1 {
+		t.Fatalf("executors on %s: %v; want the one that runs both", agent, pids)
+	}
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	await.True(t, 30*time.Second, "both runs' shard relaunched", func() bool { return len(w.runs("pfo")["0"]) == 4 })
+	w.release("pfo")
+	quiet(t, s, "pfo")
+
+	ups, err := audit.ReadFile(w.mesos.updates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaunched := map[string]bool{}
+	for _, u := range ups {
+		if strings.HasPrefix(u.TaskID, "pfo@-@0@-@FAILOVER@-@") {
+			relaunched[u.TaskID] = true
+		}
+	}
+	if len(relaunched) != 2 {
+		t.Errorf("failover tasks %v; want one relaunch for each run", relaunched)
+	}
+	var fires struct {
+		Fires []struct {
+			Tasks int       `json:"tasks"`
+			Ended time.Time `json:"ended"`
+		} `json:"fires"`
+	}
+	body := s.must(t, 200, "GET", "/api/job/pfo/fires", "")
+	if err := json.Unmarshal([]byte(body), &fires); err != nil || len(fires.Fires) != 2 {
+		t.Fatalf("fires %s (%v); want two runs", body, err)
+	}
+	for _, f := range fires.Fires {
+		if f.Tasks != 2 || f.Ended.IsZero() {
+			t.Errorf("ledger %s; want each run with its task and its relaunch, ended", body)
+		}
 	}
 }
 
