@@ -205,9 +205,9 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	ld.mu.Lock()
 	ld.waiting = waiting
 	ld.mu.Unlock()
-	for _, m := range w.StaleFailover {
-		if err := ld.store.RemoveFailover(ctx, m); err != nil {
-			ld.log.WithError(err).WithField("shard", m.String()).Warn("cannot remove the failover entry of a deleted job")
+	for _, f := range w.StaleFailover {
+		if err := ld.store.RemoveFailover(ctx, f); err != nil {
+			ld.log.WithError(err).WithField("shard", f.Meta.String()).Warn("cannot remove the failover entry of a deleted job")
 		}
 	}
 	for _, job := range w.StaleReady {

@@ -173,7 +173,7 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	if newCron, newZone := j.FiredCron(); newCron != oldCron || newZone != oldZone {
 		// A new cron or zone: written with the config, after the old cron's slots up to the
 		// change (issue 19), so that a leader taking over at any point loses none of either.
-		err = ld.prod.Change(ctx, j, func(from time.Time) error {
+		err = ld.prod.Change(ctx, j, func(from time.Time) (err error) {
 			prev, err = ld.store.UpdateJobFrom(ctx, j, from)
 			return err
 		})

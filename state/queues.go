@@ -338,12 +338,12 @@ func (s *Store) failoverOps(ctx context.Context, id taskid.ID, byTask bool) (ops
 	return append(ops, s.createOp(item, []byte(id.String()))), false, nil
 }
 
-// RemoveFailover drops a shard from the failover queue.
-func (s *Store) RemoveFailover(ctx context.Context, meta taskid.Meta) error {
-	parent := s.path(failoverDir, meta.JobName)
-	err := s.multi(ctx, deleteOp(parent+"/"+meta.String(), -1))
+// RemoveFailover drops an entry from the failover queue.
+func (s *Store) RemoveFailover(ctx context.Context, f FailoverEntry) error {
+	parent := s.path(failoverDir, f.Meta.JobName)
+	err := s.multi(ctx, deleteOp(parent+"/"+entryNode(f.Meta, f.Node), -1))
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("remove %s from failover queue: %w", meta, err)
+		return fmt.Errorf("remove %s from failover queue: %w", f.Meta, err)
 	}
 	s.bestEffortDelete(ctx, parent)
 	return nil

@@ -38,7 +38,7 @@ type Work struct {
 	Failover map[string][]state.FailoverEntry // by job, for FAILOVER groups
 	// Entries whose job no longer exists: the leader removes them.
 	StaleReady    []string
-	StaleFailover []taskid.Meta
+	StaleFailover []state.FailoverEntry
 }
 
 // Eligible gathers a cycle's work (SPEC §5.4 step 1): failover items first (each once, not
@@ -69,7 +69,7 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 	relaunching := map[taskid.Meta]bool{}
 	for _, f := range s.Failovers {
 		if _, exists := s.Jobs[f.Meta.JobName]; !exists {
-			w.StaleFailover = append(w.StaleFailover, f.Meta)
+			w.StaleFailover = append(w.StaleFailover, f)
 			continue
 		}
 		j, ok := usable(f.Meta.JobName)

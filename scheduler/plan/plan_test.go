@@ -61,7 +61,7 @@ func TestEligible(t *testing.T) {
 		due           func(taskid.Meta) bool
 		want          []string
 		staleReady    []string
-		staleFailover []taskid.Meta
+		staleFailover []state.FailoverEntry
 	}{
 		{name: "ready jobs launch whole", snap: Snapshot{Ready: ready("a", "b")}, want: []string{"a*:[0 1]", "b*:[0 1 2]"}},
 		{name: "failover items first, then ready", snap: Snapshot{Ready: ready("a"), Failovers: fo(meta("b", 2), meta("b", 0))},
@@ -84,7 +84,7 @@ func TestEligible(t *testing.T) {
 			want: []string{"b*:[0 1 2]"}},
 		{name: "a disabled app leaves all its jobs out", snap: Snapshot{Ready: ready("a", "b"), OffApps: map[string]bool{"app": true}}},
 		{name: "entries of deleted jobs are stale", snap: Snapshot{Ready: ready("gone", "a"), Failovers: fo(meta("gone", 3))},
-			want: []string{"a*:[0 1]"}, staleReady: []string{"gone"}, staleFailover: []taskid.Meta{meta("gone", 3)}},
+			want: []string{"a*:[0 1]"}, staleReady: []string{"gone"}, staleFailover: fo(meta("gone", 3))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.snap.Jobs == nil {
