@@ -39,18 +39,11 @@ func (s *Server) jobRoutes(r *mux.Router) {
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
-	b, ok := body(w, r)
+	j, ok := s.jobBody(w, r)
 	if !ok {
 		return
 	}
-	j, err := config.DecodeJob(b, s.cfg.Zone)
-	if err == nil {
-		err = s.checkDependsOn(r.Context(), j)
-	}
-	if err == nil {
-		err = s.store.CreateJob(r.Context(), j)
-	}
-	if err != nil {
+	if err := s.store.CreateJob(r.Context(), j); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -61,22 +54,33 @@ func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
 // updateJob replaces the whole config; the scheduler kills running tasks only when SPEC §3.2
 // says so.
 func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
-	b, ok := body(w, r)
+	j, ok := s.jobBody(w, r)
 	if !ok {
 		return
+	}
+	if err := s.sched.UpdateJob(r.Context(), j); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	noContent(w)
+}
+
+// jobBody reads a job config from the request and checks it against the other jobs; when it
+// will not do, it has answered (400 naming the field) and ok is false.
+func (s *Server) jobBody(w http.ResponseWriter, r *http.Request) (config.Job, bool) {
+	b, ok := body(w, r)
+	if !ok {
+		return config.Job{}, false
 	}
 	j, err := config.DecodeJob(b, s.cfg.Zone)
 	if err == nil {
 		err = s.checkDependsOn(r.Context(), j)
 	}
-	if err == nil {
-		err = s.sched.UpdateJob(r.Context(), j)
-	}
 	if err != nil {
 		s.fail(w, r, err)
-		return
+		return config.Job{}, false
 	}
-	noContent(w)
+	return j, true
 }
 
 // checkDependsOn validates a job's dependsOn against the other jobs (issue 19): each names a
