@@ -28,8 +28,10 @@ package executor
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -226,26 +228,42 @@ func reap(shell int) (syscall.WaitStatus, bool) {
 func killTree(shell int, status syscall.WaitStatus) syscall.WaitStatus {
 	syscall.Kill(-shell, syscall.SIGKILL)
 	self := os.Getpid()
+	look := false // kill the children, then wait for one; else reap what has ended
 	for {
-		for _, pid := range childrenOf(self) {
-			syscall.Kill(pid, syscall.SIGKILL)
+		flags := syscall.WNOHANG
+		if look {
+			for _, pid := range childrenOf(self) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			flags = 0
 		}
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil { // ECHILD: nothing left
+		pid, err := syscall.Wait4(-1, &ws, flags, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err != nil: // ECHILD: nothing left
 			return status
-		}
-		if pid == shell {
-			status = ws
+		case pid == 0:
+			// Children live and none has ended. Only then are they looked for: a script
+			// whose processes all ended with it (the common end) leaves none, and a look
+			// through /proc costs milliseconds on a busy host.
+			look = true
+		default:
+			if pid == shell {
+				status = ws
+			}
+			look = false
 		}
 	}
 }
 
-// childrenOf lists the processes whose parent is ppid, from /proc.
+// childrenOf lists the processes whose parent is ppid: from its threads' children lists where
+// the kernel keeps them (CONFIG_PROC_CHILDREN), else from every process's stat in /proc, which
+// costs milliseconds on a busy host.
 func childrenOf(ppid int) []int {
+	if kids, ok := threadChildren(ppid); ok {
+		return kids
+	}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []int
 	for _, p := range stats {
@@ -270,4 +288,28 @@ func childrenOf(ppid int) []int {
 		}
 	}
 	return out
+}
+
+// threadChildren reads /proc/PID/task/*/children: an orphan a subreaper inherits may be
+// listed under any of its threads. ok is false where the kernel has no such lists.
+func threadChildren(pid int) (kids []int, ok bool) {
+	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/[0-9]*/children", pid))
+	if len(lists) == 0 {
+		return nil, false
+	}
+	for _, l := range lists {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // a thread that ended meanwhile
+			}
+			return nil, false
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if kid, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, kid)
+			}
+		}
+	}
+	return kids, true
 }
