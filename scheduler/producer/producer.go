@@ -85,7 +85,7 @@ type Producer struct {
 	written chan struct{}    // tells the writer there is something pending
 
 	// writing holds a *sync.Mutex per job, held while the job's pending writes are taken and
-	// written (lock order: mu, then a job's, then pendMu): so a Change writes after what the
+	// written (lock order: a job's, then mu, then pendMu): so a Change writes after what the
 	// writer has taken, never before it.
 	writing sync.Map
 }
@@ -255,12 +255,13 @@ func (p *Producer) Change(ctx context.Context, j config.Job, update func(from ti
 			return err
 		}
 	}
-	p.mu.Lock()
-	defer p.poke()
-	defer p.mu.Unlock()
+	// The job's write lock first: while the writer writes a long batch, the timer goes on.
 	w := p.writeLock(j.JobName)
 	w.Lock()
 	defer w.Unlock()
+	p.mu.Lock()
+	defer p.poke()
+	defer p.mu.Unlock()
 	now := p.clock.Now()
 	if old := p.jobs[j.JobName]; old != nil {
 		p.decide(old, now)

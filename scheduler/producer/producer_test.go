@@ -561,3 +561,34 @@ func TestOptions(t *testing.T) {
 		t.Errorf("Options = %+v", o)
 	}
 }
+
+// A Change writes the old cron's due slots before its update; an update that fails leaves
+// the old cron in effect, and one that succeeds fires the new cron from the change.
+func TestChangeWritesTheOldCronsSlotsFirstAndKeepsItOnAFailedUpdate(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	ctx := context.Background()
+	j := job("j", "*/10 * * * * ?", "UTC", true)
+	p.Put(ctx, j)
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(10500 * time.Millisecond) // 10.5 s: the slot at 10 s is due, the timer not yet run
+	next := j
+	next.Cron = "*/2 * * * * ?"
+	var seen []string
+	failed := errors.New("the update's multi was refused")
+	err := p.Change(ctx, next, func(from time.Time) error {
+		seen = rec.slots("j") // what was written before the update
+		return failed
+	})
+	if !errors.Is(err, failed) || !reflect.DeepEqual(seen, []string{"fired@10s"}) {
+		t.Fatalf("Change = %v, the ledger before the update %v; want the update's error, after fired@10s", err, seen)
+	}
+	step(t, clock, rec, 9500*time.Millisecond, []string{"j:add", "j:add"}) // 20 s: the old cron's slot
+	var from time.Time
+	if err := p.Change(ctx, next, func(f time.Time) error { from = f; return nil }); err != nil || !from.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("Change = %v from %v; want nil from 20 s", err, from)
+	}
+	step(t, clock, rec, 2*time.Second, []string{"j:add", "j:add", "j:add"}) // 22 s: the new cron's
+	if got, want := rec.slots("j"), []string{"fired@10s", "fired@20s", "fired@22s"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ledger %v; want %v", got, want)
+	}
+}
