@@ -17,12 +17,12 @@ type ReadyEntry struct {
 	Version int32
 }
 
-// RunningEntry is a launched task: the running node of its shard.
+// RunningEntry is a launched task: the running node of its shard (of its own, for a job whose
+// runs overlap).
 type RunningEntry struct {
 	Meta    taskid.Meta
 	TaskID  string
 	Version int32
-	Node    string // the node's name: the shard's (Meta), or the task id for a job whose runs overlap
 }
 
 // FailoverEntry is a shard waiting to be relaunched, with the id of the task that failed.
@@ -176,7 +176,7 @@ func (s *Store) Running(ctx context.Context) ([]RunningEntry, error) {
 	entries, err := s.readQueue(ctx, runningDir)
 	out := make([]RunningEntry, len(entries))
 	for i, e := range entries {
-		out[i] = RunningEntry(e)
+		out[i] = RunningEntry{Meta: e.Meta, TaskID: e.TaskID, Version: e.Version}
 	}
 	return out, err
 }
@@ -186,7 +186,7 @@ func (s *Store) RunningOf(ctx context.Context, job string) ([]RunningEntry, erro
 	entries, err := s.readJobQueue(ctx, runningDir, job)
 	out := make([]RunningEntry, len(entries))
 	for i, e := range entries {
-		out[i] = RunningEntry(e)
+		out[i] = RunningEntry{Meta: e.Meta, TaskID: e.TaskID, Version: e.Version}
 	}
 	return out, err
 }

@@ -163,7 +163,7 @@ func Options(j config.Job) schedule.Options {
 // slots, so a leader that takes over before the new cron's first slot resumes from the change
 // with the new cron, and the old cron's passed slots are never decided again.
 func (p *Producer) Put(ctx context.Context, j config.Job) error {
-	if j.JobExecutionType != config.Transient || j.Cron == "" {
+	if c, _ := j.FiredCron(); c == "" {
 		p.mu.Lock()
 		defer p.poke()
 		defer p.mu.Unlock()

@@ -169,11 +169,14 @@ func (r *recorder) slots(job string) []string {
 	return out
 }
 
-func (r *recorder) last(job string) time.Time {
+// ledger returns a job's ledger as written so far.
+func (r *recorder) ledger(job string) state.Ledger {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ledgers[job].Last
+	return r.ledgers[job]
 }
+
+func (r *recorder) last(job string) time.Time { return r.ledger(job).Last }
 
 func (r *recorder) JobOrAppDisabled(_ context.Context, j config.Job) (bool, error) {
 	r.mu.Lock()
@@ -411,9 +414,7 @@ func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
 	j.Cron = "*/2 * * * * ?"
 	p.Put(context.Background(), j)
 	await.True(t, 5*time.Second, "the ledger takes the new cron from the change", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		l := rec.ledgers["j"]
+		l := rec.ledger("j")
 		return l.Cron == j.Cron && l.From.Equal(t0.Add(13*time.Second)) && l.Last.Equal(t0.Add(10*time.Second))
 	})
 	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 14 s, the new cron's first slot after the change
@@ -427,11 +428,7 @@ func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
 	clock.advance(time.Second)
 	j.Cron = "*/3 * * * * ?"
 	p.Put(context.Background(), j)
-	await.True(t, 5*time.Second, "the ledger takes the second change", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.ledgers["j"].Cron == j.Cron
-	})
+	await.True(t, 5*time.Second, "the ledger takes the second change", func() bool { return rec.ledger("j").Cron == j.Cron })
 	if !rec.last("j").Equal(t0.Add(14 * time.Second)) {
 		t.Fatalf("last slot %v; want 14 s, a real slot", rec.last("j"))
 	}
@@ -480,10 +477,7 @@ func TestCronChangeDecidesTheOldCronsDueSlots(t *testing.T) {
 	// fireOnce (misfire): 20 s is the slot on time, 10 s was jumped over and merges into it.
 	want := []string{"merged@10s", "fired@20s"}
 	await.True(t, 5*time.Second, "the old cron's due slots decided", func() bool { return reflect.DeepEqual(rec.slots("j"), want) })
-	rec.mu.Lock()
-	l := rec.ledgers["j"]
-	rec.mu.Unlock()
-	if l.Cron != j.Cron || !l.Last.Equal(t0.Add(20*time.Second)) || !l.From.Equal(t0.Add(20400*time.Millisecond)) {
+	if l := rec.ledger("j"); l.Cron != j.Cron || !l.Last.Equal(t0.Add(20*time.Second)) || !l.From.Equal(t0.Add(20400*time.Millisecond)) {
 		t.Fatalf("ledger cron %q last %v from %v; want the new cron from 20.4 s, last 20 s", l.Cron, l.Last, l.From)
 	}
 	step(t, clock, rec, 1600*time.Millisecond, []string{"j:add", "j:add"}) // 22 s: the new cron's
@@ -506,9 +500,7 @@ func TestCronRemovedThenPutBackDoesNotCatchUp(t *testing.T) {
 	off.Cron = ""
 	p.Put(context.Background(), off)
 	await.True(t, 5*time.Second, "the ledger says the job has no cron from 3 s", func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		l := rec.ledgers["j"]
+		l := rec.ledger("j")
 		return l.Cron == "" && l.From.Equal(t0.Add(3*time.Second))
 	})
 	clock.advance(20 * time.Second) // 23 s: ten slots that were not the job's
@@ -546,10 +538,7 @@ func TestDisabledJobsSlotsAreSkippedInTheLedger(t *testing.T) {
 	p.Put(context.Background(), job("off", "*/2 * * * * ?", "UTC", true))
 	step(t, clock, rec, 2*time.Second, nil)
 	await.True(t, 5*time.Second, "the slot skipped", func() bool { return reflect.DeepEqual(rec.slots("off"), []string{"skipped@2s"}) })
-	rec.mu.Lock()
-	reason := rec.ledgers["off"].Fires[0].Reason
-	rec.mu.Unlock()
-	if reason != ReasonDisabled {
+	if reason := rec.ledger("off").Fires[0].Reason; reason != ReasonDisabled {
 		t.Errorf("reason %q; want %q", reason, ReasonDisabled)
 	}
 }
