@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/internal/gobuild"
 	"github.com/ejcloud/ejcloud/taskdata"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -33,8 +33,8 @@ func TestMain(m *testing.M) {
 	}
 	stockExecutor, sdkExecutor = filepath.Join(dir, "ejcloud-executor"), filepath.Join(dir, "sdk-executor")
 	for bin, pkg := range map[string]string{stockExecutor: "./cmd/ejcloud-executor", sdkExecutor: "./examples/sdk-executor"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+		if err := gobuild.Executor(bin, pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/internal/drain"
 	"github.com/ejcloud/ejcloud/internal/freeport"
+	"github.com/ejcloud/ejcloud/internal/gobuild"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -40,9 +41,13 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		out, err := exec.Command("go", "build", "-o", dir+"/", "../scheduler/cmd/ejcloud-scheduler",
-			"../executor/cmd/ejcloud-executor", "../integration/mesoslocal/cmd/mesos-local").CombinedOutput()
+			"../integration/mesoslocal/cmd/mesos-local").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build the binaries: %v\n%s", err, out)
+			return 1
+		}
+		if err := gobuild.Executor(dir+"/", "../executor/cmd/ejcloud-executor"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		bins = dir

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/internal/gobuild"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
@@ -27,8 +27,8 @@ func buildExecutor(t testing.TB) string {
 	t.Helper()
 	if executorBin == "" {
 		bin := filepath.Join(os.TempDir(), "ejcloud-executor-scheduler-test")
-		if out, err := exec.Command("go", "build", "-o", bin, "../executor/cmd/ejcloud-executor").CombinedOutput(); err != nil {
-			t.Fatalf("build ejcloud-executor: %v\n%s", err, out)
+		if err := gobuild.Executor(bin, "../executor/cmd/ejcloud-executor"); err != nil {
+			t.Fatal(err)
 		}
 		executorBin = bin
 	}
