@@ -167,7 +167,7 @@ func waitFor(cond func() bool, d time.Duration) {
 
 // burstJobs registers app "app" and jobs TRANSIENT jobs of shards shards each (job0000, …) on a
 // store of their own: what the burst benchmarks start from.
-func burstJobs(b *testing.B, ctx context.Context, jobs, shards int) (*state.Store, []string) {
+func burstJobs(b testing.TB, ctx context.Context, jobs, shards int) (*state.Store, []string) {
 	env := statetest.StartZooKeeper(b)
 	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
 	if err != nil {

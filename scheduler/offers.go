@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sort"
@@ -50,10 +51,15 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 
 	// The write-ahead goes in multis of whole jobs, each below ZooKeeper's request limit
 	// (jute.maxbuffer, 1 MB: about 5,000 task nodes); a burst larger than one multi would
-	// otherwise never launch. A job whose multi fails is not launched this cycle.
+	// otherwise never launch. The jobs' fire ledgers go in the same multis, and a few hundred
+	// of them can outgrow the limit too: a chunk that does is split in halves until its
+	// multis fit. A job whose multi fails is not launched this cycle.
 	tasks := map[string][]mesos.TaskInfo{} // by agent
 	parts := plan.Parts(w, res, agents)
-	for _, chunk := range plan.Chunks(parts, maxLaunchTasks) {
+	chunks := plan.Chunks(parts, maxLaunchTasks)
+	for len(chunks) > 0 {
+		chunk := chunks[0]
+		chunks = chunks[1:]
 		var l state.Launch
 		for _, p := range chunk {
 			l.Tasks = append(l.Tasks, p.Launch.Tasks...)
@@ -62,6 +68,11 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			l.Overlapping = append(l.Overlapping, p.Launch.Overlapping...)
 		}
 		if err := ld.store.RecordLaunch(ctx, l); err != nil {
+			if errors.Is(err, state.ErrTooLarge) && len(chunk) > 1 {
+				half := len(chunk) / 2
+				chunks = append([][]plan.Part{chunk[:half], chunk[half:]}, chunks...)
+				continue
+			}
 			ld.log.WithError(err).WithField("tasks", len(l.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
 			continue
 		}

@@ -17,9 +17,15 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// maxGroupOps bounds a group commit: a multi of this many ops is a few tens of kilobytes,
-// far below ZooKeeper's request limit (jute.maxbuffer, 1 MB).
-const maxGroupOps = 400
+// maxGroupOps and maxGroupBytes bound a group commit. Most ops are a node of a hundred bytes,
+// but the end of a run rewrites its job's fire ledger, which grows with the job's shards (up
+// to about 100 KB), so the bytes are bounded too: once a group holds maxGroupBytes it takes
+// no more updates, and what the last one added stays below ZooKeeper's request limit
+// (jute.maxbuffer, 1 MB). A group that outgrows the limit all the same is split in halves.
+const (
+	maxGroupOps   = 400
+	maxGroupBytes = 512 << 10
+)
 
 // update records one status update and acknowledges it once recorded.
 func (ld *leader) update(ctx context.Context, st mesos.TaskStatus) {
@@ -56,7 +62,7 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 	afters := make([]func(), 0, len(sts))
 	took := 0
 	for _, st := range sts {
-		if g.Ops() >= maxGroupOps {
+		if g.Ops() >= maxGroupOps || g.Bytes() >= maxGroupBytes {
 			break
 		}
 		took++
@@ -68,6 +74,16 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		afters = append(afters, after)
 	}
 	if err := g.Commit(ctx); err != nil {
+		if took > 1 && errors.Is(err, state.ErrTooLarge) { // nothing was sent
+			half := took / 2
+			for n := 0; n < half; {
+				n += ld.recordGroupTry(ctx, sts[n:half], attempt)
+			}
+			for n := half; n < took; {
+				n += ld.recordGroupTry(ctx, sts[n:took], attempt)
+			}
+			return took
+		}
 		if took == 1 && errors.Is(err, state.ErrConflict) && attempt < conflictRetries {
 			return ld.recordGroupTry(ctx, sts[:1], attempt+1)
 		}

@@ -50,3 +50,26 @@ func (s *Store) ReadyVersion(ctx context.Context, job string) (int32, bool, erro
 func (s *Store) SetReadyAt(ctx context.Context, job string, count int, version int32) error {
 	return s.multi(ctx, setOp(s.path(readyDir, job), []byte(strconv.Itoa(count)), version))
 }
+
+// MaxMultiBytes is the largest multi a Store sends.
+const MaxMultiBytes = maxMultiBytes
+
+// CreateAll creates a ready entry named prefix000000, prefix000001… for each of datas in one
+// multi, as any write of the Store is sent.
+func (s *Store) CreateAll(ctx context.Context, prefix string, datas [][]byte) error {
+	return s.multi(ctx, s.createAllOps(prefix, datas)...)
+}
+
+// CreateAllBytes is how large CreateAll's multi is, by MultiBytes (without the fence's check
+// and the model's receipt, which the Store adds).
+func (s *Store) CreateAllBytes(prefix string, datas [][]byte) int {
+	return MultiBytes(s.createAllOps(prefix, datas))
+}
+
+func (s *Store) createAllOps(prefix string, datas [][]byte) []any {
+	ops := make([]any, len(datas))
+	for i, d := range datas {
+		ops[i] = s.createOp(s.path(readyDir, fmt.Sprintf("%s%06d", prefix, i)), d)
+	}
+	return ops
+}

@@ -351,6 +351,9 @@ func (s *Store) mirroredMulti(ctx context.Context, ops []any) error {
 			return refused(ops[i], err)
 		}
 		v.group.ops = append(v.group.ops, ops...)
+		for _, op := range ops {
+			v.group.bytes += opBytes(op)
+		}
 		return nil
 	}
 	v.m.writeMu.Lock()
@@ -398,7 +401,7 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 			m.markSuspect(opErr.Path)
 		}
 		return fmt.Errorf("%w: %w", ErrConflict, err)
-	case errors.Is(err, ErrNotLeader):
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrTooLarge): // ErrTooLarge: not sent
 		return err
 	case m.receipt != nil && errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 		// No answer, the connection broke: the receipt tells whether ZooKeeper applied the
@@ -721,6 +724,7 @@ func cachedParse[T any](m *mnode, kind, name string, data []byte, parse func([]b
 type group struct {
 	layer *layer
 	ops   []any
+	bytes int // the ops' share of MultiBytes
 }
 
 // Group returns a view of s, which must have a mirror, whose writes are not sent but
@@ -735,6 +739,9 @@ func (s *Store) Group() *Store {
 
 // Ops is how many ops the group has collected.
 func (s *Store) Ops() int { return len(s.mv.group.ops) }
+
+// Bytes is about how large the group's multi is so far (MultiBytes).
+func (s *Store) Bytes() int { return MultiBytes(nil) + s.mv.group.bytes }
 
 // Commit writes what the group collected as one multi. On any error nothing of it is written
 // (or, when the connection broke, its outcome is unknown and its nodes are read again before

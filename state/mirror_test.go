@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -262,5 +263,43 @@ func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {
 	must(t, err, "Running")
 	if len(ready) != 1 || len(running) != 1 {
 		t.Fatalf("model: %d ready, %d running; want 1 and 1", len(ready), len(running))
+	}
+}
+
+// ZooKeeper closes the connection of a client whose request is over its jute.maxbuffer, so
+// such a multi never succeeds, and sent again fails again for ever. A Store does not send it:
+// ErrTooLarge, nothing written, and the connection kept. One just under the limit is taken,
+// so MultiBytes does not count short.
+func TestAMultiTooLargeForZooKeeperIsNotSent(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	for name, s := range map[string]*state.Store{"ZooKeeper": other, "model": m} {
+		datas := func(n int) [][]byte {
+			out := make([][]byte, n)
+			for i := range out {
+				out[i] = bytes.Repeat([]byte(name[:1]), 1000)
+			}
+			return out
+		}
+		fit := 1 // the most nodes one multi takes, with room for the fence and the receipt
+		for s.CreateAllBytes(name, datas(fit+1)) <= state.MaxMultiBytes-200 {
+			fit++
+		}
+		before := s.Multis()
+		err := s.CreateAll(ctx, name, datas(fit+50))
+		if !errors.Is(err, state.ErrTooLarge) {
+			t.Fatalf("%s: a multi of %d bytes: %v; want ErrTooLarge", name, s.CreateAllBytes(name, datas(fit+50)), err)
+		}
+		if n := s.Multis() - before; n != 0 {
+			t.Errorf("%s: %d multis sent for a multi over the limit; want none", name, n)
+		}
+		if _, ok, err := other.ReadyVersion(ctx, name+"000000"); err != nil || ok {
+			t.Fatalf("%s: after the refused multi the first node exists %v (%v); want nothing written", name, ok, err)
+		}
+		must(t, s.CreateAll(ctx, name, datas(fit)), fmt.Sprintf("%s: a multi of %d bytes", name, s.CreateAllBytes(name, datas(fit))))
+		if _, ok, err := other.ReadyVersion(ctx, fmt.Sprintf("%s%06d", name, fit-1)); err != nil || !ok {
+			t.Fatalf("%s: after a multi just under the limit its last node exists %v (%v); want it written", name, ok, err)
+		}
 	}
 }

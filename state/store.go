@@ -42,6 +42,9 @@ var (
 	ErrUnavailable    = errors.New("state: ZooKeeper unavailable")
 	ErrSessionExpired = errors.New("state: ZooKeeper session expired")
 	ErrCorrupt        = errors.New("state: unreadable node")
+	// ErrTooLarge: a multi larger than ZooKeeper takes in one request. It was not sent, so
+	// nothing changed; the caller splits its work into smaller multis.
+	ErrTooLarge = errors.New("state: write too large for one ZooKeeper request")
 
 	// ErrAppNotFound is returned when a job names an app that does not exist.
 	ErrAppNotFound = fmt.Errorf("%w: app", ErrNotFound)
@@ -437,6 +440,11 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 	if s.fence != nil {
 		ops = append([]any{&zk.CheckVersionRequest{Path: s.fence.Path, Version: s.fence.Version}}, ops...)
 	}
+	// ZooKeeper closes the connection of a client that sends a request over its jute.maxbuffer:
+	// the multi would fail with its outcome unknown, and, sent again, fail again for ever.
+	if n := MultiBytes(ops); n > maxMultiBytes {
+		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request): %w", len(ops), n, maxMultiBytes, ErrTooLarge)
+	}
 	s.multis.Add(1)
 	start := s.begin()
 	res, err := s.conn.Multi(ops...)
@@ -496,6 +504,39 @@ func describe(op any) (string, string) {
 		return "check", o.Path
 	}
 	return "?", ""
+}
+
+// maxMultiBytes is the largest multi sent: ZooKeeper's default jute.maxbuffer, less room for
+// the request's framing and the slack of MultiBytes.
+const maxMultiBytes = juteMaxBuffer - 16<<10
+
+// MultiBytes is how many bytes ops take as one multi request on the wire (jute encoding: a
+// length before each string and byte array, a header before each op), give or take a few.
+func MultiBytes(ops []any) int {
+	n := 4 + 8 + 9 // the packet's length, the request header, the multi's end
+	for _, op := range ops {
+		n += opBytes(op)
+	}
+	return n
+}
+
+func opBytes(op any) int {
+	const header, str, i32 = 9, 4, 4 // op type, done flag, error; a string's length; an int
+	switch o := op.(type) {
+	case *zk.CreateRequest:
+		n := header + str + len(o.Path) + str + len(o.Data) + i32 + i32 // the ACL count, flags
+		for _, a := range o.Acl {
+			n += i32 + str + len(a.Scheme) + str + len(a.ID)
+		}
+		return n
+	case *zk.SetDataRequest:
+		return header + str + len(o.Path) + str + len(o.Data) + i32
+	case *zk.DeleteRequest:
+		return header + str + len(o.Path) + i32
+	case *zk.CheckVersionRequest:
+		return header + str + len(o.Path) + i32
+	}
+	return header
 }
 
 func (s *Store) createOp(p string, data []byte) *zk.CreateRequest {
