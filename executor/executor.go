@@ -15,7 +15,7 @@
 // subscription is re-subscribed with every unacknowledged update and task. So an executor
 // never sits on an update it is not trying to deliver.
 //
-// A script runs under a small supervisor process (this binary re-executed, see supervise.go)
+// A script runs under a small supervisor process (this binary re-executed, see internal/supervise)
 // that kills the script's processes when the task is killed or ends, and when the executor
 // itself dies, however it dies: a shard's processes never outlive its task.
 package executor

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor/internal/supervise"
 	"github.com/ejcloud/ejcloud/executor/job"
 	"github.com/ejcloud/ejcloud/taskdata"
 )
@@ -72,26 +73,26 @@ func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) erro
 		return err
 	}
 	defer stderr.Close()
-	// The supervisor (supervise.go) kills every process of the script when it ends, when it is
-	// killed, and when this executor dies.
-	sup, err := startSupervised(argv, r.dir, env, stdout, stderr)
+	// The supervisor kills every process of the script when it ends, when it is killed, and
+	// when this executor dies.
+	sup, err := supervise.Start(argv, r.dir, env, stdout, stderr)
 	if err != nil {
 		return fmt.Errorf("cannot start the script: %w", err)
 	}
 	select {
-	case x := <-sup.done:
+	case x := <-sup.Done():
 		return scriptResult(x)
 	case <-ctx.Done():
 	}
-	sup.terminate(grace())
-	<-sup.done
+	sup.Terminate(grace())
+	<-sup.Done()
 	return errKilled
 }
 
-func scriptResult(x scriptExit) error {
-	switch ws := x.status; {
-	case x.err != nil:
-		return x.err
+func scriptResult(x supervise.Exit) error {
+	switch ws := x.Status; {
+	case x.Err != nil:
+		return x.Err
 	case ws.Signaled():
 		return &jobFailure{cause: "script killed by signal " + ws.Signal().String()}
 	case ws.ExitStatus() != 0:

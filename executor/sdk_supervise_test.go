@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,4 +75,30 @@ func readPID(t *testing.T, path string) int {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return pid
+}
+
+// Every shard re-executes its executor as the script's supervisor, so what the executor's
+// packages initialize before the supervisor takes over is paid at every run. The supervisor's
+// package must come before the Mesos API's (internal/supervise's package comment says how),
+// in the stock executor and in one built with the SDK.
+func TestTheSupervisorStartsBeforeTheExecutorsHeavyPackages(t *testing.T) {
+	const sup, heavy = "github.com/ejcloud/ejcloud/executor/internal/supervise", "github.com/mesos/mesos-go/api/v1/lib"
+	for _, bin := range []string{stockExecutor, sdkExecutor} {
+		cmd := exec.Command(bin, "--version")
+		cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --version: %v\n%s", bin, err, out)
+		}
+		at := map[string]int{}
+		for i, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "init" {
+				at[f[1]] = i + 1
+			}
+		}
+		if at[sup] == 0 || at[heavy] == 0 || at[sup] > at[heavy] {
+			t.Errorf("%s initializes %s at line %d of its init trace and %s at line %d; want the supervisor first:\n%s",
+				filepath.Base(bin), sup, at[sup], heavy, at[heavy], out)
+		}
+	}
 }

@@ -1,8 +1,8 @@
-package executor
-
+// Package supervise runs a script under a supervisor process.
+//
 // A script must not outlive its task, even when the executor dies without a chance to clean up
 // (SIGKILL, a crash, the OOM killer). Nothing in the kernel does that for a process group, so
-// every script runs under a supervisor: this executor binary re-executed, which
+// every script runs under a supervisor: the executor binary re-executed, which
 //
 //   - is told the executor died by a parent-death signal (SIGTERM) and, as a backstop, by the
 //     end of its control socket, whose other end only the executor holds;
@@ -22,9 +22,13 @@ package executor
 // child, and the executor, once dead, can do nothing for the rest. A subreaper executor would
 // inherit the orphans, but they would outlive it just the same.
 //
-// The supervisor is started in init, before any job of the binary is registered, so it works
-// in every executor that links this package (the stock one and those built with executor.Main)
-// and runs no user code.
+// The supervisor is started in this package's init, so it works in every executor that links
+// it (the stock one and those built with executor.Main) and runs no user code. The package
+// imports only the standard library: Go initializes packages in the order of their import
+// paths as far as their imports allow, so a re-executed binary becomes a supervisor before
+// the executor's heavier packages (the Mesos API's protobufs, HTTP) are initialized, which a
+// shard would otherwise pay for at every run.
+package supervise
 
 import (
 	"bufio"
@@ -33,9 +37,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -43,35 +45,38 @@ import (
 	"time"
 )
 
-// superviseArg0 is the argv[0] by which a re-executed executor binary knows it is a supervisor.
-const superviseArg0 = "ejcloud-script-supervisor"
+// arg0 is the argv[0] by which a re-executed executor binary knows it is a supervisor.
+const arg0 = "ejcloud-script-supervisor"
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of linux/prctl.h (Linux 3.4).
 const prSetChildSubreaper = 36
 
 func init() {
-	if len(os.Args) > 1 && os.Args[0] == superviseArg0 {
+	if len(os.Args) > 1 && os.Args[0] == arg0 {
 		// Not os.Exit: there is nothing to flush, and in a -race build os.Exit first sleeps a
 		// second (GORACE atexit_sleep_ms), which would hold every task's end.
 		syscall.Exit(supervise(os.Args[1:]))
 	}
 }
 
-// scriptExit is how a script ended: its wait status, or why it could not run.
-type scriptExit struct {
-	status syscall.WaitStatus
-	err    error
+// Exit is how a script ended: its wait status, or why it could not run.
+type Exit struct {
+	Status syscall.WaitStatus
+	Err    error
 }
 
-// supervised is a script running under its supervisor, seen from the executor.
-type supervised struct {
+// Script is a script running under its supervisor, seen from the executor.
+type Script struct {
 	ctl  *os.File // the executor's end of the control socket
-	done chan scriptExit
+	done chan Exit
 }
 
-// startSupervised starts argv (the script's command line) under a supervisor, with dir, env
-// and the output files of the script.
-func startSupervised(argv []string, dir string, env []string, stdout, stderr *os.File) (*supervised, error) {
+// Done yields how the script ended, once, after its supervisor has cleaned up and exited.
+func (s *Script) Done() <-chan Exit { return s.done }
+
+// Start starts argv (the script's command line) under a supervisor, with dir, env and the
+// output files of the script.
+func Start(argv []string, dir string, env []string, stdout, stderr *os.File) (*Script, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor control socket: %w", err)
@@ -79,12 +84,19 @@ func startSupervised(argv []string, dir string, env []string, stdout, stderr *os
 	// Close-on-exec: no other child of the executor holds the supervisor's control socket open,
 	// so it ends exactly when the executor does.
 	ours, theirs := os.NewFile(uintptr(fds[0]), "supervisor control"), os.NewFile(uintptr(fds[1]), "executor control")
-	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: append([]string{superviseArg0}, argv...), Dir: dir, Env: env,
-		Stdout: stdout, Stderr: stderr, ExtraFiles: []*os.File{theirs},
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
+	// Not os/exec, which would make this package wait for a later place in the binary's
+	// initialization order (see the package comment). The script reads nothing.
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		ours.Close()
+		theirs.Close()
+		return nil, fmt.Errorf("the script's stdin: %w", err)
 	}
-	s := &supervised{ctl: ours, done: make(chan scriptExit, 1)}
+	attr := &os.ProcAttr{
+		Dir: dir, Env: env, Files: []*os.File{stdin, stdout, stderr, theirs},
+		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
+	}
+	s := &Script{ctl: ours, done: make(chan Exit, 1)}
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal comes when the *thread* that forked the child exits, not the
@@ -92,16 +104,21 @@ func startSupervised(argv []string, dir string, env []string, stdout, stderr *os
 		// from the fork until the supervisor is reaped, and never unlocks it: the thread ends
 		// with the goroutine, after the supervisor.
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		p, err := os.StartProcess("/proc/self/exe", append([]string{arg0}, argv...), attr)
+		if err != nil {
 			started <- err
 			return
 		}
 		started <- nil
-		werr := cmd.Wait()
+		st, werr := p.Wait()
+		if werr == nil {
+			werr = errors.New(st.String())
+		}
 		s.done <- s.outcome(werr)
 	}()
 	err = <-started
 	theirs.Close()
+	stdin.Close()
 	if err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("start the script's supervisor: %w", err)
@@ -109,25 +126,25 @@ func startSupervised(argv []string, dir string, env []string, stdout, stderr *os
 	return s, nil
 }
 
-// terminate asks the supervisor to kill the script: SIGTERM to its group, SIGKILL after grace.
-func (s *supervised) terminate(grace time.Duration) {
+// Terminate asks the supervisor to kill the script: SIGTERM to its group, SIGKILL after grace.
+func (s *Script) Terminate(grace time.Duration) {
 	fmt.Fprintf(s.ctl, "term %d\n", grace) // fails only if the supervisor is already gone
 }
 
 // outcome reads the supervisor's report, written before it exited.
-func (s *supervised) outcome(werr error) scriptExit {
+func (s *Script) outcome(werr error) Exit {
 	b, _ := io.ReadAll(s.ctl)
 	s.ctl.Close()
 	verb, arg, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
 	switch verb {
 	case "exit":
 		if n, err := strconv.ParseUint(arg, 10, 32); err == nil {
-			return scriptExit{status: syscall.WaitStatus(n)}
+			return Exit{Status: syscall.WaitStatus(n)}
 		}
 	case "error":
-		return scriptExit{err: fmt.Errorf("cannot start the script: %s", arg)}
+		return Exit{Err: fmt.Errorf("cannot start the script: %s", arg)}
 	}
-	return scriptExit{err: fmt.Errorf("the script's supervisor ended (%v) without saying how the script ended: %q", werr, b)}
+	return Exit{Err: fmt.Errorf("the script's supervisor ended (%v) without saying how the script ended: %q", werr, b)}
 }
 
 // supervise is the supervisor's main: argv is the script's command line; fd 3 is the control
@@ -264,10 +281,9 @@ func childrenOf(ppid int) []int {
 	if kids, ok := threadChildren(ppid); ok {
 		return kids
 	}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []int
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
+	for _, pid := range numbered("/proc") {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue // ended meanwhile
 		}
@@ -282,9 +298,7 @@ func childrenOf(ppid int) []int {
 			continue
 		}
 		if pp, err := strconv.Atoi(f[1]); err == nil && pp == ppid {
-			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
-				out = append(out, pid)
-			}
+			out = append(out, pid)
 		}
 	}
 	return out
@@ -293,12 +307,12 @@ func childrenOf(ppid int) []int {
 // threadChildren reads /proc/PID/task/*/children: an orphan a subreaper inherits may be
 // listed under any of its threads. ok is false where the kernel has no such lists.
 func threadChildren(pid int) (kids []int, ok bool) {
-	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/[0-9]*/children", pid))
-	if len(lists) == 0 {
+	tids := numbered(fmt.Sprintf("/proc/%d/task", pid))
+	if len(tids) == 0 {
 		return nil, false
 	}
-	for _, l := range lists {
-		b, err := os.ReadFile(l)
+	for _, tid := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, tid))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // a thread that ended meanwhile
@@ -312,4 +326,18 @@ func threadChildren(pid int) (kids []int, ok bool) {
 		}
 	}
 	return kids, true
+}
+
+// numbered lists the entries of dir named by a number (the processes of /proc, the threads of
+// a process's task directory). It does not use path/filepath, which would make this package
+// wait for a later place in the binary's initialization order (see the package comment).
+func numbered(dir string) []int {
+	entries, _ := os.ReadDir(dir)
+	var out []int
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
 }
