@@ -60,10 +60,10 @@ func (s *Store) CreateAll(ctx context.Context, prefix string, datas [][]byte) er
 	return s.multi(ctx, s.createAllOps(prefix, datas)...)
 }
 
-// CreateAllBytes is how large CreateAll's multi is, by MultiBytes (without the fence's check
+// CreateAllBytes is how large CreateAll's multi is, by multiBytes (without the fence's check
 // and the model's receipt, which the Store adds).
 func (s *Store) CreateAllBytes(prefix string, datas [][]byte) int {
-	return MultiBytes(s.createAllOps(prefix, datas))
+	return multiBytes(s.createAllOps(prefix, datas))
 }
 
 func (s *Store) createAllOps(prefix string, datas [][]byte) []any {

@@ -724,7 +724,7 @@ func cachedParse[T any](m *mnode, kind, name string, data []byte, parse func([]b
 type group struct {
 	layer *layer
 	ops   []any
-	bytes int // the ops' share of MultiBytes
+	bytes int // the ops' share of multiBytes
 }
 
 // Group returns a view of s, which must have a mirror, whose writes are not sent but
@@ -740,8 +740,8 @@ func (s *Store) Group() *Store {
 // Ops is how many ops the group has collected.
 func (s *Store) Ops() int { return len(s.mv.group.ops) }
 
-// Bytes is about how large the group's multi is so far (MultiBytes).
-func (s *Store) Bytes() int { return MultiBytes(nil) + s.mv.group.bytes }
+// Bytes is about how large the group's multi is so far (multiBytes).
+func (s *Store) Bytes() int { return multiBytes(nil) + s.mv.group.bytes }
 
 // Commit writes what the group collected as one multi. On any error nothing of it is written
 // (or, when the connection broke, its outcome is unknown and its nodes are read again before

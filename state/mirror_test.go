@@ -269,7 +269,7 @@ func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {
 // ZooKeeper closes the connection of a client whose request is over its jute.maxbuffer, so
 // such a multi never succeeds, and sent again fails again for ever. A Store does not send it:
 // ErrTooLarge, nothing written, and the connection kept. One just under the limit is taken,
-// so MultiBytes does not count short.
+// so the Store does not count a multi short.
 func TestAMultiTooLargeForZooKeeperIsNotSent(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)

@@ -442,7 +442,7 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 	}
 	// ZooKeeper closes the connection of a client that sends a request over its jute.maxbuffer:
 	// the multi would fail with its outcome unknown, and, sent again, fail again for ever.
-	if n := MultiBytes(ops); n > maxMultiBytes {
+	if n := multiBytes(ops); n > maxMultiBytes {
 		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request): %w", len(ops), n, maxMultiBytes, ErrTooLarge)
 	}
 	s.multis.Add(1)
@@ -507,12 +507,12 @@ func describe(op any) (string, string) {
 }
 
 // maxMultiBytes is the largest multi sent: ZooKeeper's default jute.maxbuffer, less room for
-// the request's framing and the slack of MultiBytes.
+// the request's framing and the slack of multiBytes.
 const maxMultiBytes = juteMaxBuffer - 16<<10
 
-// MultiBytes is how many bytes ops take as one multi request on the wire (jute encoding: a
+// multiBytes is how many bytes ops take as one multi request on the wire (jute encoding: a
 // length before each string and byte array, a header before each op), give or take a few.
-func MultiBytes(ops []any) int {
+func multiBytes(ops []any) int {
 	n := 4 + 8 + 9 // the packet's length, the request header, the multi's end
 	for _, op := range ops {
 		n += opBytes(op)
