@@ -159,9 +159,10 @@ type scratch struct {
 	first, spare *packer
 	outs         []outcome
 	// The memory of common's slices per agent, per group and per try.
-	set0, kindOf, ranks                    []int32
-	off, binpack, ready, largest, smallest []int
-	isBinpack                              []bool
+	set0, kindOf, ranks               []int32
+	binpack, ready, largest, smallest []int
+	info                              []groupInfo
+	offer                             []Resources
 }
 
 // reuse is s n long: its memory if it has room, else new. The caller writes every element.
@@ -178,7 +179,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func (c *common) release(s *scratch) {
 	s.first, s.spare = c.first, c.spare
 	s.outs = append(s.outs[:0], c.spareRes...)
-	s.set0, s.kindOf, s.off, s.isBinpack, s.binpack, s.ready = c.set0, c.kindOf, c.off, c.isBinpack, c.binpack, c.ready
+	s.set0, s.kindOf, s.info, s.offer, s.binpack, s.ready = c.set0, c.kindOf, c.info, c.offer, c.binpack, c.ready
 	if c.ranks != nil {
 		s.ranks, s.largest, s.smallest = c.ranks, c.largest, c.smallest
 	}
@@ -295,7 +296,7 @@ func (c *common) tries() []try {
 		ranks[k] = int32(kindRank[c.kindOf[g]])
 	}
 	failover := 0
-	for failover < len(given) && !c.groups[given[failover]].Integrity {
+	for failover < len(given) && !c.info[given[failover]].integrity {
 		failover++
 	}
 	start := make([]int, len(sizes)+1)
@@ -383,7 +384,7 @@ func (o *outcome) result(c *common) Result {
 	}
 	placed := make([][]int, len(c.groups))
 	for g := range placed {
-		n := len(c.groups[g].Items)
+		n := c.info[g].n
 		placed[g], all = all[:n:n], all[n:]
 	}
 	o.res = Result{Placed: placed, Unplaced: o.unplaced(c.groups)}
@@ -426,10 +427,13 @@ type common struct {
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
-	// off is where each group's shards start in outcome.at; isBinpack says its placement is
-	// BINPACK (a string compare, once).
-	off       []int
-	isBinpack []bool
+	// info is what the tries read of each group, in 16 bytes rather than a Group's 136: a try
+	// reads every group, in an order of its own, and thousands of Groups do not stay in cache.
+	info []groupInfo
+	// kinds are the kinds of shard, numbered as kindOf numbers them.
+	kinds []shardKind
+	// offer is each agent's Free: what its score is relative to.
+	offer []Resources
 	// ready is the memory of READY BINPACK groups; ranks, largest and smallest that of tries,
 	// which takes the scratch's (mem) on its first call only.
 	ready             []int
@@ -460,7 +464,7 @@ func newCommon(groups []Group, agents []Agent) *common {
 
 // newCommonIn is newCommon in the memory of an earlier Pack.
 func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
-	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
+	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), offer: reuse(s.offer, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
 	if c.spare != nil {
 		c.spare.c = c
 	}
@@ -469,6 +473,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 			c.sets.init() // else every set is the empty one, 0, and none is looked at
 		}
 		c.set0[i] = c.sets.of(a.Executors)
+		c.offer[i] = a.Free
 		c.total = c.total.plus(a.Free)
 		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
@@ -479,12 +484,11 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	readyBinpack := reuse(s.ready, len(groups))[:0]
 	c.binpack = reuse(s.binpack, len(groups))[:0]
 	c.kindOf = reuse(s.kindOf, len(groups))
-	c.off, c.isBinpack = reuse(s.off, len(groups)), reuse(s.isBinpack, len(groups))
+	c.info = reuse(s.info, len(groups))
 	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
-		c.off[k] = c.shards
-		c.isBinpack[k] = g.Placement == Binpack
+		c.info[k] = groupInfo{off: int32(c.shards), n: int32(len(g.Items)), integrity: g.Integrity, binpack: g.Placement == Binpack}
 		// Failover groups first, then READY ones, each in the order given.
 		switch {
 		case g.Placement == Binpack && !g.Integrity:
@@ -513,7 +517,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 				}
 			}
 		}
-		c.kindOf[k], last = id, id
+		c.kindOf[k], c.info[k].kind, last = id, id, id
 		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
 		if !g.Integrity {
@@ -531,7 +535,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	if c.execNeeded && c.sets.ids == nil {
 		c.sets.init()
 	}
-	c.nKinds = len(kinds)
+	c.nKinds, c.kinds = len(kinds), kinds
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
 	for k, kd := range kinds {
@@ -857,6 +861,13 @@ type shardKind struct {
 	app            string
 }
 
+// groupInfo is a group as the tries read it: its shards are outcome.at[off:off+n], of kind
+// kind (common.kindOf).
+type groupInfo struct {
+	off, n, kind       int32
+	integrity, binpack bool
+}
+
 // kindHash mixes the bits of a kind's amounts (whose low bits are mostly zero: 0.5, 2, 1024)
 // into the low bits, which pick the slot.
 func kindHash(need, executor Resources, app string) uint64 {
@@ -980,7 +991,7 @@ func resetBools(b []bool, n int) []bool {
 }
 
 func (p *packer) key(i int32) bucketKey {
-	return bucketKey{offer: p.c.agents[i].Free, free: p.free[i], set: p.set[i]}
+	return bucketKey{offer: p.c.offer[i], free: p.free[i], set: p.set[i]}
 }
 
 // join puts agent i in the bucket of its current state.
@@ -1054,13 +1065,14 @@ func (p *packer) down(bk *bucket, h int) {
 	}
 }
 
-// need returns what a shard of g takes on an agent with executor set set: the shard, plus the
-// executor if the app has none there yet.
-func (p *packer) need(set int32, g *Group) Resources {
-	if g.Executor == (Resources{}) || p.has(set, g.App) {
-		return g.Need
+// need returns what a shard of kind k takes on an agent with executor set set: the shard,
+// plus the executor if the app has none there yet.
+func (p *packer) need(set int32, k int32) Resources {
+	kd := &p.c.kinds[k]
+	if kd.executor == (Resources{}) || p.has(set, kd.app) {
+		return kd.need
 	}
-	return g.Need.plus(g.Executor)
+	return kd.need.plus(kd.executor)
 }
 
 // has says whether executor set set holds app.
@@ -1085,7 +1097,7 @@ func fitsIn(n, free Resources) bool {
 	return n.CPUs <= free.CPUs+epsilon && n.MemMB <= free.MemMB+epsilon
 }
 
-func (p *packer) fits(i int32, g *Group) bool { return fitsIn(p.need(p.set[i], g), p.free[i]) }
+func (p *packer) fits(i int32, k int32) bool { return fitsIn(p.need(p.set[i], k), p.free[i]) }
 
 // score is how full an agent offering offer, with free left, is after taking n: the mean of
 // its cpu and memory use relative to the offer (Fenzo's cpuMemBinPacker).
@@ -1104,10 +1116,10 @@ func use(offer, free, n float64) float64 {
 // kinds in turn go to, few enough for scans to look at one by one.
 const maxLoose = 8
 
-// take books a shard of g on agent i; it returns the undo record.
-func (p *packer) take(i int32, g *Group) undo {
+// take books a shard of kind k on agent i; it returns the undo record.
+func (p *packer) take(i int32, k int32) undo {
 	u := undo{agent: i, free: p.free[i], set: p.set[i]}
-	n := p.need(p.set[i], g)
+	n := p.need(p.set[i], k)
 	if !p.isLoose[i] {
 		if len(p.loose) == maxLoose {
 			p.join(p.loose[0])
@@ -1124,8 +1136,8 @@ func (p *packer) take(i int32, g *Group) undo {
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
 	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
 	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
-	if p.c.execNeeded && !p.has(p.set[i], g.App) {
-		p.set[i] = p.c.sets.plus(p.set[i], g.App)
+	if app := p.c.kinds[k].app; p.c.execNeeded && !p.has(p.set[i], app) {
+		p.set[i] = p.c.sets.plus(p.set[i], app)
 	}
 	p.changes = append(p.changes, change{i, u.set, u.free})
 	if !p.used[i] {
@@ -1174,7 +1186,7 @@ func (p *packer) rollback(us []undo) {
 	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
 }
 
-// choose returns the agent for a BINPACK shard of group gi under rule r, or -1.
+// choose returns the agent for a BINPACK shard of kind k under rule r, or -1.
 //
 // Between rollbacks agents only fill up, and filling raises an agent's score for every kind of
 // shard (what it took counts as used, and is at least what an executor it gained saves) until
@@ -1182,15 +1194,15 @@ func (p *packer) rollback(us []undo) {
 // as they did then, below the agent chosen: while that agent still fits, the choice is among
 // it and the agents changed since (the log), not among all. Only when it no longer fits does
 // the rule scan the buckets again.
-func (p *packer) choose(gi int, g *Group, r rule) int32 {
-	kc := &p.kinds[p.c.kindOf[gi]]
-	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, g) {
-		if i, flag, ok := p.refresh(kc, g, r); ok {
+func (p *packer) choose(k int32, r rule) int32 {
+	kc := &p.kinds[k]
+	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, k) {
+		if i, flag, ok := p.refresh(kc, k, r); ok {
 			kc.agent, kc.flag, kc.changes = i, flag, len(p.changes)
 			return i
 		}
 	}
-	i, flag := p.scan(g, r)
+	i, flag := p.scan(k, r)
 	*kc = kindChoice{agent: i, flag: flag, changes: len(p.changes), gen: p.gen}
 	return i
 }
@@ -1204,22 +1216,22 @@ type kindChoice struct {
 	gen     int
 }
 
-// agentScore is agent i's score for a shard of g.
-func (p *packer) agentScore(i int32, g *Group) float64 {
-	return score(p.c.agents[i].Free, p.free[i], p.need(p.set[i], g))
+// agentScore is agent i's score for a shard of kind k.
+func (p *packer) agentScore(i int32, k int32) float64 {
+	return score(p.c.offer[i], p.free[i], p.need(p.set[i], k))
 }
 
 // refresh redoes kc's choice, whose agent still fits, from the agents changed since; ok is
 // false when that cannot tell (fewestAgents: the empty agent chosen is now used).
-func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, ok bool) {
+func (p *packer) refresh(kc *kindChoice, k int32, r rule) (agent int32, flag, ok bool) {
 	h := kc.agent
-	best, bestS := h, p.agentScore(h, g)
+	best, bestS := h, p.agentScore(h, k)
 	changed := p.changes[kc.changes:]
 	switch {
 	case r == firstGoodEnough && kc.flag:
 		// Every unchanged agent before h scored at most goodEnough, or did not fit.
 		for _, ch := range changed {
-			if i := ch.agent; i < best && p.fits(i, g) && p.agentScore(i, g) > goodEnough {
+			if i := ch.agent; i < best && p.fits(i, k) && p.agentScore(i, k) > goodEnough {
 				best = i
 			}
 		}
@@ -1229,8 +1241,8 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 		// agent still empty if it is still empty.
 		found := false
 		for _, ch := range changed {
-			if i := ch.agent; p.fits(i, g) {
-				if s := p.agentScore(i, g); !found || s > bestS || s == bestS && i < best {
+			if i := ch.agent; p.fits(i, k) {
+				if s := p.agentScore(i, k); !found || s > bestS || s == bestS && i < best {
 					best, bestS, found = i, s, true
 				}
 			}
@@ -1246,10 +1258,10 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 	}
 	for _, ch := range changed {
 		i := ch.agent
-		if i == h || !p.fits(i, g) {
+		if i == h || !p.fits(i, k) {
 			continue
 		}
-		s := p.agentScore(i, g)
+		s := p.agentScore(i, k)
 		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
 			good = i
 		}
@@ -1264,11 +1276,11 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 }
 
 // scan chooses among all the buckets; flag as in kindChoice.
-func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
+func (p *packer) scan(k int32, r rule) (agent int32, flag bool) {
 	best, good, empty := int32(-1), int32(-1), int32(-1)
 	bestScore, emptySize := 0.0, 0.0
 	consider := func(i int32, offer, free Resources, set int32) {
-		n := p.need(set, g)
+		n := p.need(set, k)
 		if !fitsIn(n, free) {
 			return
 		}
@@ -1286,20 +1298,20 @@ func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
 			best, bestScore = i, s
 		}
 	}
-	for k := 0; k < len(p.active); {
-		b := p.active[k]
+	for a := 0; a < len(p.active); {
+		b := p.active[a]
 		bk := &p.buckets[b]
 		if len(bk.members) == 0 {
 			bk.inActive = false
-			p.active[k] = p.active[len(p.active)-1]
+			p.active[a] = p.active[len(p.active)-1]
 			p.active = p.active[:len(p.active)-1]
 			continue
 		}
-		k++
+		a++
 		consider(bk.members[0], bk.key.offer, bk.key.free, bk.key.set)
 	}
 	for _, i := range p.loose {
-		consider(i, p.c.agents[i].Free, p.free[i], p.set[i])
+		consider(i, p.c.offer[i], p.free[i], p.set[i])
 	}
 	switch {
 	case good >= 0:
@@ -1311,13 +1323,13 @@ func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
 }
 
 // leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
-func (p *packer) leastLoaded(g *Group) int32 {
+func (p *packer) leastLoaded(k int32) int32 {
 	p.settle()
 	best := int32(-1)
 	var bestFree Resources
 	for _, b := range p.active {
 		bk := &p.buckets[b]
-		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, g), bk.key.free) {
+		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, k), bk.key.free) {
 			continue
 		}
 		f, i := bk.key.free, bk.members[0]
@@ -1358,36 +1370,41 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
 	leftNeed := c.need // of the shards not yet tried, without executors
 	place := func(g int) bool {
-		n := len(c.groups[g].Items)
-		placed := o.at[c.off[g] : c.off[g]+n]
+		gi := &c.info[g]
+		n := int(gi.n)
+		placed := o.at[gi.off : gi.off+gi.n]
 		if closed && n > 0 {
 			o.fails = append(o.fails, p.fail(g, placed))
-			if !c.groups[g].Integrity {
+			if !gi.integrity {
 				failedFailover += n
 			}
 			return false
 		}
-		f, failed := p.place(g, &c.groups[g], t.rule, placed)
+		f, failed := p.place(g, gi, t.rule, placed)
 		if failed {
 			o.fails = append(o.fails, f)
 		}
-		for _, i := range placed {
-			if i >= 0 {
-				o.placed++
-				if !c.groups[g].Integrity {
-					o.failover++
+		got := n
+		if failed {
+			got = 0
+			for _, i := range placed {
+				if i >= 0 {
+					got++
 				}
-			} else if !c.groups[g].Integrity {
-				failedFailover++
 			}
 		}
-		left[c.kindOf[g]] -= n
+		o.placed += got
+		if !gi.integrity {
+			o.failover += got
+			failedFailover += n - got
+		}
+		left[gi.kind] -= n
 		if b == nil {
 			closed = closed || failed && c.nKinds <= maxClosedKinds && p.allHopeless(left)
 			return false
 		}
 		leftAll -= n
-		need := c.groups[g].Need
+		need := c.kinds[gi.kind].need
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
 		// A tie on shards placed with this bound means every shard left is placed: then the
 		// agents they need can be counted.
@@ -1408,7 +1425,7 @@ func (c *common) runUnless(t try, b *bound) outcome {
 				return o
 			}
 		}
-		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
+		for ; next < len(t.order) && c.info[t.order[next]].integrity == integrity; next++ {
 			if place(t.order[next]) {
 				o.abandoned = true
 				return o
@@ -1439,15 +1456,15 @@ func (p *packer) allHopeless(left []int) bool {
 // fail fails group gi, of a kind that found no room since the last rollback, as place would:
 // no shard placed, for the kind's reasons.
 func (p *packer) fail(gi int, placed []int32) failure {
-	g := &p.c.groups[gi]
+	info := &p.c.info[gi]
 	for k := range placed {
 		placed[k] = -1
 	}
-	f := failure{group: gi, first: 0, rolledBack: g.Integrity}
-	if kr := p.failed[p.c.kindOf[gi]]; kr.changes == len(p.changes) {
+	f := failure{group: gi, first: 0, rolledBack: info.integrity}
+	if kr := p.failed[info.kind]; kr.changes == len(p.changes) {
 		f.cpu, f.mem = kr.cpu, kr.mem // up to date: nothing changes once closed
 	} else {
-		f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+		f.cpu, f.mem, f.noAgents = p.reasons(info.kind)
 	}
 	return f
 }
@@ -1604,47 +1621,48 @@ func newReasons(f failure) map[string]int {
 
 // place places one group into placed (room for its items); with Integrity it undoes a
 // partial placement. It says whether some shard found no room, and why.
-func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool) {
+func (p *packer) place(gi int, info *groupInfo, r rule, placed []int32) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
-	if !p.c.isBinpack[gi] {
-		preferred = p.c.spreadPreference(g)
+	if !info.binpack {
+		preferred = p.c.spreadPreference(&p.c.groups[gi])
 	}
+	kind := info.kind
 	// A kind of shard that found no room still finds none while agents only fill up.
 	hopeless := false
-	if kr := p.failed[p.c.kindOf[gi]]; kr != nil {
+	if kr := p.failed[kind]; kr != nil {
 		hopeless = kr.gen == p.gen
 	}
 	f := failure{group: gi, first: -1}
-	for k := range g.Items {
+	for k := range placed {
 		i := int32(-1)
 		switch {
 		case f.first >= 0 || hopeless:
-		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), g):
+		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), kind):
 			i = int32(preferred[k])
 		case preferred != nil:
-			i = p.leastLoaded(g)
+			i = p.leastLoaded(kind)
 		default:
-			i = p.choose(gi, g, r)
+			i = p.choose(kind, r)
 		}
 		placed[k] = i
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
 				f.first = k
-				f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+				f.cpu, f.mem, f.noAgents = p.reasons(kind)
 			}
 			continue
 		}
-		u := p.take(i, g)
-		if g.Integrity {
+		u := p.take(i, kind)
+		if info.integrity {
 			undos = append(undos, u)
 		}
 	}
 	if f.first < 0 {
 		return f, false
 	}
-	if g.Integrity {
+	if info.integrity {
 		// The reasons are those of the moment the shard failed, before the rollback frees
 		// what the others took.
 		p.rollback(undos)
@@ -1656,13 +1674,13 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool)
 	return f, true
 }
 
-// reasons counts, over all agents, which resource turns a shard of g away. The counts of a
-// kind of shard are kept, and brought up to date from the changes since, when it fails again.
-func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
+// reasons counts, over all agents, which resource turns a shard of kind kind away. The
+// counts of a kind are kept, and brought up to date from the changes since, when it fails
+// again.
+func (p *packer) reasons(kind int32) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
 		return 0, 0, true
 	}
-	kind := p.c.kindOf[gi]
 	kr := p.failed[kind]
 	if kr == nil {
 		// The loose agents are out of the buckets: counted one by one.
@@ -1670,10 +1688,10 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 		*kr = kindReasons{}
 		for b := range p.buckets {
 			bk := &p.buckets[b]
-			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
+			kr.count(p, kind, bk.key.free, bk.key.set, len(bk.members))
 		}
 		for _, i := range p.loose {
-			kr.count(p, g, p.free[i], p.set[i], 1)
+			kr.count(p, kind, p.free[i], p.set[i], 1)
 		}
 		p.failed[kind] = kr
 	} else {
@@ -1687,8 +1705,8 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 				continue
 			}
 			p.seen[ch.agent] = p.seenMark
-			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
-			kr.count(p, g, p.free[ch.agent], p.set[ch.agent], 1)
+			kr.count(p, kind, ch.oldFree, ch.oldSet, -1)
+			kr.count(p, kind, p.free[ch.agent], p.set[ch.agent], 1)
 		}
 	}
 	kr.changes, kr.gen = len(p.changes), p.gen
@@ -1696,8 +1714,8 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 }
 
 // count adds n agents with free left and executor set set.
-func (kr *kindReasons) count(p *packer, g *Group, free Resources, set int32, n int) {
-	need := p.need(set, g)
+func (kr *kindReasons) count(p *packer, kind int32, free Resources, set int32, n int) {
+	need := p.need(set, kind)
 	if need.CPUs > free.CPUs+epsilon {
 		kr.cpu += n
 	}
