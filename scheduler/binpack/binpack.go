@@ -424,6 +424,10 @@ type common struct {
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
 	// free can take nothing.
 	minNeed Resources
+	// memPerCPU are the least and the most memory per cpu of any shard's need or executor
+	// (+Inf: some need no cpu), and usable0 the sum of usable over the agents at the start.
+	memPerCPU [2]float64
+	usable0   Resources
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
@@ -547,7 +551,27 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	}
 	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
 	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
+	c.memPerCPU = [2]float64{math.Inf(1), 0}
+	ratio := func(r Resources) {
+		if r == (Resources{}) {
+			return // takes nothing
+		}
+		x := math.Inf(1)
+		if r.CPUs > 0 {
+			x = r.MemMB / r.CPUs
+		}
+		c.memPerCPU = [2]float64{min(c.memPerCPU[0], x), max(c.memPerCPU[1], x)}
+	}
+	for _, kd := range kinds {
+		ratio(kd.need)
+		ratio(kd.executor)
+	}
 	c.first = c.bucketed(s.first)
+	for _, b := range c.first.buckets {
+		u := c.usable(b.key.free)
+		n := float64(len(b.members))
+		c.usable0 = Resources{c.usable0.CPUs + n*u.CPUs, c.usable0.MemMB + n*u.MemMB}
+	}
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
 	c.countFits()
@@ -555,6 +579,25 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		c.minHosts = max(c.minHosts, c.hostsHolding(k, c.kindShards[k]))
 	}
 	return c
+}
+
+// usable is what shards can use of free on one agent: nothing when less than any shard
+// needs, and no more cpu than its memory holds at the least memory per cpu of any shard or
+// executor, nor more memory than its cpu holds at the most. The sum over the agents sees
+// fragmentation, which their total free does not: an agent with memory but no cpu left
+// holds nothing.
+func (c *common) usable(free Resources) Resources {
+	if free.CPUs+epsilon < c.minNeed.CPUs || free.MemMB+epsilon < c.minNeed.MemMB {
+		return Resources{}
+	}
+	u := free
+	if r := c.memPerCPU[0]; r > 0 {
+		u.CPUs = min(u.CPUs, (free.MemMB+epsilon)/r)
+	}
+	if r := c.memPerCPU[1]; !math.IsInf(r, 1) {
+		u.MemMB = min(u.MemMB, (free.CPUs+epsilon)*r)
+	}
+	return u
 }
 
 // fitCount is how many shards of a kind fit on an empty agent of one offer, and how many
@@ -837,9 +880,10 @@ type packer struct {
 	hasApp   []int8
 	hasAppOf string
 	left     []int // the memory of runUnless's shards left per kind
-	// freeTotal is what all agents have left, usedFree what the agents used have left.
-	freeTotal, usedFree Resources
-	reasonsOf           []kindReasons // the memory of failed
+	// usable is the sum of common.usable over the agents' free, usedFree what the agents used
+	// have left.
+	usable, usedFree Resources
+	reasonsOf        []kindReasons // the memory of failed
 }
 
 // change is a move of an agent, with its state before: its state after is that before its
@@ -968,7 +1012,7 @@ func (c *common) newPacker() *packer {
 	for k := range p.kinds {
 		p.kinds[k] = kindChoice{agent: -1}
 	}
-	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
+	p.hosts, p.gen, p.usable, p.usedFree = 0, 0, c.usable0, Resources{}
 	return p
 }
 
@@ -1134,7 +1178,7 @@ func (p *packer) take(i int32, k int32) undo {
 		p.usedFree = p.usedFree.plus(p.free[i])
 	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
-	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
+	p.use(u.free, p.free[i])
 	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
 	if app := p.c.kinds[k].app; p.c.execNeeded && !p.has(p.set[i], app) {
 		p.set[i] = p.c.sets.plus(p.set[i], app)
@@ -1157,6 +1201,12 @@ func (p *packer) settle() {
 	p.loose = p.loose[:0]
 }
 
+// use brings p.usable up to date with an agent's free going from was to is.
+func (p *packer) use(was, is Resources) {
+	a, b := p.c.usable(was), p.c.usable(is)
+	p.usable = Resources{p.usable.CPUs - a.CPUs + b.CPUs, p.usable.MemMB - a.MemMB + b.MemMB}
+}
+
 type undo struct {
 	agent    int32
 	free     Resources
@@ -1174,7 +1224,8 @@ func (p *packer) rollback(us []undo) {
 		p.leave(u.agent)
 		p.changes = append(p.changes, change{u.agent, p.set[u.agent], p.free[u.agent]})
 		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
-		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
+		p.usedFree = p.usedFree.plus(freed)
+		p.use(p.free[u.agent], u.free)
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
@@ -1483,8 +1534,9 @@ func (p *packer) moreHosts(need Resources) int {
 }
 
 // mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
-// more than the agents' free cpu takes, least first, nor their free memory; none of a kind
-// that found no room while agents only filled (looked at when some shard just failed).
+// more than the cpu usable on the agents takes, least first, nor their usable memory (see
+// common.usable); none of a kind that found no room while agents only filled (looked at when
+// some shard just failed).
 func (p *packer) mostMore(left []int, justFailed bool) int {
 	c := p.c
 	if justFailed {
@@ -1521,8 +1573,10 @@ func (p *packer) mostMore(left []int, justFailed bool) int {
 		}
 		return count
 	}
-	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.freeTotal.CPUs),
-		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.freeTotal.MemMB))
+	// p.usable is a running sum of terms that are not whole numbers: allowed a little more.
+	slack := epsilon * float64(len(c.agents)+1)
+	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.usable.CPUs*(1+1e-9)+slack),
+		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.usable.MemMB*(1+1e-9)+slack))
 }
 
 // failure is a group not wholly placed: its shards from first on found no room, for the
