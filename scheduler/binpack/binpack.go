@@ -299,33 +299,32 @@ func (c *common) tries() []try {
 	for failover < len(given) && !c.info[given[failover]].integrity {
 		failover++
 	}
-	start := make([]int, len(sizes)+1)
-	bySize := func(largestFirst bool, out []int) []int {
-		out = reuse(out, len(given))
-		base, dir := int32(0), int32(1) // rank r sorts at base+dir*r
-		if largestFirst {
-			base, dir = int32(len(sizes)-1), -1
-		}
+	largest, smallest := given, given // one size: the given order is both
+	if len(sizes) > 1 {
+		// Smallest first, each phase by a counting sort; largest first is the same runs of
+		// one size, taken from the last.
+		smallest, largest = reuse(mem.smallest, len(given)), reuse(mem.largest, len(given))
+		start, next := make([]int, len(sizes)+1), make([]int, len(sizes)+1)
 		for _, phase := range [2][2]int{{0, failover}, {failover, len(given)}} {
 			clear(start)
 			for k := phase[0]; k < phase[1]; k++ {
-				start[base+dir*ranks[k]+1]++
+				start[ranks[k]+1]++
 			}
 			start[0] = phase[0]
 			for r := 1; r < len(start); r++ {
 				start[r] += start[r-1]
 			}
+			copy(next, start)
 			for k := phase[0]; k < phase[1]; k++ {
-				r := base + dir*ranks[k]
-				out[start[r]] = given[k]
-				start[r]++
+				r := ranks[k]
+				smallest[next[r]] = given[k]
+				next[r]++
+			}
+			at := phase[0]
+			for r := len(sizes) - 1; r >= 0; r-- {
+				at += copy(largest[at:], smallest[start[r]:start[r+1]])
 			}
 		}
-		return out
-	}
-	largest, smallest := given, given // one size: the given order is both
-	if len(sizes) > 1 {
-		largest, smallest = bySize(true, mem.largest), bySize(false, mem.smallest)
 		c.largest, c.smallest = largest, smallest
 	}
 	var out []try
@@ -450,14 +449,14 @@ type common struct {
 	spread  [2][]int
 	// execNeeded: some group needs an executor; else the agents' executors matter to none.
 	execNeeded bool
-	// kindShards and kindNeed are each kind's shards and the need of one; byCPU and byMem
-	// the kinds by need of cpu, of memory, least first.
-	kindShards   []int
-	kindNeed     []Resources
-	byCPU, byMem []int32
-	byHost       []int   // agents sorted by hostname, for SPREAD; built on first use
-	first        *packer // the agents bucketed, before any try
-	spare        *packer // the memory of the tries' packers
+	// kindShards and kindNeed are each kind's shards and the need of one; cpuOrder and
+	// memOrder the kinds by need of cpu, of memory, least first.
+	kindShards         []int
+	kindNeed           []Resources
+	cpuOrder, memOrder []kindAmount
+	byHost             []int   // agents sorted by hostname, for SPREAD; built on first use
+	first              *packer // the agents bucketed, before any try
+	spare              *packer // the memory of the tries' packers
 	// spareRes holds the memory of tries' results no longer needed.
 	spareRes []outcome
 }
@@ -484,7 +483,10 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	var need Resources
 	// Jobs come in few kinds, found by a hash of their need (not of the app's name).
 	var kinds []shardKind
-	table := make([]int32, 16) // kind+1 per slot; 0: empty
+	// kind+1 per slot (0: empty), at most an eighth full, so that a kind is mostly in the
+	// slot its hash names: kinds come in no order, and a probe that goes on is a branch
+	// mispredicted.
+	table := make([]int32, 64)
 	readyBinpack := reuse(s.ready, len(groups))[:0]
 	c.binpack = reuse(s.binpack, len(groups))[:0]
 	c.kindOf = reuse(s.kindOf, len(groups))
@@ -492,12 +494,13 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
-		c.info[k] = groupInfo{off: int32(c.shards), n: int32(len(g.Items)), integrity: g.Integrity, binpack: g.Placement == Binpack}
+		bp := g.Placement == Binpack
+		c.info[k] = groupInfo{off: int32(c.shards), n: int32(len(g.Items)), integrity: g.Integrity, binpack: bp}
 		// Failover groups first, then READY ones, each in the order given.
 		switch {
-		case g.Placement == Binpack && !g.Integrity:
+		case bp && !g.Integrity:
 			c.binpack = append(c.binpack, k)
-		case g.Placement == Binpack:
+		case bp:
 			readyBinpack = append(readyBinpack, k)
 		case !g.Integrity:
 			c.spread[0] = append(c.spread[0], k)
@@ -516,7 +519,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 				kinds = append(kinds, shardKind{g.Need, g.Executor, g.App})
 				c.kindShards = append(c.kindShards, 0)
 				table[slot] = id + 1
-				if 2*len(kinds) > len(table) {
+				if 8*len(kinds) > len(table) {
 					table = kindTable(kinds, 4*len(table))
 				}
 			}
@@ -545,12 +548,14 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	for k, kd := range kinds {
 		c.kindNeed[k] = kd.need
 	}
-	c.byCPU, c.byMem = make([]int32, len(kinds)), make([]int32, len(kinds))
+	c.cpuOrder, c.memOrder = make([]kindAmount, len(kinds)), make([]kindAmount, len(kinds))
 	for k := range kinds {
-		c.byCPU[k], c.byMem[k] = int32(k), int32(k)
+		c.cpuOrder[k] = kindAmount{int32(k), c.kindNeed[k].CPUs}
+		c.memOrder[k] = kindAmount{int32(k), c.kindNeed[k].MemMB}
 	}
-	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
-	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
+	byNeed := func(a, b kindAmount) int { return cmpFloat(a.need, b.need) }
+	slices.SortFunc(c.cpuOrder, byNeed)
+	slices.SortFunc(c.memOrder, byNeed)
 	c.memPerCPU = [2]float64{math.Inf(1), 0}
 	ratio := func(r Resources) {
 		if r == (Resources{}) {
@@ -1112,6 +1117,13 @@ func (p *packer) down(bk *bucket, h int) {
 // need returns what a shard of kind k takes on an agent with executor set set: the shard,
 // plus the executor if the app has none there yet.
 func (p *packer) need(set int32, k int32) Resources {
+	if !p.c.execNeeded {
+		return p.c.kindNeed[k] // small enough to inline: most Packs need no executor
+	}
+	return p.needExec(set, k)
+}
+
+func (p *packer) needExec(set int32, k int32) Resources {
 	kd := &p.c.kinds[k]
 	if kd.executor == (Resources{}) || p.has(set, kd.app) {
 		return kd.need
@@ -1553,30 +1565,38 @@ func (p *packer) mostMore(left []int, justFailed bool) int {
 			return 0
 		}
 	}
-	most := func(by []int32, of func(Resources) float64, free float64) int {
-		count := 0
-		for _, k := range by {
-			if left[k] == 0 {
-				continue
-			}
-			need := of(c.kindNeed[k])
-			if need <= 0 {
-				count += left[k]
-				continue
-			}
-			m := min(left[k], int((free+epsilon)/need))
-			count += m
-			free -= float64(m) * need
-			if m < left[k] {
-				break
-			}
-		}
-		return count
-	}
 	// p.usable is a running sum of terms that are not whole numbers: allowed a little more.
 	slack := epsilon * float64(len(c.agents)+1)
-	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.usable.CPUs*(1+1e-9)+slack),
-		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.usable.MemMB*(1+1e-9)+slack))
+	return min(most(c.cpuOrder, left, p.usable.CPUs*(1+1e-9)+slack), most(c.memOrder, left, p.usable.MemMB*(1+1e-9)+slack))
+}
+
+// kindAmount is a kind of shard's need of one resource.
+type kindAmount struct {
+	kind int32
+	need float64
+}
+
+// most is how many shards of left per kind fit in free of one resource, taking the kinds in
+// order, least need first.
+func most(order []kindAmount, left []int, free float64) int {
+	count := 0
+	for _, ka := range order {
+		n := left[ka.kind]
+		if n == 0 {
+			continue
+		}
+		if ka.need <= 0 {
+			count += n
+			continue
+		}
+		m := min(n, int((free+epsilon)/ka.need))
+		count += m
+		free -= float64(m) * ka.need
+		if m < n {
+			break
+		}
+	}
+	return count
 }
 
 // failure is a group not wholly placed: its shards from first on found no room, for the
