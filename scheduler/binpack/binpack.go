@@ -885,9 +885,10 @@ type packer struct {
 	hasApp   []int8
 	hasAppOf string
 	left     []int // the memory of runUnless's shards left per kind
-	// usable is the sum of common.usable over the agents' free, usedFree what the agents used
-	// have left.
+	// usable is the sum of common.usable over the agents' free, kept only when bounded (the
+	// try has a bound to meet); usedFree what the agents used have left.
 	usable, usedFree Resources
+	bounded          bool
 	reasonsOf        []kindReasons // the memory of failed
 }
 
@@ -1190,7 +1191,9 @@ func (p *packer) take(i int32, k int32) undo {
 		p.usedFree = p.usedFree.plus(p.free[i])
 	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
-	p.use(u.free, p.free[i])
+	if p.bounded {
+		p.use(u.free, p.free[i])
+	}
 	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
 	if app := p.c.kinds[k].app; p.c.execNeeded && !p.has(p.set[i], app) {
 		p.set[i] = p.c.sets.plus(p.set[i], app)
@@ -1237,7 +1240,9 @@ func (p *packer) rollback(us []undo) {
 		p.changes = append(p.changes, change{u.agent, p.set[u.agent], p.free[u.agent]})
 		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
 		p.usedFree = p.usedFree.plus(freed)
-		p.use(p.free[u.agent], u.free)
+		if p.bounded {
+			p.use(p.free[u.agent], u.free)
+		}
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
@@ -1414,6 +1419,7 @@ func (c *common) run(t try) outcome {
 // then it stops with abandoned set.
 func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
+	p.bounded = b != nil
 	var o outcome
 	if n := len(c.spareRes); n > 0 {
 		spare := c.spareRes[n-1]
@@ -1474,11 +1480,15 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts+p.moreHosts(leftNeed)) {
 			return true
 		}
-		if since++; since < every && !failed {
+		// After a failure, nothing more is placed if every kind left has found no room.
+		if failed && p.allHopeless(left) {
+			return b.lost(c, failedFailover, o.placed, p.hosts)
+		}
+		if since++; since < every {
 			return false
 		}
 		since = 0
-		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left), p.hosts)
 	}
 	next := 0 // in t.order
 	for phase, integrity := range []bool{false, true} {
@@ -1547,24 +1557,9 @@ func (p *packer) moreHosts(need Resources) int {
 
 // mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
 // more than the cpu usable on the agents takes, least first, nor their usable memory (see
-// common.usable); none of a kind that found no room while agents only filled (looked at when
-// some shard just failed).
-func (p *packer) mostMore(left []int, justFailed bool) int {
+// common.usable).
+func (p *packer) mostMore(left []int) int {
 	c := p.c
-	if justFailed {
-		open := false
-		for k, n := range left {
-			if n > 0 {
-				if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
-					open = true
-					break
-				}
-			}
-		}
-		if !open {
-			return 0
-		}
-	}
 	// p.usable is a running sum of terms that are not whole numbers: allowed a little more.
 	slack := epsilon * float64(len(c.agents)+1)
 	return min(most(c.cpuOrder, left, p.usable.CPUs*(1+1e-9)+slack), most(c.memOrder, left, p.usable.MemMB*(1+1e-9)+slack))
