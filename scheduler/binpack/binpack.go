@@ -426,6 +426,7 @@ type common struct {
 	// memPerCPU are the least and the most memory per cpu of any shard's need or executor
 	// (+Inf: some need no cpu), and usable0 the sum of usable over the agents at the start.
 	memPerCPU [2]float64
+	cpuPerMem float64 // 1/memPerCPU[0], or 0: no cap on cpu
 	usable0   Resources
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
@@ -571,6 +572,9 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		ratio(kd.need)
 		ratio(kd.executor)
 	}
+	if r := c.memPerCPU[0]; r > 0 && !math.IsInf(r, 1) {
+		c.cpuPerMem = 1 / r
+	}
 	c.first = c.bucketed(s.first)
 	for _, b := range c.first.buckets {
 		u := c.usable(b.key.free)
@@ -596,8 +600,8 @@ func (c *common) usable(free Resources) Resources {
 		return Resources{}
 	}
 	u := free
-	if r := c.memPerCPU[0]; r > 0 {
-		u.CPUs = min(u.CPUs, (free.MemMB+epsilon)/r)
+	if c.cpuPerMem > 0 {
+		u.CPUs = min(u.CPUs, (free.MemMB+epsilon)*c.cpuPerMem)
 	}
 	if r := c.memPerCPU[1]; !math.IsInf(r, 1) {
 		u.MemMB = min(u.MemMB, (free.CPUs+epsilon)*r)
@@ -1293,7 +1297,7 @@ func (p *packer) agentScore(i int32, k int32) float64 {
 // false when that cannot tell (fewestAgents: the empty agent chosen is now used).
 func (p *packer) refresh(kc *kindChoice, k int32, r rule) (agent int32, flag, ok bool) {
 	h := kc.agent
-	best, bestS := h, p.agentScore(h, k)
+	best, bestS := h, 0.0 // h's score, looked at only when needed: most logs hold no rival
 	changed := p.changes[kc.changes:]
 	switch {
 	case r == firstGoodEnough && kc.flag:
@@ -1320,14 +1324,19 @@ func (p *packer) refresh(kc *kindChoice, k int32, r rule) (agent int32, flag, ok
 		}
 		return h, true, !p.used[h]
 	}
-	good := int32(-1)
-	if r == firstGoodEnough && bestS > goodEnough {
-		good = h
+	good, scored := int32(-1), false
+	if r == firstGoodEnough {
+		if bestS, scored = p.agentScore(h, k), true; bestS > goodEnough {
+			good = h
+		}
 	}
 	for _, ch := range changed {
 		i := ch.agent
 		if i == h || !p.fits(i, k) {
 			continue
+		}
+		if !scored {
+			bestS, scored = p.agentScore(h, k), true
 		}
 		s := p.agentScore(i, k)
 		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
@@ -1343,43 +1352,50 @@ func (p *packer) refresh(kc *kindChoice, k int32, r rule) (agent int32, flag, ok
 	return best, false, true
 }
 
-// scan chooses among all the buckets; flag as in kindChoice.
+// scan chooses among all the buckets; flag as in kindChoice. The choice does not depend on
+// the order in which the candidates are looked at (ties go to the lowest index).
 func (p *packer) scan(k int32, r rule) (agent int32, flag bool) {
-	best, good, empty := int32(-1), int32(-1), int32(-1)
-	bestScore, emptySize := 0.0, 0.0
-	consider := func(i int32, offer, free Resources, set int32) {
-		n := p.need(set, k)
-		if !fitsIn(n, free) {
-			return
-		}
-		s := score(offer, free, n)
-		if r == fewestAgents && free == offer {
-			if size := share(offer.CPUs, p.c.total.CPUs) + share(offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
-				empty, emptySize = i, size
-			}
-			return
-		}
-		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
-			good = i
-		}
-		if best < 0 || s > bestScore || s == bestScore && i < best {
-			best, bestScore = i, s
-		}
-	}
 	for a := 0; a < len(p.active); {
-		b := p.active[a]
-		bk := &p.buckets[b]
-		if len(bk.members) == 0 {
+		if bk := &p.buckets[p.active[a]]; len(bk.members) == 0 {
 			bk.inActive = false
 			p.active[a] = p.active[len(p.active)-1]
 			p.active = p.active[:len(p.active)-1]
 			continue
 		}
 		a++
-		consider(bk.members[0], bk.key.offer, bk.key.free, bk.key.set)
 	}
-	for _, i := range p.loose {
-		consider(i, p.c.offer[i], p.free[i], p.set[i])
+	best, good, empty := int32(-1), int32(-1), int32(-1)
+	bestScore, emptySize := 0.0, 0.0
+	// One loop over the buckets' first agents, then the loose agents, so that the choice so
+	// far stays in registers.
+	nb := len(p.active)
+	for c := range nb + len(p.loose) {
+		var i, set int32
+		var offer, free Resources
+		if c < nb {
+			bk := &p.buckets[p.active[c]]
+			i, offer, free, set = bk.members[0], bk.key.offer, bk.key.free, bk.key.set
+		} else {
+			i = p.loose[c-nb]
+			offer, free, set = p.c.offer[i], p.free[i], p.set[i]
+		}
+		n := p.need(set, k)
+		if !fitsIn(n, free) {
+			continue
+		}
+		if r == fewestAgents && free == offer {
+			if size := share(offer.CPUs, p.c.total.CPUs) + share(offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
+				empty, emptySize = i, size
+			}
+			continue
+		}
+		s := score(offer, free, n)
+		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
+			good = i
+		}
+		if best < 0 || s > bestScore || s == bestScore && i < best {
+			best, bestScore = i, s
+		}
 	}
 	switch {
 	case good >= 0:
@@ -1477,7 +1493,11 @@ func (c *common) runUnless(t try, b *bound) outcome {
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
 		// A tie on shards placed with this bound means every shard left is placed: then the
 		// agents they need can be counted.
-		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts+p.moreHosts(leftNeed)) {
+		hosts := p.hosts // looked at only on a tie in failover shards and in shards
+		if c.failoverShards-failedFailover == b.best.failover && o.placed+leftAll == b.best.placed {
+			hosts += p.moreHosts(leftNeed)
+		}
+		if b.lost(c, failedFailover, o.placed+leftAll, hosts) {
 			return true
 		}
 		// After a failure, nothing more is placed if every kind left has found no room.
@@ -1584,7 +1604,10 @@ func most(order []kindAmount, left []int, free float64) int {
 			count += n
 			continue
 		}
-		m := min(n, int((free+epsilon)/ka.need))
+		m := n // a multiplication decides most kinds, which fit whole; it errs only upwards
+		if float64(n)*ka.need > free+epsilon {
+			m = min(n, int((free+epsilon)/ka.need))
+		}
 		count += m
 		free -= float64(m) * ka.need
 		if m < n {
