@@ -386,7 +386,7 @@ func (o *outcome) result(c *common) Result {
 		n := c.info[g].n
 		placed[g], all = all[:n:n], all[n:]
 	}
-	o.res = Result{Placed: placed, Unplaced: o.unplaced(c.groups)}
+	o.res = Result{Placed: placed, Unplaced: o.unplaced(c)}
 	return o.res
 }
 
@@ -1553,11 +1553,11 @@ func (p *packer) fail(gi int, placed []int32) failure {
 	for k := range placed {
 		placed[k] = -1
 	}
-	f := failure{group: gi, first: 0, rolledBack: info.integrity}
+	f := failure{group: int32(gi), first: 0, rolledBack: info.integrity}
 	if kr := p.failed[info.kind]; kr.changes == len(p.changes) {
-		f.cpu, f.mem = kr.cpu, kr.mem // up to date: nothing changes once closed
+		f.cpu, f.mem = int32(kr.cpu), int32(kr.mem) // up to date: nothing changes once closed
 	} else {
-		f.cpu, f.mem, f.noAgents = p.reasons(info.kind)
+		f.setReasons(p.reasons(info.kind))
 	}
 	return f
 }
@@ -1620,17 +1620,23 @@ func most(order []kindAmount, left []int, free float64) int {
 // failure is a group not wholly placed: its shards from first on found no room, for the
 // reasons counted then (its shards before first were placed, or rolled back).
 type failure struct {
-	group, first int
-	cpu, mem     int
+	group, first int32 // 20 bytes, not 48: a try that leaves thousands out writes as many
+	cpu, mem     int32
 	noAgents     bool
 	rolledBack   bool
 }
 
+// setReasons records the counts of agents turning the shard away.
+func (f *failure) setReasons(cpu, mem int, noAgents bool) {
+	f.cpu, f.mem, f.noAgents = int32(cpu), int32(mem), noAgents
+}
+
 // unplaced lists the shards that o did not place, in the order of the groups given, each
 // group's shards in order. Only the kept outcome pays for the maps.
-func (o *outcome) unplaced(groups []Group) []Unplaced {
+func (o *outcome) unplaced(c *common) []Unplaced {
+	groups := c.groups
 	// In the order of the groups: a group fails once at most, so a counting sort.
-	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return a.group - b.group }) {
+	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return int(a.group - b.group) }) {
 		at := make([]int32, len(groups)) // 1 + index in fails; 0: none
 		for k, f := range o.fails {
 			at[f.group] = int32(k) + 1
@@ -1645,12 +1651,12 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	n := 0
 	for _, f := range o.fails {
-		n += len(groups[f.group].Items) // at most
+		n += int(c.info[f.group].n) // at most
 	}
 	out := make([]Unplaced, 0, n)
 	// Equal reasons share a map: a cycle that leaves thousands of shards out makes a few.
 	type counts struct {
-		cpu, mem int
+		cpu, mem int32
 		noAgents bool
 	}
 	shared := map[counts]map[string]int{}
@@ -1663,32 +1669,32 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	var recent [4]seen
 	for _, f := range o.fails {
-		c := counts{f.cpu, f.mem, f.noAgents}
+		fc := counts{f.cpu, f.mem, f.noAgents}
 		var reasons map[string]int
 		for _, r := range recent {
-			if r.reasons != nil && r.c == c {
+			if r.reasons != nil && r.c == fc {
 				reasons = r.reasons
 				break
 			}
 		}
 		if reasons == nil {
-			reasons = shared[c]
+			reasons = shared[fc]
 			if reasons == nil {
 				reasons = newReasons(f)
-				shared[c] = reasons
+				shared[fc] = reasons
 			}
 			copy(recent[1:], recent[:len(recent)-1])
-			recent[0] = seen{c, reasons}
+			recent[0] = seen{fc, reasons}
 		}
 		for k, item := range groups[f.group].Items {
 			r := reasons
-			if k < f.first {
+			if k < int(f.first) {
 				if !f.rolledBack {
 					continue // placed
 				}
 				r = integrity
 			}
-			out = append(out, Unplaced{Group: f.group, Item: item, Reasons: r})
+			out = append(out, Unplaced{Group: int(f.group), Item: item, Reasons: r})
 		}
 	}
 	return out
@@ -1702,10 +1708,10 @@ func newReasons(f failure) map[string]int {
 		reasons[ReasonNoAgents] = 1
 	default:
 		if f.cpu > 0 {
-			reasons[ReasonCPU] = f.cpu
+			reasons[ReasonCPU] = int(f.cpu)
 		}
 		if f.mem > 0 {
-			reasons[ReasonMem] = f.mem
+			reasons[ReasonMem] = int(f.mem)
 		}
 	}
 	return reasons
@@ -1725,7 +1731,7 @@ func (p *packer) place(gi int, info *groupInfo, r rule, placed []int32) (failure
 	if kr := p.failed[kind]; kr != nil {
 		hopeless = kr.gen == p.gen
 	}
-	f := failure{group: gi, first: -1}
+	f := failure{group: int32(gi), first: -1}
 	for k := range placed {
 		i := int32(-1)
 		switch {
@@ -1741,8 +1747,8 @@ func (p *packer) place(gi int, info *groupInfo, r rule, placed []int32) (failure
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
-				f.first = k
-				f.cpu, f.mem, f.noAgents = p.reasons(kind)
+				f.first = int32(k)
+				f.setReasons(p.reasons(kind))
 			}
 			continue
 		}
