@@ -17,13 +17,13 @@
 // and rules (see tries) and keeps the result that places the most failover shards, then the
 // most shards, then uses the fewest agents (the first try among equals). The try likeliest to
 // win runs first, and the others stop as soon as they cannot beat it: their agents used only
-// grow, and what they can still place is bounded by the agents' free cpu and memory. A try
-// that could at best tie is not run at all when the result kept provably cannot be beaten:
-// how many shards of each kind fit on each offer bounds the shards any packing places and the
-// agents it needs (see unbeatable). Two tries are Fenzo's own rules on the given order, so
-// Pack never places fewer tasks, nor uses more agents when all fit, than cpuMemBinPacker
-// would on the same input (fenzo_test.go checks it, and that those two tries choose exactly
-// as a plain implementation of Fenzo's rules).
+// grow, and what they can still place is bounded by the cpu and memory that shards can still
+// use on each agent (see common.usable). A try that could at best tie is not run at all when
+// the result kept provably cannot be beaten: how many shards of each kind fit on each offer
+// bounds the shards any packing places and the agents it needs (see unbeatable). Two tries
+// are Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more
+// agents when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it,
+// and that those two tries choose exactly as a plain implementation of Fenzo's rules).
 //
 // Agents with the same offer, the same free resources and the same executors are one bucket:
 // a scan looks at buckets, not agents, so its cost does not grow with the number of identical
@@ -39,6 +39,7 @@ package binpack
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -332,11 +333,20 @@ func (c *common) tries() []try {
 		if t.rule == fewestAgents && c.alike() {
 			continue // it would choose as best score does
 		}
-		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
+		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && sameOrder(o.order, t.order) }) {
 			out = append(out, t) // tasks all alike, or given largest first: one run will do
 		}
 	}
 	return out
+}
+
+// sameOrder is slices.Equal, at once when both are the same slice (the given order is often
+// both largest and smallest first).
+func sameOrder(a, b []int) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return true
+	}
+	return slices.Equal(a, b)
 }
 
 // alike says whether the agents are all alike (one offer, the same executors) and no shard
@@ -487,7 +497,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	// kind+1 per slot (0: empty), at most an eighth full, so that a kind is mostly in the
 	// slot its hash names: kinds come in no order, and a probe that goes on is a branch
 	// mispredicted.
-	table := make([]int32, 64)
+	table, shift := kindTable(nil, 64)
 	readyBinpack := reuse(s.ready, len(groups))[:0]
 	c.binpack = reuse(s.binpack, len(groups))[:0]
 	c.kindOf = reuse(s.kindOf, len(groups))
@@ -511,7 +521,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
 		id := last
 		if id < 0 || !kinds[id].is(g) {
-			slot := kindHash(g.Need, g.Executor, g.App) & uint64(len(table)-1)
+			slot := kindSlot(g.Need, g.Executor, g.App, shift)
 			for id = table[slot] - 1; id >= 0 && !kinds[id].is(g); id = table[slot] - 1 {
 				slot = (slot + 1) & uint64(len(table)-1)
 			}
@@ -521,7 +531,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 				c.kindShards = append(c.kindShards, 0)
 				table[slot] = id + 1
 				if 8*len(kinds) > len(table) {
-					table = kindTable(kinds, 4*len(table))
+					table, shift = kindTable(kinds, 4*len(table))
 				}
 			}
 		}
@@ -922,29 +932,27 @@ type groupInfo struct {
 	integrity, binpack bool
 }
 
-// kindHash mixes the bits of a kind's amounts (whose low bits are mostly zero: 0.5, 2, 1024)
-// into the low bits, which pick the slot.
-func kindHash(need, executor Resources, app string) uint64 {
-	h := math.Float64bits(need.CPUs) ^ math.Float64bits(need.MemMB)>>1 ^ math.Float64bits(executor.CPUs)>>2 ^
-		math.Float64bits(executor.MemMB)>>3 ^ uint64(len(app))
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	return h ^ h>>33
+// kindSlot is the slot of a kind in a table of 1<<(64-shift) slots: the top bits of a
+// product, which every bit of the amounts (whose low bits are mostly zero: 0.5, 2, 1024)
+// reaches.
+func kindSlot(need, executor Resources, app string, shift uint) uint64 {
+	h := math.Float64bits(need.CPUs)*0x9e3779b97f4a7c15 ^ math.Float64bits(need.MemMB) ^
+		math.Float64bits(executor.CPUs)>>7 ^ math.Float64bits(executor.MemMB)>>13 ^ uint64(len(app))
+	return h * 0xff51afd7ed558ccd >> shift
 }
 
-// kindTable is an open-addressed table of size slots (a power of two) holding kinds.
-func kindTable(kinds []shardKind, size int) []int32 {
-	t := make([]int32, size)
+// kindTable is an open-addressed table of size slots (a power of two) holding kinds, and
+// the shift of kindSlot for it.
+func kindTable(kinds []shardKind, size int) ([]int32, uint) {
+	t, shift := make([]int32, size), uint(bits.LeadingZeros64(uint64(size-1)))
 	for k := range kinds {
-		slot := kindHash(kinds[k].need, kinds[k].executor, kinds[k].app) & uint64(size-1)
+		slot := kindSlot(kinds[k].need, kinds[k].executor, kinds[k].app, shift)
 		for t[slot] != 0 {
 			slot = (slot + 1) & uint64(size-1)
 		}
 		t[slot] = int32(k) + 1
 	}
-	return t
+	return t, shift
 }
 
 // is says whether g's shards are of kind k; the need, which differs most often, first.
