@@ -164,6 +164,8 @@ type scratch struct {
 	binpack, ready, largest, smallest []int
 	info                              []groupInfo
 	offer                             []Resources
+	failAt                            []int32
+	sortedFails                       []failure
 }
 
 // reuse is s n long: its memory if it has room, else new. The caller writes every element.
@@ -181,6 +183,7 @@ func (c *common) release(s *scratch) {
 	s.first, s.spare = c.first, c.spare
 	s.outs = append(s.outs[:0], c.spareRes...)
 	s.set0, s.kindOf, s.info, s.offer, s.binpack, s.ready = c.set0, c.kindOf, c.info, c.offer, c.binpack, c.ready
+	s.failAt, s.sortedFails = c.failAt, c.sortedFails
 	if c.ranks != nil {
 		s.ranks, s.largest, s.smallest = c.ranks, c.largest, c.smallest
 	}
@@ -448,6 +451,9 @@ type common struct {
 	kinds []shardKind
 	// offer is each agent's Free: what its score is relative to.
 	offer []Resources
+	// failAt and sortedFails are the memory of outcome.unplaced's sort.
+	failAt      []int32
+	sortedFails []failure
 	// ready is the memory of READY BINPACK groups; ranks, largest and smallest that of tries,
 	// which takes the scratch's (mem) on its first call only.
 	ready             []int
@@ -478,7 +484,8 @@ func newCommon(groups []Group, agents []Agent) *common {
 
 // newCommonIn is newCommon in the memory of an earlier Pack.
 func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
-	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), offer: reuse(s.offer, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
+	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), offer: reuse(s.offer, len(agents)), spare: s.spare, spareRes: s.outs, mem: s,
+		failAt: s.failAt, sortedFails: s.sortedFails}
 	if c.spare != nil {
 		c.spare.c = c
 	}
@@ -1645,17 +1652,18 @@ func (o *outcome) unplaced(c *common) []Unplaced {
 	groups := c.groups
 	// In the order of the groups: a group fails once at most, so a counting sort.
 	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return int(a.group - b.group) }) {
-		at := make([]int32, len(groups)) // 1 + index in fails; 0: none
+		at := resetInt32s(c.failAt, len(groups)) // 1 + index in fails; 0: none
 		for k, f := range o.fails {
 			at[f.group] = int32(k) + 1
 		}
-		sorted := make([]failure, 0, len(o.fails))
+		sorted := c.sortedFails[:0]
 		for _, k := range at {
 			if k > 0 {
 				sorted = append(sorted, o.fails[k-1])
 			}
 		}
-		o.fails = sorted
+		copy(o.fails, sorted)
+		c.failAt, c.sortedFails = at, sorted
 	}
 	n := 0
 	for _, f := range o.fails {
