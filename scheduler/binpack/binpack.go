@@ -17,13 +17,13 @@
 // and rules (see tries) and keeps the result that places the most failover shards, then the
 // most shards, then uses the fewest agents (the first try among equals). The try likeliest to
 // win runs first, and the others stop as soon as they cannot beat it: their agents used only
-// grow, and what they can still place is bounded by the agents' free cpu and memory. A try
-// that could at best tie is not run at all when the result kept provably cannot be beaten:
-// how many shards of each kind fit on each offer bounds the shards any packing places and the
-// agents it needs (see unbeatable). Two tries are Fenzo's own rules on the given order, so
-// Pack never places fewer tasks, nor uses more agents when all fit, than cpuMemBinPacker
-// would on the same input (fenzo_test.go checks it, and that those two tries choose exactly
-// as a plain implementation of Fenzo's rules).
+// grow, and what they can still place is bounded by the cpu and memory that shards can still
+// use on each agent (see common.usable). A try that could at best tie is not run at all when
+// the result kept provably cannot be beaten: how many shards of each kind fit on each offer
+// bounds the shards any packing places and the agents it needs (see unbeatable). Two tries
+// are Fenzo's own rules on the given order, so Pack never places fewer tasks, nor uses more
+// agents when all fit, than cpuMemBinPacker would on the same input (fenzo_test.go checks it,
+// and that those two tries choose exactly as a plain implementation of Fenzo's rules).
 //
 // Agents with the same offer, the same free resources and the same executors are one bucket:
 // a scan looks at buckets, not agents, so its cost does not grow with the number of identical
@@ -39,6 +39,7 @@ package binpack
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -159,9 +160,12 @@ type scratch struct {
 	first, spare *packer
 	outs         []outcome
 	// The memory of common's slices per agent, per group and per try.
-	set0, kindOf, ranks                    []int32
-	off, binpack, ready, largest, smallest []int
-	isBinpack                              []bool
+	set0, kindOf, ranks               []int32
+	binpack, ready, largest, smallest []int
+	info                              []groupInfo
+	offer                             []Resources
+	failAt                            []int32
+	sortedFails                       []failure
 }
 
 // reuse is s n long: its memory if it has room, else new. The caller writes every element.
@@ -178,7 +182,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func (c *common) release(s *scratch) {
 	s.first, s.spare = c.first, c.spare
 	s.outs = append(s.outs[:0], c.spareRes...)
-	s.set0, s.kindOf, s.off, s.isBinpack, s.binpack, s.ready = c.set0, c.kindOf, c.off, c.isBinpack, c.binpack, c.ready
+	s.set0, s.kindOf, s.info, s.offer, s.binpack, s.ready = c.set0, c.kindOf, c.info, c.offer, c.binpack, c.ready
+	s.failAt, s.sortedFails = c.failAt, c.sortedFails
 	if c.ranks != nil {
 		s.ranks, s.largest, s.smallest = c.ranks, c.largest, c.smallest
 	}
@@ -295,36 +300,35 @@ func (c *common) tries() []try {
 		ranks[k] = int32(kindRank[c.kindOf[g]])
 	}
 	failover := 0
-	for failover < len(given) && !c.groups[given[failover]].Integrity {
+	for failover < len(given) && !c.info[given[failover]].integrity {
 		failover++
 	}
-	start := make([]int, len(sizes)+1)
-	bySize := func(largestFirst bool, out []int) []int {
-		out = reuse(out, len(given))
-		base, dir := int32(0), int32(1) // rank r sorts at base+dir*r
-		if largestFirst {
-			base, dir = int32(len(sizes)-1), -1
-		}
+	largest, smallest := given, given // one size: the given order is both
+	if len(sizes) > 1 {
+		// Smallest first, each phase by a counting sort; largest first is the same runs of
+		// one size, taken from the last.
+		smallest, largest = reuse(mem.smallest, len(given)), reuse(mem.largest, len(given))
+		start, next := make([]int, len(sizes)+1), make([]int, len(sizes)+1)
 		for _, phase := range [2][2]int{{0, failover}, {failover, len(given)}} {
 			clear(start)
 			for k := phase[0]; k < phase[1]; k++ {
-				start[base+dir*ranks[k]+1]++
+				start[ranks[k]+1]++
 			}
 			start[0] = phase[0]
 			for r := 1; r < len(start); r++ {
 				start[r] += start[r-1]
 			}
+			copy(next, start)
 			for k := phase[0]; k < phase[1]; k++ {
-				r := base + dir*ranks[k]
-				out[start[r]] = given[k]
-				start[r]++
+				r := ranks[k]
+				smallest[next[r]] = given[k]
+				next[r]++
+			}
+			at := phase[0]
+			for r := len(sizes) - 1; r >= 0; r-- {
+				at += copy(largest[at:], smallest[start[r]:start[r+1]])
 			}
 		}
-		return out
-	}
-	largest, smallest := given, given // one size: the given order is both
-	if len(sizes) > 1 {
-		largest, smallest = bySize(true, mem.largest), bySize(false, mem.smallest)
 		c.largest, c.smallest = largest, smallest
 	}
 	var out []try
@@ -332,11 +336,20 @@ func (c *common) tries() []try {
 		if t.rule == fewestAgents && c.alike() {
 			continue // it would choose as best score does
 		}
-		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && slices.Equal(o.order, t.order) }) {
+		if !slices.ContainsFunc(out, func(o try) bool { return o.rule == t.rule && sameOrder(o.order, t.order) }) {
 			out = append(out, t) // tasks all alike, or given largest first: one run will do
 		}
 	}
 	return out
+}
+
+// sameOrder is slices.Equal, at once when both are the same slice (the given order is often
+// both largest and smallest first).
+func sameOrder(a, b []int) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return true
+	}
+	return slices.Equal(a, b)
 }
 
 // alike says whether the agents are all alike (one offer, the same executors) and no shard
@@ -383,10 +396,10 @@ func (o *outcome) result(c *common) Result {
 	}
 	placed := make([][]int, len(c.groups))
 	for g := range placed {
-		n := len(c.groups[g].Items)
+		n := c.info[g].n
 		placed[g], all = all[:n:n], all[n:]
 	}
-	o.res = Result{Placed: placed, Unplaced: o.unplaced(c.groups)}
+	o.res = Result{Placed: placed, Unplaced: o.unplaced(c)}
 	return o.res
 }
 
@@ -423,13 +436,24 @@ type common struct {
 	// minNeed is the least cpu and the least memory any shard needs: a bucket with less
 	// free can take nothing.
 	minNeed Resources
+	// memPerCPU are the least and the most memory per cpu of any shard's need or executor
+	// (+Inf: some need no cpu), and usable0 the sum of usable over the agents at the start.
+	memPerCPU [2]float64
+	cpuPerMem float64 // 1/memPerCPU[0], or 0: no cap on cpu
+	usable0   Resources
 	// kindOf numbers each group's kind of shard (need, executor, app): nKinds in all.
 	kindOf []int32
 	nKinds int
-	// off is where each group's shards start in outcome.at; isBinpack says its placement is
-	// BINPACK (a string compare, once).
-	off       []int
-	isBinpack []bool
+	// info is what the tries read of each group, in 16 bytes rather than a Group's 136: a try
+	// reads every group, in an order of its own, and thousands of Groups do not stay in cache.
+	info []groupInfo
+	// kinds are the kinds of shard, numbered as kindOf numbers them.
+	kinds []shardKind
+	// offer is each agent's Free: what its score is relative to.
+	offer []Resources
+	// failAt and sortedFails are the memory of outcome.unplaced's sort.
+	failAt      []int32
+	sortedFails []failure
 	// ready is the memory of READY BINPACK groups; ranks, largest and smallest that of tries,
 	// which takes the scratch's (mem) on its first call only.
 	ready             []int
@@ -442,14 +466,14 @@ type common struct {
 	spread  [2][]int
 	// execNeeded: some group needs an executor; else the agents' executors matter to none.
 	execNeeded bool
-	// kindShards and kindNeed are each kind's shards and the need of one; byCPU and byMem
-	// the kinds by need of cpu, of memory, least first.
-	kindShards   []int
-	kindNeed     []Resources
-	byCPU, byMem []int32
-	byHost       []int   // agents sorted by hostname, for SPREAD; built on first use
-	first        *packer // the agents bucketed, before any try
-	spare        *packer // the memory of the tries' packers
+	// kindShards and kindNeed are each kind's shards and the need of one; cpuOrder and
+	// memOrder the kinds by need of cpu, of memory, least first.
+	kindShards         []int
+	kindNeed           []Resources
+	cpuOrder, memOrder []kindAmount
+	byHost             []int   // agents sorted by hostname, for SPREAD; built on first use
+	first              *packer // the agents bucketed, before any try
+	spare              *packer // the memory of the tries' packers
 	// spareRes holds the memory of tries' results no longer needed.
 	spareRes []outcome
 }
@@ -460,7 +484,8 @@ func newCommon(groups []Group, agents []Agent) *common {
 
 // newCommonIn is newCommon in the memory of an earlier Pack.
 func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
-	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), spare: s.spare, spareRes: s.outs, mem: s}
+	c := &common{groups: groups, agents: agents, set0: reuse(s.set0, len(agents)), offer: reuse(s.offer, len(agents)), spare: s.spare, spareRes: s.outs, mem: s,
+		failAt: s.failAt, sortedFails: s.sortedFails}
 	if c.spare != nil {
 		c.spare.c = c
 	}
@@ -469,27 +494,31 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 			c.sets.init() // else every set is the empty one, 0, and none is looked at
 		}
 		c.set0[i] = c.sets.of(a.Executors)
+		c.offer[i] = a.Free
 		c.total = c.total.plus(a.Free)
 		c.maxOffer = Resources{max(c.maxOffer.CPUs, a.Free.CPUs), max(c.maxOffer.MemMB, a.Free.MemMB)}
 	}
 	var need Resources
 	// Jobs come in few kinds, found by a hash of their need (not of the app's name).
 	var kinds []shardKind
-	table := make([]int32, 16) // kind+1 per slot; 0: empty
+	// kind+1 per slot (0: empty), at most an eighth full, so that a kind is mostly in the
+	// slot its hash names: kinds come in no order, and a probe that goes on is a branch
+	// mispredicted.
+	table, shift := kindTable(nil, 64)
 	readyBinpack := reuse(s.ready, len(groups))[:0]
 	c.binpack = reuse(s.binpack, len(groups))[:0]
 	c.kindOf = reuse(s.kindOf, len(groups))
-	c.off, c.isBinpack = reuse(s.off, len(groups)), reuse(s.isBinpack, len(groups))
+	c.info = reuse(s.info, len(groups))
 	last := int32(-1) // the kind found last: jobs of a kind often come in runs
 	for k := range groups {
 		g := &groups[k]
-		c.off[k] = c.shards
-		c.isBinpack[k] = g.Placement == Binpack
+		bp := g.Placement == Binpack
+		c.info[k] = groupInfo{off: int32(c.shards), n: int32(len(g.Items)), integrity: g.Integrity, binpack: bp}
 		// Failover groups first, then READY ones, each in the order given.
 		switch {
-		case g.Placement == Binpack && !g.Integrity:
+		case bp && !g.Integrity:
 			c.binpack = append(c.binpack, k)
-		case g.Placement == Binpack:
+		case bp:
 			readyBinpack = append(readyBinpack, k)
 		case !g.Integrity:
 			c.spread[0] = append(c.spread[0], k)
@@ -499,7 +528,7 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		c.execNeeded = c.execNeeded || g.Executor != (Resources{})
 		id := last
 		if id < 0 || !kinds[id].is(g) {
-			slot := kindHash(g.Need, g.Executor, g.App) & uint64(len(table)-1)
+			slot := kindSlot(g.Need, g.Executor, g.App, shift)
 			for id = table[slot] - 1; id >= 0 && !kinds[id].is(g); id = table[slot] - 1 {
 				slot = (slot + 1) & uint64(len(table)-1)
 			}
@@ -508,12 +537,12 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 				kinds = append(kinds, shardKind{g.Need, g.Executor, g.App})
 				c.kindShards = append(c.kindShards, 0)
 				table[slot] = id + 1
-				if 2*len(kinds) > len(table) {
-					table = kindTable(kinds, 4*len(table))
+				if 8*len(kinds) > len(table) {
+					table, shift = kindTable(kinds, 4*len(table))
 				}
 			}
 		}
-		c.kindOf[k], last = id, id
+		c.kindOf[k], c.info[k].kind, last = id, id, id
 		c.kindShards[id] += len(g.Items)
 		c.shards += len(g.Items)
 		if !g.Integrity {
@@ -531,19 +560,44 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 	if c.execNeeded && c.sets.ids == nil {
 		c.sets.init()
 	}
-	c.nKinds = len(kinds)
+	c.nKinds, c.kinds = len(kinds), kinds
 	c.need = need
 	c.kindNeed = make([]Resources, len(kinds))
 	for k, kd := range kinds {
 		c.kindNeed[k] = kd.need
 	}
-	c.byCPU, c.byMem = make([]int32, len(kinds)), make([]int32, len(kinds))
+	c.cpuOrder, c.memOrder = make([]kindAmount, len(kinds)), make([]kindAmount, len(kinds))
 	for k := range kinds {
-		c.byCPU[k], c.byMem[k] = int32(k), int32(k)
+		c.cpuOrder[k] = kindAmount{int32(k), c.kindNeed[k].CPUs}
+		c.memOrder[k] = kindAmount{int32(k), c.kindNeed[k].MemMB}
 	}
-	slices.SortFunc(c.byCPU, func(a, b int32) int { return cmpFloat(c.kindNeed[a].CPUs, c.kindNeed[b].CPUs) })
-	slices.SortFunc(c.byMem, func(a, b int32) int { return cmpFloat(c.kindNeed[a].MemMB, c.kindNeed[b].MemMB) })
+	byNeed := func(a, b kindAmount) int { return cmpFloat(a.need, b.need) }
+	slices.SortFunc(c.cpuOrder, byNeed)
+	slices.SortFunc(c.memOrder, byNeed)
+	c.memPerCPU = [2]float64{math.Inf(1), 0}
+	ratio := func(r Resources) {
+		if r == (Resources{}) {
+			return // takes nothing
+		}
+		x := math.Inf(1)
+		if r.CPUs > 0 {
+			x = r.MemMB / r.CPUs
+		}
+		c.memPerCPU = [2]float64{min(c.memPerCPU[0], x), max(c.memPerCPU[1], x)}
+	}
+	for _, kd := range kinds {
+		ratio(kd.need)
+		ratio(kd.executor)
+	}
+	if r := c.memPerCPU[0]; r > 0 && !math.IsInf(r, 1) {
+		c.cpuPerMem = 1 / r
+	}
 	c.first = c.bucketed(s.first)
+	for _, b := range c.first.buckets {
+		u := c.usable(b.key.free)
+		n := float64(len(b.members))
+		c.usable0 = Resources{c.usable0.CPUs + n*u.CPUs, c.usable0.MemMB + n*u.MemMB}
+	}
 	c.minHosts = max(hostsFor(c.first.buckets, need.CPUs, func(r Resources) float64 { return r.CPUs }),
 		hostsFor(c.first.buckets, need.MemMB, func(r Resources) float64 { return r.MemMB }))
 	c.countFits()
@@ -551,6 +605,25 @@ func newCommonIn(groups []Group, agents []Agent, s *scratch) *common {
 		c.minHosts = max(c.minHosts, c.hostsHolding(k, c.kindShards[k]))
 	}
 	return c
+}
+
+// usable is what shards can use of free on one agent: nothing when less than any shard
+// needs, and no more cpu than its memory holds at the least memory per cpu of any shard or
+// executor, nor more memory than its cpu holds at the most. The sum over the agents sees
+// fragmentation, which their total free does not: an agent with memory but no cpu left
+// holds nothing.
+func (c *common) usable(free Resources) Resources {
+	if free.CPUs+epsilon < c.minNeed.CPUs || free.MemMB+epsilon < c.minNeed.MemMB {
+		return Resources{}
+	}
+	u := free
+	if c.cpuPerMem > 0 {
+		u.CPUs = min(u.CPUs, (free.MemMB+epsilon)*c.cpuPerMem)
+	}
+	if r := c.memPerCPU[1]; !math.IsInf(r, 1) {
+		u.MemMB = min(u.MemMB, (free.CPUs+epsilon)*r)
+	}
+	return u
 }
 
 // fitCount is how many shards of a kind fit on an empty agent of one offer, and how many
@@ -833,9 +906,11 @@ type packer struct {
 	hasApp   []int8
 	hasAppOf string
 	left     []int // the memory of runUnless's shards left per kind
-	// freeTotal is what all agents have left, usedFree what the agents used have left.
-	freeTotal, usedFree Resources
-	reasonsOf           []kindReasons // the memory of failed
+	// usable is the sum of common.usable over the agents' free, kept only when bounded (the
+	// try has a bound to meet); usedFree what the agents used have left.
+	usable, usedFree Resources
+	bounded          bool
+	reasonsOf        []kindReasons // the memory of failed
 }
 
 // change is a move of an agent, with its state before: its state after is that before its
@@ -857,29 +932,34 @@ type shardKind struct {
 	app            string
 }
 
-// kindHash mixes the bits of a kind's amounts (whose low bits are mostly zero: 0.5, 2, 1024)
-// into the low bits, which pick the slot.
-func kindHash(need, executor Resources, app string) uint64 {
-	h := math.Float64bits(need.CPUs) ^ math.Float64bits(need.MemMB)>>1 ^ math.Float64bits(executor.CPUs)>>2 ^
-		math.Float64bits(executor.MemMB)>>3 ^ uint64(len(app))
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	return h ^ h>>33
+// groupInfo is a group as the tries read it: its shards are outcome.at[off:off+n], of kind
+// kind (common.kindOf).
+type groupInfo struct {
+	off, n, kind       int32
+	integrity, binpack bool
 }
 
-// kindTable is an open-addressed table of size slots (a power of two) holding kinds.
-func kindTable(kinds []shardKind, size int) []int32 {
-	t := make([]int32, size)
+// kindSlot is the slot of a kind in a table of 1<<(64-shift) slots: the top bits of a
+// product, which every bit of the amounts (whose low bits are mostly zero: 0.5, 2, 1024)
+// reaches.
+func kindSlot(need, executor Resources, app string, shift uint) uint64 {
+	h := math.Float64bits(need.CPUs)*0x9e3779b97f4a7c15 ^ math.Float64bits(need.MemMB) ^
+		math.Float64bits(executor.CPUs)>>7 ^ math.Float64bits(executor.MemMB)>>13 ^ uint64(len(app))
+	return h * 0xff51afd7ed558ccd >> shift
+}
+
+// kindTable is an open-addressed table of size slots (a power of two) holding kinds, and
+// the shift of kindSlot for it.
+func kindTable(kinds []shardKind, size int) ([]int32, uint) {
+	t, shift := make([]int32, size), uint(bits.LeadingZeros64(uint64(size-1)))
 	for k := range kinds {
-		slot := kindHash(kinds[k].need, kinds[k].executor, kinds[k].app) & uint64(size-1)
+		slot := kindSlot(kinds[k].need, kinds[k].executor, kinds[k].app, shift)
 		for t[slot] != 0 {
 			slot = (slot + 1) & uint64(size-1)
 		}
 		t[slot] = int32(k) + 1
 	}
-	return t
+	return t, shift
 }
 
 // is says whether g's shards are of kind k; the need, which differs most often, first.
@@ -957,7 +1037,7 @@ func (c *common) newPacker() *packer {
 	for k := range p.kinds {
 		p.kinds[k] = kindChoice{agent: -1}
 	}
-	p.hosts, p.gen, p.freeTotal, p.usedFree = 0, 0, c.total, Resources{}
+	p.hosts, p.gen, p.usable, p.usedFree = 0, 0, c.usable0, Resources{}
 	return p
 }
 
@@ -980,7 +1060,7 @@ func resetBools(b []bool, n int) []bool {
 }
 
 func (p *packer) key(i int32) bucketKey {
-	return bucketKey{offer: p.c.agents[i].Free, free: p.free[i], set: p.set[i]}
+	return bucketKey{offer: p.c.offer[i], free: p.free[i], set: p.set[i]}
 }
 
 // join puts agent i in the bucket of its current state.
@@ -1054,13 +1134,21 @@ func (p *packer) down(bk *bucket, h int) {
 	}
 }
 
-// need returns what a shard of g takes on an agent with executor set set: the shard, plus the
-// executor if the app has none there yet.
-func (p *packer) need(set int32, g *Group) Resources {
-	if g.Executor == (Resources{}) || p.has(set, g.App) {
-		return g.Need
+// need returns what a shard of kind k takes on an agent with executor set set: the shard,
+// plus the executor if the app has none there yet.
+func (p *packer) need(set int32, k int32) Resources {
+	if !p.c.execNeeded {
+		return p.c.kindNeed[k] // small enough to inline: most Packs need no executor
 	}
-	return g.Need.plus(g.Executor)
+	return p.needExec(set, k)
+}
+
+func (p *packer) needExec(set int32, k int32) Resources {
+	kd := &p.c.kinds[k]
+	if kd.executor == (Resources{}) || p.has(set, kd.app) {
+		return kd.need
+	}
+	return kd.need.plus(kd.executor)
 }
 
 // has says whether executor set set holds app.
@@ -1085,7 +1173,7 @@ func fitsIn(n, free Resources) bool {
 	return n.CPUs <= free.CPUs+epsilon && n.MemMB <= free.MemMB+epsilon
 }
 
-func (p *packer) fits(i int32, g *Group) bool { return fitsIn(p.need(p.set[i], g), p.free[i]) }
+func (p *packer) fits(i int32, k int32) bool { return fitsIn(p.need(p.set[i], k), p.free[i]) }
 
 // score is how full an agent offering offer, with free left, is after taking n: the mean of
 // its cpu and memory use relative to the offer (Fenzo's cpuMemBinPacker).
@@ -1104,10 +1192,10 @@ func use(offer, free, n float64) float64 {
 // kinds in turn go to, few enough for scans to look at one by one.
 const maxLoose = 8
 
-// take books a shard of g on agent i; it returns the undo record.
-func (p *packer) take(i int32, g *Group) undo {
+// take books a shard of kind k on agent i; it returns the undo record.
+func (p *packer) take(i int32, k int32) undo {
 	u := undo{agent: i, free: p.free[i], set: p.set[i]}
-	n := p.need(p.set[i], g)
+	n := p.need(p.set[i], k)
 	if !p.isLoose[i] {
 		if len(p.loose) == maxLoose {
 			p.join(p.loose[0])
@@ -1122,10 +1210,12 @@ func (p *packer) take(i int32, g *Group) undo {
 		p.usedFree = p.usedFree.plus(p.free[i])
 	}
 	p.free[i] = Resources{p.free[i].CPUs - n.CPUs, p.free[i].MemMB - n.MemMB}
-	p.freeTotal = Resources{p.freeTotal.CPUs - n.CPUs, p.freeTotal.MemMB - n.MemMB}
+	if p.bounded {
+		p.use(u.free, p.free[i])
+	}
 	p.usedFree = Resources{p.usedFree.CPUs - n.CPUs, p.usedFree.MemMB - n.MemMB}
-	if p.c.execNeeded && !p.has(p.set[i], g.App) {
-		p.set[i] = p.c.sets.plus(p.set[i], g.App)
+	if app := p.c.kinds[k].app; p.c.execNeeded && !p.has(p.set[i], app) {
+		p.set[i] = p.c.sets.plus(p.set[i], app)
 	}
 	p.changes = append(p.changes, change{i, u.set, u.free})
 	if !p.used[i] {
@@ -1145,6 +1235,12 @@ func (p *packer) settle() {
 	p.loose = p.loose[:0]
 }
 
+// use brings p.usable up to date with an agent's free going from was to is.
+func (p *packer) use(was, is Resources) {
+	a, b := p.c.usable(was), p.c.usable(is)
+	p.usable = Resources{p.usable.CPUs - a.CPUs + b.CPUs, p.usable.MemMB - a.MemMB + b.MemMB}
+}
+
 type undo struct {
 	agent    int32
 	free     Resources
@@ -1162,7 +1258,10 @@ func (p *packer) rollback(us []undo) {
 		p.leave(u.agent)
 		p.changes = append(p.changes, change{u.agent, p.set[u.agent], p.free[u.agent]})
 		freed := Resources{u.free.CPUs - p.free[u.agent].CPUs, u.free.MemMB - p.free[u.agent].MemMB}
-		p.freeTotal, p.usedFree = p.freeTotal.plus(freed), p.usedFree.plus(freed)
+		p.usedFree = p.usedFree.plus(freed)
+		if p.bounded {
+			p.use(p.free[u.agent], u.free)
+		}
 		p.free[u.agent], p.set[u.agent] = u.free, u.set
 		p.join(u.agent)
 		if u.firstUse {
@@ -1174,7 +1273,7 @@ func (p *packer) rollback(us []undo) {
 	p.gen++ // freed room may now score better than the last choices, and take kinds of shard that failed before
 }
 
-// choose returns the agent for a BINPACK shard of group gi under rule r, or -1.
+// choose returns the agent for a BINPACK shard of kind k under rule r, or -1.
 //
 // Between rollbacks agents only fill up, and filling raises an agent's score for every kind of
 // shard (what it took counts as used, and is at least what an executor it gained saves) until
@@ -1182,15 +1281,15 @@ func (p *packer) rollback(us []undo) {
 // as they did then, below the agent chosen: while that agent still fits, the choice is among
 // it and the agents changed since (the log), not among all. Only when it no longer fits does
 // the rule scan the buckets again.
-func (p *packer) choose(gi int, g *Group, r rule) int32 {
-	kc := &p.kinds[p.c.kindOf[gi]]
-	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, g) {
-		if i, flag, ok := p.refresh(kc, g, r); ok {
+func (p *packer) choose(k int32, r rule) int32 {
+	kc := &p.kinds[k]
+	if kc.agent >= 0 && kc.gen == p.gen && p.fits(kc.agent, k) {
+		if i, flag, ok := p.refresh(kc, k, r); ok {
 			kc.agent, kc.flag, kc.changes = i, flag, len(p.changes)
 			return i
 		}
 	}
-	i, flag := p.scan(g, r)
+	i, flag := p.scan(k, r)
 	*kc = kindChoice{agent: i, flag: flag, changes: len(p.changes), gen: p.gen}
 	return i
 }
@@ -1204,22 +1303,22 @@ type kindChoice struct {
 	gen     int
 }
 
-// agentScore is agent i's score for a shard of g.
-func (p *packer) agentScore(i int32, g *Group) float64 {
-	return score(p.c.agents[i].Free, p.free[i], p.need(p.set[i], g))
+// agentScore is agent i's score for a shard of kind k.
+func (p *packer) agentScore(i int32, k int32) float64 {
+	return score(p.c.offer[i], p.free[i], p.need(p.set[i], k))
 }
 
 // refresh redoes kc's choice, whose agent still fits, from the agents changed since; ok is
 // false when that cannot tell (fewestAgents: the empty agent chosen is now used).
-func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, ok bool) {
+func (p *packer) refresh(kc *kindChoice, k int32, r rule) (agent int32, flag, ok bool) {
 	h := kc.agent
-	best, bestS := h, p.agentScore(h, g)
+	best, bestS := h, 0.0 // h's score, looked at only when needed: most logs hold no rival
 	changed := p.changes[kc.changes:]
 	switch {
 	case r == firstGoodEnough && kc.flag:
 		// Every unchanged agent before h scored at most goodEnough, or did not fit.
 		for _, ch := range changed {
-			if i := ch.agent; i < best && p.fits(i, g) && p.agentScore(i, g) > goodEnough {
+			if i := ch.agent; i < best && p.fits(i, k) && p.agentScore(i, k) > goodEnough {
 				best = i
 			}
 		}
@@ -1229,8 +1328,8 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 		// agent still empty if it is still empty.
 		found := false
 		for _, ch := range changed {
-			if i := ch.agent; p.fits(i, g) {
-				if s := p.agentScore(i, g); !found || s > bestS || s == bestS && i < best {
+			if i := ch.agent; p.fits(i, k) {
+				if s := p.agentScore(i, k); !found || s > bestS || s == bestS && i < best {
 					best, bestS, found = i, s, true
 				}
 			}
@@ -1240,16 +1339,21 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 		}
 		return h, true, !p.used[h]
 	}
-	good := int32(-1)
-	if r == firstGoodEnough && bestS > goodEnough {
-		good = h
+	good, scored := int32(-1), false
+	if r == firstGoodEnough {
+		if bestS, scored = p.agentScore(h, k), true; bestS > goodEnough {
+			good = h
+		}
 	}
 	for _, ch := range changed {
 		i := ch.agent
-		if i == h || !p.fits(i, g) {
+		if i == h || !p.fits(i, k) {
 			continue
 		}
-		s := p.agentScore(i, g)
+		if !scored {
+			bestS, scored = p.agentScore(h, k), true
+		}
+		s := p.agentScore(i, k)
 		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
 			good = i
 		}
@@ -1263,43 +1367,50 @@ func (p *packer) refresh(kc *kindChoice, g *Group, r rule) (agent int32, flag, o
 	return best, false, true
 }
 
-// scan chooses among all the buckets; flag as in kindChoice.
-func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
+// scan chooses among all the buckets; flag as in kindChoice. The choice does not depend on
+// the order in which the candidates are looked at (ties go to the lowest index).
+func (p *packer) scan(k int32, r rule) (agent int32, flag bool) {
+	for a := 0; a < len(p.active); {
+		if bk := &p.buckets[p.active[a]]; len(bk.members) == 0 {
+			bk.inActive = false
+			p.active[a] = p.active[len(p.active)-1]
+			p.active = p.active[:len(p.active)-1]
+			continue
+		}
+		a++
+	}
 	best, good, empty := int32(-1), int32(-1), int32(-1)
 	bestScore, emptySize := 0.0, 0.0
-	consider := func(i int32, offer, free Resources, set int32) {
-		n := p.need(set, g)
-		if !fitsIn(n, free) {
-			return
+	// One loop over the buckets' first agents, then the loose agents, so that the choice so
+	// far stays in registers.
+	nb := len(p.active)
+	for c := range nb + len(p.loose) {
+		var i, set int32
+		var offer, free Resources
+		if c < nb {
+			bk := &p.buckets[p.active[c]]
+			i, offer, free, set = bk.members[0], bk.key.offer, bk.key.free, bk.key.set
+		} else {
+			i = p.loose[c-nb]
+			offer, free, set = p.c.offer[i], p.free[i], p.set[i]
 		}
-		s := score(offer, free, n)
+		n := p.need(set, k)
+		if !fitsIn(n, free) {
+			continue
+		}
 		if r == fewestAgents && free == offer {
 			if size := share(offer.CPUs, p.c.total.CPUs) + share(offer.MemMB, p.c.total.MemMB); empty < 0 || size > emptySize || size == emptySize && i < empty {
 				empty, emptySize = i, size
 			}
-			return
+			continue
 		}
+		s := score(offer, free, n)
 		if r == firstGoodEnough && s > goodEnough && (good < 0 || i < good) {
 			good = i
 		}
 		if best < 0 || s > bestScore || s == bestScore && i < best {
 			best, bestScore = i, s
 		}
-	}
-	for k := 0; k < len(p.active); {
-		b := p.active[k]
-		bk := &p.buckets[b]
-		if len(bk.members) == 0 {
-			bk.inActive = false
-			p.active[k] = p.active[len(p.active)-1]
-			p.active = p.active[:len(p.active)-1]
-			continue
-		}
-		k++
-		consider(bk.members[0], bk.key.offer, bk.key.free, bk.key.set)
-	}
-	for _, i := range p.loose {
-		consider(i, p.c.agents[i].Free, p.free[i], p.set[i])
 	}
 	switch {
 	case good >= 0:
@@ -1311,13 +1422,13 @@ func (p *packer) scan(g *Group, r rule) (agent int32, flag bool) {
 }
 
 // leastLoaded returns the fitting agent with the most free cpu (then memory), or -1.
-func (p *packer) leastLoaded(g *Group) int32 {
+func (p *packer) leastLoaded(k int32) int32 {
 	p.settle()
 	best := int32(-1)
 	var bestFree Resources
 	for _, b := range p.active {
 		bk := &p.buckets[b]
-		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, g), bk.key.free) {
+		if len(bk.members) == 0 || !fitsIn(p.need(bk.key.set, k), bk.key.free) {
 			continue
 		}
 		f, i := bk.key.free, bk.members[0]
@@ -1339,6 +1450,7 @@ func (c *common) run(t try) outcome {
 // then it stops with abandoned set.
 func (c *common) runUnless(t try, b *bound) outcome {
 	p := c.newPacker()
+	p.bounded = b != nil
 	var o outcome
 	if n := len(c.spareRes); n > 0 {
 		spare := c.spareRes[n-1]
@@ -1358,47 +1470,60 @@ func (c *common) runUnless(t try, b *bound) outcome {
 	every, since, leftAll := max(8, c.nKinds/4), 0, c.shards
 	leftNeed := c.need // of the shards not yet tried, without executors
 	place := func(g int) bool {
-		n := len(c.groups[g].Items)
-		placed := o.at[c.off[g] : c.off[g]+n]
+		gi := &c.info[g]
+		n := int(gi.n)
+		placed := o.at[gi.off : gi.off+gi.n]
 		if closed && n > 0 {
 			o.fails = append(o.fails, p.fail(g, placed))
-			if !c.groups[g].Integrity {
+			if !gi.integrity {
 				failedFailover += n
 			}
 			return false
 		}
-		f, failed := p.place(g, &c.groups[g], t.rule, placed)
+		f, failed := p.place(g, gi, t.rule, placed)
 		if failed {
 			o.fails = append(o.fails, f)
 		}
-		for _, i := range placed {
-			if i >= 0 {
-				o.placed++
-				if !c.groups[g].Integrity {
-					o.failover++
+		got := n
+		if failed {
+			got = 0
+			for _, i := range placed {
+				if i >= 0 {
+					got++
 				}
-			} else if !c.groups[g].Integrity {
-				failedFailover++
 			}
 		}
-		left[c.kindOf[g]] -= n
+		o.placed += got
+		if !gi.integrity {
+			o.failover += got
+			failedFailover += n - got
+		}
+		left[gi.kind] -= n
 		if b == nil {
 			closed = closed || failed && c.nKinds <= maxClosedKinds && p.allHopeless(left)
 			return false
 		}
 		leftAll -= n
-		need := c.groups[g].Need
+		need := c.kinds[gi.kind].need
 		leftNeed = Resources{leftNeed.CPUs - need.CPUs*float64(n), leftNeed.MemMB - need.MemMB*float64(n)}
 		// A tie on shards placed with this bound means every shard left is placed: then the
 		// agents they need can be counted.
-		if b.lost(c, failedFailover, o.placed+leftAll, p.hosts+p.moreHosts(leftNeed)) {
+		hosts := p.hosts // looked at only on a tie in failover shards and in shards
+		if c.failoverShards-failedFailover == b.best.failover && o.placed+leftAll == b.best.placed {
+			hosts += p.moreHosts(leftNeed)
+		}
+		if b.lost(c, failedFailover, o.placed+leftAll, hosts) {
 			return true
 		}
-		if since++; since < every && !failed {
+		// After a failure, nothing more is placed if every kind left has found no room.
+		if failed && p.allHopeless(left) {
+			return b.lost(c, failedFailover, o.placed, p.hosts)
+		}
+		if since++; since < every {
 			return false
 		}
 		since = 0
-		return b.lost(c, failedFailover, o.placed+p.mostMore(left, failed), p.hosts)
+		return b.lost(c, failedFailover, o.placed+p.mostMore(left), p.hosts)
 	}
 	next := 0 // in t.order
 	for phase, integrity := range []bool{false, true} {
@@ -1408,7 +1533,7 @@ func (c *common) runUnless(t try, b *bound) outcome {
 				return o
 			}
 		}
-		for ; next < len(t.order) && c.groups[t.order[next]].Integrity == integrity; next++ {
+		for ; next < len(t.order) && c.info[t.order[next]].integrity == integrity; next++ {
 			if place(t.order[next]) {
 				o.abandoned = true
 				return o
@@ -1439,15 +1564,15 @@ func (p *packer) allHopeless(left []int) bool {
 // fail fails group gi, of a kind that found no room since the last rollback, as place would:
 // no shard placed, for the kind's reasons.
 func (p *packer) fail(gi int, placed []int32) failure {
-	g := &p.c.groups[gi]
+	info := &p.c.info[gi]
 	for k := range placed {
 		placed[k] = -1
 	}
-	f := failure{group: gi, first: 0, rolledBack: g.Integrity}
-	if kr := p.failed[p.c.kindOf[gi]]; kr.changes == len(p.changes) {
-		f.cpu, f.mem = kr.cpu, kr.mem // up to date: nothing changes once closed
+	f := failure{group: int32(gi), first: 0, rolledBack: info.integrity}
+	if kr := p.failed[info.kind]; kr.changes == len(p.changes) {
+		f.cpu, f.mem = int32(kr.cpu), int32(kr.mem) // up to date: nothing changes once closed
 	} else {
-		f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+		f.setReasons(p.reasons(info.kind))
 	}
 	return f
 }
@@ -1466,82 +1591,88 @@ func (p *packer) moreHosts(need Resources) int {
 }
 
 // mostMore is an upper bound on the shards, of left per kind, that can still be placed: no
-// more than the agents' free cpu takes, least first, nor their free memory; none of a kind
-// that found no room while agents only filled (looked at when some shard just failed).
-func (p *packer) mostMore(left []int, justFailed bool) int {
+// more than the cpu usable on the agents takes, least first, nor their usable memory (see
+// common.usable).
+func (p *packer) mostMore(left []int) int {
 	c := p.c
-	if justFailed {
-		open := false
-		for k, n := range left {
-			if n > 0 {
-				if kr := p.failed[k]; kr == nil || kr.gen != p.gen {
-					open = true
-					break
-				}
-			}
+	// p.usable is a running sum of terms that are not whole numbers: allowed a little more.
+	slack := epsilon * float64(len(c.agents)+1)
+	return min(most(c.cpuOrder, left, p.usable.CPUs*(1+1e-9)+slack), most(c.memOrder, left, p.usable.MemMB*(1+1e-9)+slack))
+}
+
+// kindAmount is a kind of shard's need of one resource.
+type kindAmount struct {
+	kind int32
+	need float64
+}
+
+// most is how many shards of left per kind fit in free of one resource, taking the kinds in
+// order, least need first.
+func most(order []kindAmount, left []int, free float64) int {
+	count := 0
+	for _, ka := range order {
+		n := left[ka.kind]
+		if n == 0 {
+			continue
 		}
-		if !open {
-			return 0
+		if ka.need <= 0 {
+			count += n
+			continue
+		}
+		m := n // a multiplication decides most kinds, which fit whole; it errs only upwards
+		if float64(n)*ka.need > free+epsilon {
+			m = min(n, int((free+epsilon)/ka.need))
+		}
+		count += m
+		free -= float64(m) * ka.need
+		if m < n {
+			break
 		}
 	}
-	most := func(by []int32, of func(Resources) float64, free float64) int {
-		count := 0
-		for _, k := range by {
-			if left[k] == 0 {
-				continue
-			}
-			need := of(c.kindNeed[k])
-			if need <= 0 {
-				count += left[k]
-				continue
-			}
-			m := min(left[k], int((free+epsilon)/need))
-			count += m
-			free -= float64(m) * need
-			if m < left[k] {
-				break
-			}
-		}
-		return count
-	}
-	return min(most(c.byCPU, func(r Resources) float64 { return r.CPUs }, p.freeTotal.CPUs),
-		most(c.byMem, func(r Resources) float64 { return r.MemMB }, p.freeTotal.MemMB))
+	return count
 }
 
 // failure is a group not wholly placed: its shards from first on found no room, for the
 // reasons counted then (its shards before first were placed, or rolled back).
 type failure struct {
-	group, first int
-	cpu, mem     int
+	group, first int32 // 20 bytes, not 48: a try that leaves thousands out writes as many
+	cpu, mem     int32
 	noAgents     bool
 	rolledBack   bool
 }
 
+// setReasons records the counts of agents turning the shard away.
+func (f *failure) setReasons(cpu, mem int, noAgents bool) {
+	f.cpu, f.mem, f.noAgents = int32(cpu), int32(mem), noAgents
+}
+
 // unplaced lists the shards that o did not place, in the order of the groups given, each
 // group's shards in order. Only the kept outcome pays for the maps.
-func (o *outcome) unplaced(groups []Group) []Unplaced {
+func (o *outcome) unplaced(c *common) []Unplaced {
+	groups := c.groups
 	// In the order of the groups: a group fails once at most, so a counting sort.
-	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return a.group - b.group }) {
-		at := make([]int32, len(groups)) // 1 + index in fails; 0: none
+	if !slices.IsSortedFunc(o.fails, func(a, b failure) int { return int(a.group - b.group) }) {
+		at := resetInt32s(c.failAt, len(groups)) // 1 + index in fails; 0: none
 		for k, f := range o.fails {
 			at[f.group] = int32(k) + 1
 		}
-		sorted := make([]failure, 0, len(o.fails))
+		sorted := c.sortedFails[:0]
 		for _, k := range at {
 			if k > 0 {
 				sorted = append(sorted, o.fails[k-1])
 			}
 		}
-		o.fails = sorted
+		copy(o.fails, sorted)
+		c.failAt, c.sortedFails = at, sorted
 	}
 	n := 0
 	for _, f := range o.fails {
-		n += len(groups[f.group].Items) // at most
+		n += int(c.info[f.group].n) // at most
 	}
 	out := make([]Unplaced, 0, n)
 	// Equal reasons share a map: a cycle that leaves thousands of shards out makes a few.
 	type counts struct {
-		cpu, mem int
+		cpu, mem int32
 		noAgents bool
 	}
 	shared := map[counts]map[string]int{}
@@ -1554,32 +1685,32 @@ func (o *outcome) unplaced(groups []Group) []Unplaced {
 	}
 	var recent [4]seen
 	for _, f := range o.fails {
-		c := counts{f.cpu, f.mem, f.noAgents}
+		fc := counts{f.cpu, f.mem, f.noAgents}
 		var reasons map[string]int
 		for _, r := range recent {
-			if r.reasons != nil && r.c == c {
+			if r.reasons != nil && r.c == fc {
 				reasons = r.reasons
 				break
 			}
 		}
 		if reasons == nil {
-			reasons = shared[c]
+			reasons = shared[fc]
 			if reasons == nil {
 				reasons = newReasons(f)
-				shared[c] = reasons
+				shared[fc] = reasons
 			}
 			copy(recent[1:], recent[:len(recent)-1])
-			recent[0] = seen{c, reasons}
+			recent[0] = seen{fc, reasons}
 		}
 		for k, item := range groups[f.group].Items {
 			r := reasons
-			if k < f.first {
+			if k < int(f.first) {
 				if !f.rolledBack {
 					continue // placed
 				}
 				r = integrity
 			}
-			out = append(out, Unplaced{Group: f.group, Item: item, Reasons: r})
+			out = append(out, Unplaced{Group: int(f.group), Item: item, Reasons: r})
 		}
 	}
 	return out
@@ -1593,10 +1724,10 @@ func newReasons(f failure) map[string]int {
 		reasons[ReasonNoAgents] = 1
 	default:
 		if f.cpu > 0 {
-			reasons[ReasonCPU] = f.cpu
+			reasons[ReasonCPU] = int(f.cpu)
 		}
 		if f.mem > 0 {
-			reasons[ReasonMem] = f.mem
+			reasons[ReasonMem] = int(f.mem)
 		}
 	}
 	return reasons
@@ -1604,47 +1735,48 @@ func newReasons(f failure) map[string]int {
 
 // place places one group into placed (room for its items); with Integrity it undoes a
 // partial placement. It says whether some shard found no room, and why.
-func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool) {
+func (p *packer) place(gi int, info *groupInfo, r rule, placed []int32) (failure, bool) {
 	var undos []undo
 	var preferred []int // SPREAD: preferred agent per item, by position in Items
-	if !p.c.isBinpack[gi] {
-		preferred = p.c.spreadPreference(g)
+	if !info.binpack {
+		preferred = p.c.spreadPreference(&p.c.groups[gi])
 	}
+	kind := info.kind
 	// A kind of shard that found no room still finds none while agents only fill up.
 	hopeless := false
-	if kr := p.failed[p.c.kindOf[gi]]; kr != nil {
+	if kr := p.failed[kind]; kr != nil {
 		hopeless = kr.gen == p.gen
 	}
-	f := failure{group: gi, first: -1}
-	for k := range g.Items {
+	f := failure{group: int32(gi), first: -1}
+	for k := range placed {
 		i := int32(-1)
 		switch {
 		case f.first >= 0 || hopeless:
-		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), g):
+		case preferred != nil && preferred[k] >= 0 && p.fits(int32(preferred[k]), kind):
 			i = int32(preferred[k])
 		case preferred != nil:
-			i = p.leastLoaded(g)
+			i = p.leastLoaded(kind)
 		default:
-			i = p.choose(gi, g, r)
+			i = p.choose(kind, r)
 		}
 		placed[k] = i
 		if i < 0 {
 			if f.first < 0 {
 				// Every later shard fails too: nothing changes until then.
-				f.first = k
-				f.cpu, f.mem, f.noAgents = p.reasons(gi, g)
+				f.first = int32(k)
+				f.setReasons(p.reasons(kind))
 			}
 			continue
 		}
-		u := p.take(i, g)
-		if g.Integrity {
+		u := p.take(i, kind)
+		if info.integrity {
 			undos = append(undos, u)
 		}
 	}
 	if f.first < 0 {
 		return f, false
 	}
-	if g.Integrity {
+	if info.integrity {
 		// The reasons are those of the moment the shard failed, before the rollback frees
 		// what the others took.
 		p.rollback(undos)
@@ -1656,13 +1788,13 @@ func (p *packer) place(gi int, g *Group, r rule, placed []int32) (failure, bool)
 	return f, true
 }
 
-// reasons counts, over all agents, which resource turns a shard of g away. The counts of a
-// kind of shard are kept, and brought up to date from the changes since, when it fails again.
-func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
+// reasons counts, over all agents, which resource turns a shard of kind kind away. The
+// counts of a kind are kept, and brought up to date from the changes since, when it fails
+// again.
+func (p *packer) reasons(kind int32) (cpu, mem int, noAgents bool) {
 	if len(p.c.agents) == 0 {
 		return 0, 0, true
 	}
-	kind := p.c.kindOf[gi]
 	kr := p.failed[kind]
 	if kr == nil {
 		// The loose agents are out of the buckets: counted one by one.
@@ -1670,10 +1802,10 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 		*kr = kindReasons{}
 		for b := range p.buckets {
 			bk := &p.buckets[b]
-			kr.count(p, g, bk.key.free, bk.key.set, len(bk.members))
+			kr.count(p, kind, bk.key.free, bk.key.set, len(bk.members))
 		}
 		for _, i := range p.loose {
-			kr.count(p, g, p.free[i], p.set[i], 1)
+			kr.count(p, kind, p.free[i], p.set[i], 1)
 		}
 		p.failed[kind] = kr
 	} else {
@@ -1687,8 +1819,8 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 				continue
 			}
 			p.seen[ch.agent] = p.seenMark
-			kr.count(p, g, ch.oldFree, ch.oldSet, -1)
-			kr.count(p, g, p.free[ch.agent], p.set[ch.agent], 1)
+			kr.count(p, kind, ch.oldFree, ch.oldSet, -1)
+			kr.count(p, kind, p.free[ch.agent], p.set[ch.agent], 1)
 		}
 	}
 	kr.changes, kr.gen = len(p.changes), p.gen
@@ -1696,8 +1828,8 @@ func (p *packer) reasons(gi int, g *Group) (cpu, mem int, noAgents bool) {
 }
 
 // count adds n agents with free left and executor set set.
-func (kr *kindReasons) count(p *packer, g *Group, free Resources, set int32, n int) {
-	need := p.need(set, g)
+func (kr *kindReasons) count(p *packer, kind int32, free Resources, set int32, n int) {
+	need := p.need(set, kind)
 	if need.CPUs > free.CPUs+epsilon {
 		kr.cpu += n
 	}

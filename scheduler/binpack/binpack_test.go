@@ -348,3 +348,35 @@ func TestPackConcurrentCallsShareNothing(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+// The bounds that stop a try early (bound.lost: shards it can still place, agents it must
+// still use) hold on the try itself: run against its own full result, which it ties and wins
+// ties with, no try is ever stopped.
+func TestPackBoundsNeverStopATryThatTies(t *testing.T) {
+	checked := 0
+	for seed := int64(1); seed <= 600; seed++ {
+		w := gen.Random(seed)
+		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
+		for i := range gs {
+			gs[i].Integrity = seed%3 == 0
+			if seed%5 == 0 {
+				gs[i].Executor = Resources{0.5, 64}
+				if i%3 == 0 {
+					gs[i].Executor = Resources{0, 512} // no cpu: any memory per cpu
+				}
+			}
+			if seed%7 == 0 && i%4 == 0 {
+				gs[i].Placement = Spread
+			}
+		}
+		c := newCommon(gs, as)
+		for k, tr := range c.tries() {
+			full := newCommon(gs, as).run(tr)
+			if o := c.runUnless(tr, &bound{best: &full, winsTies: true}); o.abandoned {
+				t.Fatalf("seed %d, try %d: stopped as unable to place %d shards on %d agents, which it does", seed, k, full.placed, full.hosts)
+			}
+			checked++
+		}
+	}
+	t.Logf("%d tries", checked)
+}
