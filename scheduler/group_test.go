@@ -19,9 +19,10 @@ import (
 
 // ackRecorder stands in for Mesos: it keeps the task ids of the updates acknowledged.
 type ackRecorder struct {
-	mu    sync.Mutex
-	acked []string
-	kills []string
+	mu         sync.Mutex
+	acked      []string
+	kills      []string
+	reconciled []string // the task ids of explicit reconciliations
 }
 
 func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
@@ -32,6 +33,10 @@ func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response
 		a.acked = append(a.acked, c.Acknowledge.TaskID.Value)
 	case scheduler.Call_KILL:
 		a.kills = append(a.kills, c.Kill.TaskID.Value)
+	case scheduler.Call_RECONCILE:
+		for _, t := range c.Reconcile.Tasks {
+			a.reconciled = append(a.reconciled, t.TaskID.Value)
+		}
 	}
 	return nil, nil
 }

@@ -45,8 +45,11 @@ type leader struct {
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
-	stale       staleTasks
-	lastRecon   time.Time
+	// confirming holds the unreachable tasks past the timeout whose reconciliation is asked:
+	// task id → when. Only the answer, still unreachable, makes one lost (timeUnreachable).
+	confirming map[string]time.Time
+	stale      staleTasks
+	lastRecon  time.Time
 
 	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
@@ -143,7 +146,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 	return &leader{
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{},
+		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{},
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),
 	}

@@ -151,12 +151,16 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	case plan.Heard:
 		return func() {
 			heard()
-			delete(ld.unreachable, tid) // its agent speaks of it: it is reachable again
+			ld.reachable(tid) // its agent speaks of it
 			log.Debug("task state")
 		}, nil
 	case plan.Unreachable:
 		return func() {
 			heard()
+			if _, asked := ld.confirming[tid]; asked && st.GetReason() == mesos.REASON_RECONCILIATION {
+				ld.lost(ctx, tid)
+				return
+			}
 			if _, seen := ld.unreachable[tid]; !seen {
 				ld.unreachable[tid] = now
 				log.Warn("task unreachable; it counts as running until the unreachable timeout")
@@ -171,7 +175,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 		}
 		return func() {
 			heard()
-			delete(ld.unreachable, tid)
+			ld.reachable(tid)
 			ld.stale.ended(tid)
 			log.Warn("killing a task that is not the running task of its shard")
 			agent := ""
@@ -183,7 +187,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	case plan.Running:
 		return func() {
 			heard()
-			delete(ld.unreachable, tid)
+			ld.reachable(tid)
 			ld.relaunch.running(id.Meta, tid, now)
 			switch st.GetMessage() {
 			case "BEGIN":
@@ -206,7 +210,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	}
 	return func() {
 		heard()
-		delete(ld.unreachable, tid)
+		ld.reachable(tid)
 		endedAfter()
 		ld.stale.ended(tid)
 		if ended.Removed {
@@ -288,12 +292,26 @@ func (ld *leader) setIdle(tid string, idle, forget bool) {
 	ld.idle[tid] = idle
 }
 
+// reconcileAnswerWait is how long the reconciliation of a task unreachable past the timeout
+// waits for its answer before it is asked again (a master that recovered after a failover does
+// not answer for an agent that has not re-registered yet).
+const reconcileAnswerWait = 10 * time.Second
+
 // timeUnreachable treats tasks unreachable for longer than --unreachable-timeout as lost
-// (SPEC §5.7). Should one come back, it is killed: its RUNNING names a task that is no longer
-// in the running queue (see running), so no memory of it is kept here.
+// (SPEC §5.7), once Mesos confirms it. A busy leader reads its event stream late: the agent
+// may have come back, and reported the task finished, in updates this leader has not read yet.
+// So the timeout only asks Mesos (explicit reconciliation); its answer comes on the same
+// stream, after every update sent before it, and only "still unreachable" makes the task lost
+// (record's Unreachable case). Should one come back after that, it is killed: its RUNNING
+// names a task that is no longer in the running queue (see running).
 func (ld *leader) timeUnreachable(ctx context.Context) {
+	ask := map[string]string{}
+	now := time.Now()
 	for tid, since := range ld.unreachable {
-		if time.Since(since) < ld.cfg.UnreachableTimeout {
+		if now.Sub(since) < ld.cfg.UnreachableTimeout {
+			continue
+		}
+		if at, asked := ld.confirming[tid]; asked && now.Sub(at) < reconcileAnswerWait {
 			continue
 		}
 		id, err := taskid.Parse(tid)
@@ -301,21 +319,43 @@ func (ld *leader) timeUnreachable(ctx context.Context) {
 			delete(ld.unreachable, tid)
 			continue
 		}
-		f, err := ld.facts(ctx, ld.store, id, mesos.TaskStatus{State: mesos.TASK_LOST.Enum()})
-		if err != nil {
-			continue
-		}
-		ended, err := ld.store.EndTask(ctx, id, plan.Decide(f).Follow)
-		if err != nil {
-			continue
-		}
-		delete(ld.unreachable, tid)
-		ld.stale.ended(tid)
-		ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
-		if ended.Requeued {
-			ld.poke()
-		}
+		ld.confirming[tid] = now
+		ask[tid] = id.AgentID
 	}
+	if len(ask) > 0 {
+		ld.log.WithField("tasks", len(ask)).Info("unreachable past the timeout; asking Mesos whether they still are")
+		ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(ask)))
+	}
+}
+
+// lost ends a task that Mesos confirmed unreachable past the timeout, as TASK_LOST would.
+// On a failed read or write it stays unreachable and is asked about again.
+func (ld *leader) lost(ctx context.Context, tid string) {
+	id, err := taskid.Parse(tid)
+	if err != nil {
+		ld.reachable(tid)
+		return
+	}
+	f, err := ld.facts(ctx, ld.store, id, mesos.TaskStatus{State: mesos.TASK_LOST.Enum()})
+	if err != nil {
+		return
+	}
+	ended, err := ld.store.EndTask(ctx, id, plan.Decide(f).Follow)
+	if err != nil {
+		return
+	}
+	ld.reachable(tid)
+	ld.stale.ended(tid)
+	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
+	if ended.Requeued {
+		ld.poke()
+	}
+}
+
+// reachable forgets that a task was unreachable: Mesos spoke of it otherwise.
+func (ld *leader) reachable(tid string) {
+	delete(ld.unreachable, tid)
+	delete(ld.confirming, tid)
 }
 
 // reconcile asks Mesos for the state of every task in the running queue, then for every task

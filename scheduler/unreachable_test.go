@@ -1,0 +1,62 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// fromMaster is an update the master sends: no uuid, so nothing to acknowledge.
+func fromMaster(id taskid.ID, s mesos.TaskState, reason mesos.TaskStatus_Reason) mesos.TaskStatus {
+	return mesos.TaskStatus{TaskID: mesos.TaskID{Value: id.String()}, State: s.Enum(), AgentID: &mesos.AgentID{Value: id.AgentID},
+		Source: mesos.SOURCE_MASTER.Enum(), Reason: reason.Enum()}
+}
+
+// A busy leader reads its event stream late: when a task's unreachable timeout passes, its
+// agent may have come back already and reported the task finished in updates the leader has
+// not read. (The 600-job soak relaunched a thousand shards that had run, the leader 11 s
+// behind the stream.) So the timeout asks Mesos first, and the answer, which comes after those
+// updates, decides: a task that finished is not relaunched; one Mesos still calls unreachable
+// is lost and its shard goes to failover.
+func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	w.ld.cfg.UnreachableTimeout = 0 // every unreachable task is past it
+	w.ld.updates(ctx, []mesos.TaskStatus{
+		fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED),
+		fromMaster(w.tasks[1], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED),
+	})
+	w.ld.timeUnreachable(ctx)
+	running, failover := w.queues(t)
+	if len(running) != 3 || len(failover) != 0 {
+		t.Fatalf("at the timeout, before Mesos answered: running %v, failover %v; want all 3 running, none in failover", running, failover)
+	}
+	w.mesos.mu.Lock()
+	asked := slices.Sorted(slices.Values(w.mesos.reconciled))
+	w.mesos.mu.Unlock()
+	if want := []string{w.tasks[0].String(), w.tasks[1].String()}; !slices.Equal(asked, want) {
+		t.Fatalf("reconciliation asked for %v; want %v", asked, want)
+	}
+
+	// In the stream, before the answers: the agent is back, and task 0 finished while cut off.
+	w.ld.updates(ctx, []mesos.TaskStatus{
+		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+		fromMaster(w.tasks[0], mesos.TASK_GONE, mesos.REASON_RECONCILIATION), // finished and acknowledged: forgotten
+		fromMaster(w.tasks[1], mesos.TASK_UNREACHABLE, mesos.REASON_RECONCILIATION),
+	})
+	running, failover = w.queues(t)
+	if fmt.Sprint(running) != fmt.Sprint([]string{w.tasks[2].String()}) || fmt.Sprint(failover) != "[fo@-@1]" {
+		t.Fatalf("after the answers: running %v, failover %v; want only task 2 running and [fo@-@1] (task 0 finished, task 1 lost)", running, failover)
+	}
+	w.ld.timeUnreachable(ctx)
+	w.mesos.mu.Lock()
+	defer w.mesos.mu.Unlock()
+	if len(w.mesos.reconciled) != 2 {
+		t.Errorf("reconciliations asked after both were settled: %v; want no more", w.mesos.reconciled[2:])
+	}
+}
