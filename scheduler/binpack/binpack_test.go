@@ -249,14 +249,7 @@ func TestPackKeepsWhatRunningEveryTryWould(t *testing.T) {
 func TestPackBoundsHoldOnEveryTry(t *testing.T) {
 	skipped := 0
 	for seed := int64(1); seed <= 600; seed++ {
-		w := gen.Random(seed)
-		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
-		for i := range gs {
-			gs[i].Integrity = seed%3 == 0
-			if seed%5 == 0 {
-				gs[i].Executor = Resources{0.5, 64}
-			}
-		}
+		gs, as := variedWorkload(seed, false)
 		c := newCommon(gs, as)
 		if c.kindFits == nil {
 			t.Fatalf("seed %d: %d kinds on %d offers not counted", seed, c.nKinds, len(c.first.buckets))
@@ -355,20 +348,7 @@ func TestPackConcurrentCallsShareNothing(t *testing.T) {
 func TestPackBoundsNeverStopATryThatTies(t *testing.T) {
 	checked := 0
 	for seed := int64(1); seed <= 600; seed++ {
-		w := gen.Random(seed)
-		gs, as := sharded(w, rand.New(rand.NewSource(seed)))
-		for i := range gs {
-			gs[i].Integrity = seed%3 == 0
-			if seed%5 == 0 {
-				gs[i].Executor = Resources{0.5, 64}
-				if i%3 == 0 {
-					gs[i].Executor = Resources{0, 512} // no cpu: any memory per cpu
-				}
-			}
-			if seed%7 == 0 && i%4 == 0 {
-				gs[i].Placement = Spread
-			}
-		}
+		gs, as := variedWorkload(seed, true)
 		c := newCommon(gs, as)
 		for k, tr := range c.tries() {
 			full := newCommon(gs, as).run(tr)
@@ -379,4 +359,23 @@ func TestPackBoundsNeverStopATryThatTies(t *testing.T) {
 		}
 	}
 	t.Logf("%d tries", checked)
+}
+
+// variedWorkload is random workload seed, sharded, with READY jobs (every third seed) and
+// executors (every fifth); with exotic, also executors that need no cpu and SPREAD jobs.
+func variedWorkload(seed int64, exotic bool) ([]Group, []Agent) {
+	gs, as := sharded(gen.Random(seed), rand.New(rand.NewSource(seed)))
+	for i := range gs {
+		gs[i].Integrity = seed%3 == 0
+		if seed%5 == 0 {
+			gs[i].Executor = Resources{0.5, 64}
+			if exotic && i%3 == 0 {
+				gs[i].Executor = Resources{0, 512} // no cpu: any memory per cpu
+			}
+		}
+		if exotic && seed%7 == 0 && i%4 == 0 {
+			gs[i].Placement = Spread
+		}
+	}
+	return gs, as
 }
