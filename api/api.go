@@ -202,6 +202,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "), "")
 	case errors.Is(err, state.ErrQueueFull):
 		writeError(w, http.StatusServiceUnavailable, or(subject, "the queue")+" is full (--job-state-queue-size); retry later", "")
+	case errors.Is(err, state.ErrTooLarge): // SPEC §7's 409: the state is too large for the change
+		writeError(w, http.StatusConflict, "the change to "+or(subject, "it")+
+			" touches more than ZooKeeper writes at once (one request, jute.maxbuffer), and it must be one write: nothing changed;"+
+			" make it smaller (an app's jobs can be deleted or disabled first, a few at a time)", "")
 	case errors.Is(err, state.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "ZooKeeper is unavailable; retry later", "")
 	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):

@@ -314,6 +314,10 @@ func TestInternalFaultsAre500WithAnIDInTheLog(t *testing.T) {
 	if rec := f.do("POST", "/api/app", strings.Replace(appBody, `"app"`, `"b"`, 1)); rec.Code != 503 {
 		t.Fatalf("queue full: %d; want 503", rec.Code)
 	}
+	f.store.fault = fmt.Errorf("delete app: multi of 9000 ops: %w", state.ErrTooLarge)
+	if rec := f.do("DELETE", "/api/app/app", ""); rec.Code != 409 || !strings.Contains(rec.Body.String(), "nothing changed") {
+		t.Fatalf("a change too large for one ZooKeeper write: %d %s; want 409 saying nothing changed", rec.Code, rec.Body)
+	}
 }
 
 func TestOperateAndTraceEndpoints(t *testing.T) {
