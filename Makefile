@@ -78,8 +78,9 @@ clean:
 # menu of faults (executor, leader and ZooKeeper kills, agent restarts and partitions), then an
 # exactly-once audit of every fire from the status updates and from what the scripts recorded.
 # SOAK_DURATION (10m), SOAK_FAULT_EVERY (15s); SOAK_SEED replays a run's fault sequence (its
-# seed is printed first). 60 jobs is a load two cores sustain; past it, queues grow and every
-# fault's window grows with them (see BENCHMARKS.md).
+# seed is printed first). 60 jobs (30 shard runs/s) leaves two cores room to spare; they carry
+# about 155 shard runs/s (400 jobs) through every fault, and past that the fires merge and
+# every fault's window grows (see BENCHMARKS.md).
 SOAK_DURATION ?= 10m
 SOAK_FAULT_EVERY ?= 15s
 SOAK_SEED ?=
