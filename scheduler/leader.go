@@ -40,6 +40,7 @@ type leader struct {
 	elected    time.Time // when this leadership term began: the Mesos start-up budget counts from it
 	everSubbed bool      // this term has subscribed to Mesos at least once
 	sub        *subscription
+	acks       *acknowledger // the subscription's ACKNOWLEDGE senders; nil without one (tests)
 	// master is the URL of the master subscribed at, read by the API's goroutines too.
 	master      atomic.Pointer[string]
 	suppressed  bool
@@ -289,6 +290,13 @@ func (ld *leader) session(ctx context.Context) error {
 			}
 		}()
 	}
+	ackCtx, stopAcks := context.WithCancel(streamCtx)
+	ld.acks = startAcknowledger(ackCtx, sub, ld.log)
+	defer func() {
+		stopAcks()
+		ld.acks.wait()
+		ld.acks = nil
+	}()
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- sub.events(streamCtx, ld.events) }()
 	return ld.serve(streamCtx, streamErr) // the deferred endStream stops the reader
@@ -408,6 +416,16 @@ func (ld *leader) handle(ctx context.Context, ev scheduler.Event) {
 		}
 	case scheduler.Event_RESCIND, scheduler.Event_HEARTBEAT, scheduler.Event_MESSAGE:
 	}
+}
+
+// acknowledge sends an ACKNOWLEDGE through the subscription's acknowledger, off the event
+// loop; a leader without one (a test's) calls Mesos at once.
+func (ld *leader) acknowledge(ctx context.Context, c *scheduler.Call) {
+	if ld.acks == nil {
+		ld.call(ctx, c)
+		return
+	}
+	ld.acks.send(ctx, c)
 }
 
 func (ld *leader) call(ctx context.Context, c *scheduler.Call) {

@@ -117,7 +117,7 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		ld.inst.metrics.updates.WithLabelValues(st.GetState().String()).Inc()
 		ld.inst.trace.recorded(st)
 		if len(st.UUID) > 0 && st.AgentID != nil {
-			ld.call(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
+			ld.acknowledge(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
 		}
 	}
 	return took
