@@ -79,7 +79,7 @@ clean:
 # exactly-once audit of every fire from the status updates and from what the scripts recorded.
 # SOAK_DURATION (10m), SOAK_FAULT_EVERY (15s); SOAK_SEED replays a run's fault sequence (its
 # seed is printed first). 60 jobs (30 shard runs/s) leaves two cores room to spare; they carry
-# about 155 shard runs/s (400 jobs) through every fault, and past that the fires merge and
+# about 145 shard runs/s (300 jobs) through every fault, and past that the fires merge and
 # every fault's window grows (see BENCHMARKS.md).
 SOAK_DURATION ?= 10m
 SOAK_FAULT_EVERY ?= 15s
