@@ -17,25 +17,22 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// slowMaster answers every call only once released, as a busy master would.
+// slowMaster is a droppableMesos that answers ACKNOWLEDGE only once released, as a busy
+// master would.
 type slowMaster struct {
+	*droppableMesos
 	release chan struct{}
-	events  chan scheduler.Event
 	mu      sync.Mutex
 	acked   []string
-	kills   []string
+}
+
+func newSlowMaster() *slowMaster {
+	return &slowMaster{droppableMesos: newDroppableMesos(), release: make(chan struct{})}
 }
 
 func (m *slowMaster) Call(ctx context.Context, c *scheduler.Call) (mesos.Response, error) {
-	switch c.Type {
-	case scheduler.Call_KILL:
-		m.mu.Lock()
-		m.kills = append(m.kills, c.Kill.TaskID.Value)
-		m.mu.Unlock()
-		return nil, nil
-	case scheduler.Call_ACKNOWLEDGE:
-	default:
-		return nil, nil
+	if c.Type != scheduler.Call_ACKNOWLEDGE {
+		return m.droppableMesos.Call(ctx, c)
 	}
 	select {
 	case <-m.release:
@@ -48,14 +45,13 @@ func (m *slowMaster) Call(ctx context.Context, c *scheduler.Call) (mesos.Respons
 	return nil, nil
 }
 
-func (m *slowMaster) subscribe(context.Context, string, string) (*subscription, error) {
-	return &subscription{caller: m, resp: stream{make(chan struct{}), m.events}, frameworkID: "fw-acks", heartbeat: time.Hour}, nil
-}
-
-func (m *slowMaster) killed() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.kills)
+// subscribe is droppableMesos's, with the slow master as the caller.
+func (m *slowMaster) subscribe(ctx context.Context, fwID, webui string) (*subscription, error) {
+	sub, err := m.droppableMesos.subscribe(ctx, fwID, webui)
+	if sub != nil {
+		sub.caller = m
+	}
+	return sub, err
 }
 
 func (m *slowMaster) count() int {
@@ -68,7 +64,7 @@ func (m *slowMaster) count() int {
 // holds none of them up, every one is sent once it answers, and the senders stop with their
 // context.
 func TestAcknowledgementsDoNotWaitForTheMaster(t *testing.T) {
-	m := &slowMaster{release: make(chan struct{})}
+	m := newSlowMaster()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := startAcknowledger(ctx, &subscription{caller: m, frameworkID: "fw"}, quietLog())
@@ -104,7 +100,7 @@ func TestAcknowledgementsDoNotWaitForTheMaster(t *testing.T) {
 // waited for the first's answer.) Each is a RUNNING of a task of no job, which the leader kills.
 func TestALeaderGoesOnWhileTheMasterIsSlowToTakeAnAcknowledgement(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
-	m := &slowMaster{release: make(chan struct{}), events: make(chan scheduler.Event, 16)}
+	m := newSlowMaster()
 	cfg := testConfig(t, env)
 	startWith(t, cfg, hooks{mesos: m})
 	await.True(t, 30*time.Second, "the instance leads and is subscribed", func() bool {
@@ -117,7 +113,7 @@ func TestALeaderGoesOnWhileTheMasterIsSlowToTakeAnAcknowledgement(t *testing.T) 
 			TaskID: mesos.TaskID{Value: stray.String()}, State: mesos.TASK_RUNNING.Enum(), UUID: []byte(fmt.Sprintf("0123456789abcde%d", i)),
 			AgentID: &mesos.AgentID{Value: "S0"}, Source: mesos.SOURCE_EXECUTOR.Enum()}}}
 	}
-	await.True(t, 30*time.Second, "both updates handled (both tasks killed) while the first acknowledgement waits", func() bool { return m.killed() == 2 })
+	await.True(t, 30*time.Second, "both updates handled (both tasks killed) while the first acknowledgement waits", func() bool { return len(m.killed()) == 2 })
 	if n := m.count(); n != 0 {
 		t.Fatalf("%d acknowledged before the master answered", n)
 	}

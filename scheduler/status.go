@@ -42,9 +42,13 @@ func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 			seen(st)
 		}
 	}
-	for len(sts) > 0 {
-		n := ld.recordGroup(ctx, sts)
-		sts = sts[n:]
+	ld.recordAll(ctx, sts, 0)
+}
+
+// recordAll records every one of sts, in as many groups as their size needs.
+func (ld *leader) recordAll(ctx context.Context, sts []mesos.TaskStatus, attempt int) {
+	for n := 0; n < len(sts); {
+		n += ld.recordGroupTry(ctx, sts[n:], attempt)
 	}
 }
 
@@ -75,13 +79,8 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 	}
 	if err := g.Commit(ctx); err != nil {
 		if took > 1 && errors.Is(err, state.ErrTooLarge) { // nothing was sent
-			half := took / 2
-			for n := 0; n < half; {
-				n += ld.recordGroupTry(ctx, sts[n:half], attempt)
-			}
-			for n := half; n < took; {
-				n += ld.recordGroupTry(ctx, sts[n:took], attempt)
-			}
+			ld.recordAll(ctx, sts[:took/2], attempt)
+			ld.recordAll(ctx, sts[took/2:took], attempt)
 			return took
 		}
 		if took == 1 && errors.Is(err, state.ErrConflict) && attempt < conflictRetries {
@@ -92,9 +91,7 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		// the lost multi may have done first, so each is recorded once).
 		if errors.Is(err, state.ErrUnavailable) && attempt < conflictRetries && ld.store.AwaitSession(ctx) == nil {
 			ld.log.WithError(err).WithField("updates", took).Info("ZooKeeper connection back; recording the updates again")
-			for n := 0; n < took; {
-				n += ld.recordGroupTry(ctx, sts[n:took], attempt+1)
-			}
+			ld.recordAll(ctx, sts[:took], attempt+1)
 			return took
 		}
 		if took == 1 {
