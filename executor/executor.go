@@ -18,6 +18,10 @@
 // A script runs under a small supervisor process (this binary re-executed, see internal/supervise)
 // that kills the script's processes when the task is killed or ends, and when the executor
 // itself dies, however it dies: a shard's processes never outlive its task.
+//
+// With a scheduler's --task-lease, the executor also kills its tasks when no word of the
+// scheduler (a LAUNCH, a MESSAGE LEASE) reached it for a whole lease: its agent is then cut
+// off from the master, and the tasks may be relaunched elsewhere (lease.go).
 package executor
 
 import (
@@ -66,6 +70,9 @@ type Executor struct {
 	inFlight     int                       // UPDATE calls under way (at most maxInFlight)
 	sampling     int
 	stopping     bool
+	leaseTerm    time.Duration // 0: no lease (lease.go)
+	leaseGen     int           // renewals so far: a timer set before the latest one is stale
+	leaseTimer   *time.Timer
 
 	kick     chan struct{}  // wakes the delivery goroutine: an update, a subscription
 	progress chan struct{}  // the delivery goroutine had an answer from the agent
@@ -173,9 +180,11 @@ func (e *Executor) subscribe(ctx context.Context) error {
 			subscribed = true
 			e.subscribed(ev.Subscribed, updates)
 		case mesosexec.Event_LAUNCH:
+			e.launched(ev.Launch.Task)
 			e.launch(ev.Launch.Task)
 		case mesosexec.Event_LAUNCH_GROUP:
 			for _, t := range ev.LaunchGroup.TaskGroup.Tasks {
+				e.launched(t)
 				e.launch(t)
 			}
 		case mesosexec.Event_KILL:
@@ -187,6 +196,14 @@ func (e *Executor) subscribe(ctx context.Context) error {
 				e.log.Info("MESSAGE STOP: killing every task and exiting")
 				e.stop() // kills the tasks while subscribed, so their last updates get through
 				return nil
+			}
+			if term, ok, err := parseLease(ev.Message.Data); ok {
+				if err != nil {
+					e.log.WithError(err).Warn("ignoring framework message")
+				} else {
+					e.renewLease(term)
+				}
+				continue
 			}
 			e.log.WithField("data", string(ev.Message.Data)).Info("ignoring framework message")
 		case mesosexec.Event_SHUTDOWN:

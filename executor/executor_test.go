@@ -390,3 +390,77 @@ func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
 		t.Fatalf("FAILURE %v; want a clean exit (status 0), not the agent's SIGKILL", f.String())
 	}
 }
+
+// A scheduler with --task-lease renews its lease on the executor's tasks with MESSAGE LEASE.
+// While renewals come, a long script runs on; once the agent is cut off from the master they
+// stop coming, and within the lease the script and its children are dead, before the
+// scheduler could relaunch the shard; the agent delivers TASK_FAILED "fenced" once it is back.
+func TestALapsedLeaseFencesTheTasks(t *testing.T) {
+	e := newEnv(t)
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("leased", `sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; true`), 0, "")
+	e.s.Launch(o, tk)
+	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	dir := sandboxDir(t, e.c, execID)
+	var pids []int
+	await.True(t, mesostest.Wait, "script and child started", func() bool {
+		pids = pids[:0]
+		for _, f := range []string{"child.pid", "shell.pid"} {
+			b, _ := os.ReadFile(filepath.Join(dir, f))
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return len(pids) == 2
+	})
+	const lease = time.Second
+	renew := func() { e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE "+lease.String()))) }
+	for range 12 { // three leases' worth of renewals: the task must live through them
+		renew()
+		if ev, ok := e.s.AwaitFor(lease/4, mesostest.UpdateOf(tk.TaskID.Value)); ok {
+			t.Fatalf("%v while the lease was being renewed", ev.Update.Status.String())
+		}
+	}
+	if err := e.c.PartitionAgent(o.AgentID.Value); err != nil {
+		t.Fatal(err)
+	}
+	partitioned := time.Now()
+	renew() // dropped, as the master drops messages to an agent it cannot reach
+	await.True(t, lease+mesostest.Wait, "the script and its child killed while the agent is cut off", func() bool {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
+	if d := time.Since(partitioned); d < lease/2 {
+		t.Fatalf("fenced %v after the partition began: a renewal was not honoured", d)
+	}
+	if err := e.c.HealAgent(o.AgentID.Value); err != nil {
+		t.Fatal(err)
+	}
+	failed := mesostest.UpdateOf(tk.TaskID.Value, mesos.TASK_FAILED)
+	st := e.s.Await("the executor's TASK_FAILED", func(ev scheduler.Event) bool {
+		return failed(ev) && ev.Update.Status.GetSource() == mesos.SOURCE_EXECUTOR
+	}).Update.Status
+	if !strings.HasPrefix(st.GetMessage(), "fenced: ") || statusData(t, st).JobFailed {
+		t.Fatalf("%v data %s; want FAILED \"fenced: …\" without the job-failure marker (to be failed over)", st.String(), st.Data)
+	}
+}
+
+// "LEASE 0s" ends fencing: a task outlives many of the old leases without a renewal.
+func TestLeaseZeroEndsFencing(t *testing.T) {
+	e := newEnv(t)
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("unleased", "sleep 2; true"), 0, "")
+	e.s.Launch(o, tk)
+	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 300ms")))
+	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 0s")))
+	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_FINISHED {
+		t.Fatalf("%v; want FINISHED: the lease was ended before it lapsed", st.String())
+	}
+}

@@ -38,8 +38,28 @@ type task struct {
 	cancel  context.CancelFunc
 	ctx     context.Context
 
-	mu    sync.Mutex // guards grace
-	grace time.Duration
+	mu     sync.Mutex // guards grace and fenced
+	grace  time.Duration
+	fenced time.Duration // the lease that lapsed, if the task was fenced (lease.go)
+}
+
+// fence kills the task at once, SIGKILL with no grace: its lease lapsed, and a relaunch may
+// start elsewhere. It ends TASK_FAILED, so that a scheduler still holding it fails it over.
+func (t *task) fence(lease time.Duration) {
+	t.mu.Lock()
+	t.fenced = lease
+	t.mu.Unlock()
+	t.kill(0)
+}
+
+// fencedReport is the final update of a fenced task, if it was fenced.
+func (t *task) fencedReport() (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fenced == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("fenced: no word from the scheduler for the whole lease (%v); killed so that no relaunch runs beside it", t.fenced), true
 }
 
 // kill cancels the task; a script then gets SIGTERM, and SIGKILL after grace.
@@ -136,7 +156,11 @@ func (t *task) transient() {
 	t.e.update(t.id, mesos.TASK_RUNNING, "", taskdata.Status{Execution: ex}.Encode())
 	err := t.runOnce()
 	var jf *jobFailure
+	fenced, isFenced := t.fencedReport()
 	switch {
+	case errors.Is(err, errKilled) && isFenced:
+		ex.Complete(time.Now(), err)
+		t.e.update(t.id, mesos.TASK_FAILED, fenced, taskdata.Status{Execution: ex}.Encode())
 	case errors.Is(err, errKilled):
 		ex.Complete(time.Now(), err)
 		t.e.update(t.id, mesos.TASK_KILLED, "killed", taskdata.Status{Execution: ex}.Encode())
@@ -208,6 +232,10 @@ func (t *task) daemon() {
 			ex.Complete(time.Now(), err)
 			t.e.update(t.id, mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: ex}.Encode())
 		}
+	}
+	if fenced, ok := t.fencedReport(); ok {
+		t.e.update(t.id, mesos.TASK_FAILED, fenced, nil)
+		return
 	}
 	t.e.update(t.id, mesos.TASK_KILLED, "killed", nil)
 }

@@ -18,6 +18,7 @@ const ackWorkers = 4
 // the multi), and their order does not matter: an agent sends a task's next update only once
 // the one before is acknowledged, so a task has at most one in flight. Those not sent when the
 // subscription ends are dropped: Mesos sends their updates again, and they are recorded once.
+// The lease's MESSAGEs (lease.go) go the same way: best effort, and the next renewal follows.
 type acknowledger struct {
 	calls chan *scheduler.Call
 	wg    sync.WaitGroup

@@ -36,6 +36,9 @@ type Config struct {
 	JobStateQueueSize  int
 	ReconcileInterval  time.Duration
 	UnreachableTimeout time.Duration
+	// TaskLease: executors kill their tasks when no renewal of it reached them for this long
+	// (lease.go); 0 leaves tasks running however long their agent is cut off.
+	TaskLease          time.Duration
 	StaleTaskThreshold time.Duration
 	FailoverBackoffMin time.Duration
 	FailoverBackoffMax time.Duration
@@ -91,6 +94,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
+	fs.DurationVar(&c.TaskLease, "task-lease", 0, "kill a task on an agent cut off from the master this long, before --unreachable-timeout relaunches it elsewhere (it must be shorter): no shard runs twice through a partition, at the price of tasks stopping while no scheduler reaches them (0: off)")
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
 	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
 	fs.DurationVar(&c.FailoverBackoffMax, "failover-backoff-max", 5*time.Minute, "longest wait before relaunching a shard that keeps failing")
@@ -113,6 +117,9 @@ func Flags(fs *flag.FlagSet) *Config {
 func (c *Config) Validate() error {
 	if c.MesosStartupTimeout < 0 {
 		return fmt.Errorf("--mesos-startup-timeout must not be negative, got %v", c.MesosStartupTimeout)
+	}
+	if c.TaskLease < 0 || c.TaskLease > 0 && c.TaskLease >= c.UnreachableTimeout {
+		return fmt.Errorf("--task-lease must be 0 (off) or shorter than --unreachable-timeout (%v), got %v: a task must be dead before its relaunch", c.UnreachableTimeout, c.TaskLease)
 	}
 	if c.JobStateQueueSize < 1 {
 		return fmt.Errorf("--job-state-queue-size must be at least 1, got %d", c.JobStateQueueSize)

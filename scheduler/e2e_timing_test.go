@@ -2,6 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +95,53 @@ func TestPartitionPastTheUnreachableTimeout(t *testing.T) {
 	}
 	old, _ := taskid.Parse(first[0].TaskID)
 	waitTaskState(t, s.mesos, old.String(), "TASK_KILLED")
+}
+
+// With --task-lease the executor on a partitioned agent kills the task before the unreachable
+// timeout relaunches it. Judged by the scripts' side effects: the first run is dead before the
+// relaunch starts and never finishes, the relaunch finishes, so the shard ran once. Without
+// the lease the first run, unseen, finishes too (TestPartitionPastTheUnreachableTimeout).
+func TestALeaseFencesAPartitionedTaskBeforeItsRelaunch(t *testing.T) {
+	s := newSystem(t, 2, func(c *Config) { c.UnreachableTimeout, c.TaskLease = 3*time.Second, time.Second })
+	j := s.scriptJob("fenced", 1, "")
+	j.Failover = true
+	pids, ended, release := filepath.Join(s.dir, "pids"), filepath.Join(s.dir, "ended"), filepath.Join(s.dir, "release")
+	j.ScriptCommandLine = `echo $$ >> ` + pids + `; ` + strings.TrimSuffix(j.ScriptCommandLine, "; true") +
+		`; while [ ! -e ` + release + ` ]; do sleep 0.05; done; echo "$EJCLOUD_TASK_ID" >> ` + ended + `; true`
+	s.register(j)
+	s.trigger("fenced")
+	await.True(t, 30*time.Second, "running", func() bool { return len(s.runs("fenced")["0"]) == 1 })
+	first, _ := s.store.RunningOf(context.Background(), "fenced")
+	agent := s.runs("fenced")["0"][0]
+	b, _ := os.ReadFile(pids)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the first run's pid: %q", b)
+	}
+	if err := s.mesos.PartitionAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 30*time.Second, "relaunched elsewhere", func() bool { return len(s.runs("fenced")["0"]) == 2 })
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(stat), ") Z ") {
+		t.Fatalf("the first run (pid %d) still runs beside its relaunch", pid)
+	}
+	os.WriteFile(release, nil, 0o644)
+	await.True(t, 30*time.Second, "the relaunch finished", func() bool { return s.runningCount("fenced") == 0 })
+	if err := s.mesos.HealAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 30*time.Second, "the fenced task's TASK_FAILED delivered after the partition", func() bool {
+		for _, u := range s.updates.Updates() {
+			if u.TaskID == first[0].TaskID && u.State == "TASK_FAILED" {
+				return true
+			}
+		}
+		return false
+	})
+	b, _ = os.ReadFile(ended)
+	if got := strings.Fields(string(b)); len(got) != 1 || got[0] == first[0].TaskID {
+		t.Fatalf("runs that finished: %q; want the relaunch's alone", got)
+	}
 }
 
 // waitState waits until /master/state shows a task of the job in the state (active or

@@ -292,8 +292,15 @@ func (ld *leader) session(ctx context.Context) error {
 	}
 	ackCtx, stopAcks := context.WithCancel(streamCtx)
 	ld.acks = startAcknowledger(ackCtx, sub, ld.log)
+	var leases sync.WaitGroup
+	leases.Add(1)
+	go func() {
+		defer leases.Done()
+		ld.keepLeases(ackCtx, ld.acks)
+	}()
 	defer func() {
 		stopAcks()
+		leases.Wait()
 		ld.acks.wait()
 		ld.acks = nil
 	}()
@@ -420,7 +427,11 @@ func (ld *leader) handle(ctx context.Context, ev scheduler.Event) {
 
 // acknowledge sends an ACKNOWLEDGE through the subscription's acknowledger, off the event
 // loop; a leader without one (a test's) calls Mesos at once.
-func (ld *leader) acknowledge(ctx context.Context, c *scheduler.Call) {
+func (ld *leader) acknowledge(ctx context.Context, c *scheduler.Call) { ld.callOffLoop(ctx, c) }
+
+// callOffLoop sends a call whose answer the loop does not wait for (ACKNOWLEDGE, a lease's
+// MESSAGE) through the acknowledger's senders.
+func (ld *leader) callOffLoop(ctx context.Context, c *scheduler.Call) {
 	if ld.acks == nil {
 		ld.call(ctx, c)
 		return

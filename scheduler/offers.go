@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor"
 	"github.com/ejcloud/ejcloud/scheduler/binpack"
 	"github.com/ejcloud/ejcloud/scheduler/plan"
 	"github.com/ejcloud/ejcloud/state"
@@ -89,6 +90,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 				info := taskInfo(t.ID, t.Job, ld.executorFor(t.App, agent, like), like)
 				if r, ok := ld.retries[t.ID.Meta]; ok && t.ID.Type == taskid.Failover {
 					withAttempt(&info, r.Attempt)
+				}
+				if ld.cfg.TaskLease > 0 {
+					withLabel(&info, executor.LeaseLabel, ld.cfg.TaskLease.String())
 				}
 				tasks[agent] = append(tasks[agent], info)
 			}

@@ -76,12 +76,13 @@ func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, like []meso
 // shard's first retry. Tasks of a fire's first run do not carry it.
 const AttemptLabel = "ejcloud.attempt"
 
-func withAttempt(t *mesos.TaskInfo, attempt int) {
-	v := itoa(attempt)
+func withAttempt(t *mesos.TaskInfo, attempt int) { withLabel(t, AttemptLabel, itoa(attempt)) }
+
+func withLabel(t *mesos.TaskInfo, key, value string) {
 	if t.Labels == nil {
 		t.Labels = &mesos.Labels{}
 	}
-	t.Labels.Labels = append(t.Labels.Labels, mesos.Label{Key: AttemptLabel, Value: &v})
+	t.Labels.Labels = append(t.Labels.Labels, mesos.Label{Key: key, Value: &value})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
