@@ -6,6 +6,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/sirupsen/logrus"
 )
 
 // LeaseMessage is the framework MESSAGE by which a scheduler started with --task-lease renews
@@ -107,7 +108,7 @@ func (e *Executor) leaseLapsed(gen int, term time.Duration) {
 	if len(tasks) == 0 {
 		return
 	}
-	e.log.WithFields(map[string]any{"lease": term, "tasks": len(tasks)}).
+	e.log.WithFields(logrus.Fields{"lease": term, "tasks": len(tasks)}).
 		Warn("no word from the scheduler for a whole lease: the agent may be cut off from the master, and the tasks relaunched elsewhere; killing them")
 	for _, t := range tasks {
 		t.fence(term)

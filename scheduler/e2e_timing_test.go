@@ -144,6 +144,45 @@ func TestALeaseFencesAPartitionedTaskBeforeItsRelaunch(t *testing.T) {
 	}
 }
 
+// Turning the lease off is safe: a leader without one tells the executors an earlier leader
+// armed (LEASE 0s), and their tasks run on through gaps much longer than the old lease.
+func TestALeaderWithoutALeaseEndsFencing(t *testing.T) {
+	const lease = 3 * time.Second
+	s := newSystem(t, 1, func(c *Config) { c.UnreachableTimeout, c.TaskLease = 10*time.Second, lease })
+	j := s.holdJob("unfenced", 1, "")
+	j.Failover = true
+	s.register(j)
+	s.trigger("unfenced")
+	await.True(t, 30*time.Second, "running", func() bool { return len(s.runs("unfenced")["0"]) == 1 })
+	cfg := s.sched.cfg
+	cfg.TaskLease = 0
+	s.sched.stop()
+	<-s.sched.done
+	s.sched.done <- nil
+	stopped := time.Now()
+	s.sched = startWith(t, cfg, hooks{})
+	failed := func() bool {
+		for _, u := range s.updates.Updates() {
+			if u.State == "TASK_FAILED" || u.State == "TASK_KILLED" {
+				return true
+			}
+		}
+		return false
+	}
+	// Nothing can show that a lease did not lapse but time: watch three old leases pass.
+	await.True(t, 30*time.Second, "three old leases passed", func() bool {
+		if failed() {
+			t.Fatalf("the task ended %v after the leader with the lease stopped: its executor still fenced", time.Since(stopped))
+		}
+		return time.Since(stopped) > 3*lease
+	})
+	s.release("unfenced")
+	await.True(t, 30*time.Second, "finished", func() bool { return s.runningCount("unfenced") == 0 })
+	if failed() || len(s.runs("unfenced")["0"]) != 1 {
+		t.Fatalf("runs %v; want one run that finished", s.runs("unfenced"))
+	}
+}
+
 // waitState waits until /master/state shows a task of the job in the state (active or
 // unreachable tasks).
 func waitState(t *testing.T, c *mesoslocal.Cluster, job, want string) {
