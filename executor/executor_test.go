@@ -201,18 +201,7 @@ func TestKillOfAScriptIgnoringSIGTERM(t *testing.T) {
 	tk.KillPolicy = &mesos.KillPolicy{GracePeriod: &mesos.DurationInfo{Nanoseconds: int64(grace)}}
 	e.s.Launch(o, tk)
 	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
-	dir := sandboxDir(t, e.c, "app@-@"+o.AgentID.Value)
-	var pids []int
-	await.True(t, mesostest.Wait, "script and child started", func() bool {
-		pids = pids[:0]
-		for _, f := range []string{"child.pid", "shell.pid"} {
-			b, _ := os.ReadFile(filepath.Join(dir, f))
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		return len(pids) == 2
-	})
+	pids := scriptPIDs(t, sandboxDir(t, e.c, "app@-@"+o.AgentID.Value))
 	e.s.MustCall(calls.Kill(tk.TaskID.Value, o.AgentID.Value))
 	ev, ok := e.s.AwaitFor(grace+time.Second, mesostest.UpdateOf(tk.TaskID.Value, mesos.TASK_KILLED))
 	if !ok {
@@ -224,6 +213,24 @@ func TestKillOfAScriptIgnoringSIGTERM(t *testing.T) {
 			t.Errorf("process %d survived the kill", pid)
 		}
 	}
+}
+
+// scriptPIDs waits for a script to write its shell's and its child's pids (shell.pid,
+// child.pid) in its sandbox dir, and returns them.
+func scriptPIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	var pids []int
+	await.True(t, mesostest.Wait, "script and child started", func() bool {
+		pids = pids[:0]
+		for _, f := range []string{"child.pid", "shell.pid"} {
+			b, _ := os.ReadFile(filepath.Join(dir, f))
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return len(pids) == 2
+	})
+	return pids
 }
 
 // A DAEMON job runs every second; with sampling N it reports BEGIN/COMPLETE for every N-th run.
@@ -315,13 +322,20 @@ func TestAgentRestartCarriesUnacknowledgedUpdates(t *testing.T) {
 	e.s.None("a second delivery of any update", 1500*time.Millisecond, mesostest.UpdateOf(tk.TaskID.Value))
 }
 
-func TestStopMessageKillsTasksAndEndsTheExecutor(t *testing.T) {
-	e := newEnv(t)
+// running launches a SCRIPT job's shard 0 on the first offer's agent and waits until it runs:
+// the offer, the executor's id and the task.
+func (e *env) running(name, cmd string) (mesos.Offer, string, mesos.TaskInfo) {
 	o := e.offer()
 	execID := "app@-@" + o.AgentID.Value
-	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("long", "sleep 1000; true"), 0, "")
+	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob(name, cmd), 0, "")
 	e.s.Launch(o, tk)
 	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	return o, execID, tk
+}
+
+func TestStopMessageKillsTasksAndEndsTheExecutor(t *testing.T) {
+	e := newEnv(t)
+	o, execID, tk := e.running("long", "sleep 1000; true")
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("STOP")))
 	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_KILLED {
 		t.Fatalf("%v; want KILLED", st.String())
@@ -377,11 +391,7 @@ func alive(pid int) bool {
 
 func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
 	e := newEnv(t, func(o *mesoslocal.Options) { o.ExecutorShutdownGracePeriod = 5 * time.Second })
-	o := e.offer()
-	execID := "app@-@" + o.AgentID.Value
-	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("long", "sleep 1000; true"), 0, "")
-	e.s.Launch(o, tk)
-	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	o, execID, tk := e.running("long", "sleep 1000; true")
 	e.s.MustCall(calls.Shutdown(execID, o.AgentID.Value))
 	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
 		t.Fatalf("%v; want KILLED from the executor, within the agent's grace period", st.String())
@@ -397,23 +407,8 @@ func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
 // scheduler could relaunch the shard; the agent delivers TASK_FAILED "fenced" once it is back.
 func TestALapsedLeaseFencesTheTasks(t *testing.T) {
 	e := newEnv(t)
-	o := e.offer()
-	execID := "app@-@" + o.AgentID.Value
-	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("leased", `sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; true`), 0, "")
-	e.s.Launch(o, tk)
-	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
-	dir := sandboxDir(t, e.c, execID)
-	var pids []int
-	await.True(t, mesostest.Wait, "script and child started", func() bool {
-		pids = pids[:0]
-		for _, f := range []string{"child.pid", "shell.pid"} {
-			b, _ := os.ReadFile(filepath.Join(dir, f))
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		return len(pids) == 2
-	})
+	o, execID, tk := e.running("leased", `sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; true`)
+	pids := scriptPIDs(t, sandboxDir(t, e.c, execID))
 	const lease = time.Second
 	renew := func() { e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE "+lease.String()))) }
 	for range 12 { // three leases' worth of renewals: the task must live through them
@@ -453,11 +448,7 @@ func TestALapsedLeaseFencesTheTasks(t *testing.T) {
 // "LEASE 0s" ends fencing: a task outlives many of the old leases without a renewal.
 func TestLeaseZeroEndsFencing(t *testing.T) {
 	e := newEnv(t)
-	o := e.offer()
-	execID := "app@-@" + o.AgentID.Value
-	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("unleased", "sleep 2; true"), 0, "")
-	e.s.Launch(o, tk)
-	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	o, execID, tk := e.running("unleased", "sleep 2; true")
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 300ms")))
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 0s")))
 	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_FINISHED {
