@@ -94,7 +94,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
-	fs.DurationVar(&c.TaskLease, "task-lease", 0, "kill a task on an agent cut off from the master this long, before --unreachable-timeout relaunches it elsewhere (it must be shorter): no shard runs twice through a partition, at the price of tasks stopping while no scheduler reaches them (0: off)")
+	fs.DurationVar(&c.TaskLease, "task-lease", 0, "kill a task on an agent cut off from the master this long, before --unreachable-timeout relaunches it elsewhere (it must be shorter), so that no run goes on beside its relaunch; tasks then also stop while no scheduler reaches them (0: off)")
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
 	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
 	fs.DurationVar(&c.FailoverBackoffMax, "failover-backoff-max", 5*time.Minute, "longest wait before relaunching a shard that keeps failing")
