@@ -50,6 +50,12 @@ type agent struct {
 	executors     map[execKey]*executor
 	streams       map[taskKey]*updateStream
 	frameworks    map[string]mesos.FrameworkInfo // frameworks with executors here
+	// records are the frameworks the agent has had executors of, with their completed
+	// executors; completedFws orders the records of frameworks with no executor left here
+	// (state.go).
+	records      map[string]*agentFramework
+	completedFws []string
+	files        map[string]attachment // the paths /files/read serves (files.go)
 
 	ln  net.Listener
 	srv *http.Server
@@ -68,6 +74,7 @@ func (c *Cluster) newAgent(i int, total mesos.Resources) (*agent, error) {
 	a := &agent{
 		c: c, n: i, id: fmt.Sprintf("%s-S%d", c.masterID, i), total: total,
 		executors: map[execKey]*executor{}, streams: map[taskKey]*updateStream{}, frameworks: map[string]mesos.FrameworkInfo{},
+		records: map[string]*agentFramework{}, files: map[string]attachment{},
 	}
 	// Each agent gets its own loopback address where the system allows it, so that agents have
 	// distinct hostnames as on a real cluster.
@@ -93,6 +100,10 @@ func (a *agent) startServer() {
 	mux.HandleFunc("/api/v1/executor", a.executorAPI)
 	mux.HandleFunc("GET /state", a.stateJSON)
 	mux.HandleFunc("GET /slave(1)/state", a.stateJSON)
+	// Like the agent's /state, not authenticated: mesos-local's --authenticate-http-readonly
+	// covers the master's read-only endpoints only.
+	mux.HandleFunc("/files/read", a.filesRead)
+	mux.HandleFunc("/files/read.json", a.filesRead)
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.c.serve(a.srv, a.ln)
 }
@@ -142,6 +153,7 @@ func (a *agent) executorInfo(frameworkID, executorID string) *mesos.ExecutorInfo
 // runTask is the agent receiving a task from the master (MESOS.md §7.2).
 func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
 	a.frameworks[f.id] = f.info
+	a.record(f)
 	if t.Command != nil {
 		a.runCommandTask(f, t)
 		return

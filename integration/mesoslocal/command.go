@@ -33,6 +33,7 @@ func (a *agent) runCommandTask(f *framework, t mesos.TaskInfo) {
 	a.executors[execKey{f.id, id}] = e
 	runs := filepath.Join(a.c.opts.WorkDir, "slaves", a.id, "frameworks", f.id, "executors", id, "runs")
 	e.dir = filepath.Join(runs, e.containerID)
+	a.attach(e, runs)
 	env := a.executorEnv(f, e)
 	ci, workDir := *t.Command, a.c.opts.WorkDir
 	a.c.wg.Add(1)

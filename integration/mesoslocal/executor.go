@@ -51,6 +51,9 @@ type executor struct {
 	failState  *mesos.TaskState
 	silent     bool // no status updates: the framework is being removed
 	orphaned   bool // its non-checkpointing framework lost it with the agent connection
+	forgotten  bool // killed by an agent restart that does not recover it: never a completed executor
+
+	completedTasks []taskDoc // tasks whose terminal update was acknowledged, oldest first
 
 	regTimer, killTimer, heartbeat Timer
 	command                        *commandTask // set for the built-in command executor
@@ -70,6 +73,7 @@ func (a *agent) newExecutor(f *framework, info mesos.ExecutorInfo) *executor {
 	a.executors[execKey{f.id, e.id}] = e
 	runs := filepath.Join(a.c.opts.WorkDir, "slaves", a.id, "frameworks", f.id, "executors", e.id, "runs")
 	e.dir = filepath.Join(runs, e.containerID)
+	a.attach(e, runs)
 	e.log().Info("launching executor")
 	// The registration timeout counts from the launch request, fetch included.
 	e.regTimer = a.c.clock.AfterFunc(a.c.opts.ExecutorRegistrationTimeout, func() {
@@ -364,4 +368,5 @@ func (a *agent) executorExited(e *executor, status int32) {
 	if a.executors[execKey{e.frameworkID, e.id}] == e {
 		delete(a.executors, execKey{e.frameworkID, e.id})
 	}
+	a.executorCompleted(e)
 }

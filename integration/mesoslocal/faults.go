@@ -285,11 +285,12 @@ func (c *Cluster) RestartAgent(id string) error {
 	a.recovering = true
 	for _, e := range a.executors {
 		if !e.checkpoint {
-			e.silent = true
+			e.silent, e.forgotten = true, true
 			e.destroy(nil, "")
 		}
 		e.reregistered = false
 	}
+	a.forgetUncheckpointed()
 	a.startServer()
 	a.log.Info("agent restarted; waiting for executors to re-subscribe")
 	a.recoverTimer = c.clock.AfterFunc(c.opts.ExecutorReregistrationTimeout, func() {

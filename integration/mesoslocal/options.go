@@ -41,8 +41,9 @@ type Options struct {
 	// Credentials, if set, turns framework authentication on (--authenticate_http_frameworks
 	// with --credentials): principal → secret.
 	Credentials map[string]string
-	// AuthenticateReadonly also requires those credentials on the read-only endpoints
-	// (/master/state, /state), as --authenticate_http_readonly does.
+	// AuthenticateReadonly also requires those credentials on the master's read-only
+	// endpoints (/master/state, /state), as --authenticate_http_readonly does. The agents'
+	// read-only endpoints (/state, /files/read) stay open.
 	AuthenticateReadonly bool
 
 	// StandbyAddr, if set, starts a second listener that answers every scheduler call with a

@@ -3,6 +3,7 @@ package mesoslocal
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sort"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -202,16 +203,20 @@ func (c *Cluster) listAgents(w http.ResponseWriter, r *http.Request) {
 
 // agentStateDoc is an agent's own /state (GET http://<agent>/state, also /slave(1)/state), in
 // the real agent's shape: its frameworks and their executors with their sandbox directories.
+// A framework is in frameworks while it has executors here (running, launching or shutting
+// down), with the executors that have ended under completed_executors; once its last executor
+// has ended it is in completed_frameworks, in the same shape with no executors, until it
+// launches here again (Mesos's Slave::removeFramework and Slave::run).
 type agentStateDoc struct {
-	Version             string           `json:"version"`
-	ID                  string           `json:"id"`
-	PID                 string           `json:"pid"`
-	Hostname            string           `json:"hostname"`
-	Resources           map[string]any   `json:"resources"`
-	Attributes          map[string]any   `json:"attributes"`
-	Flags               map[string]any   `json:"flags"`
-	Frameworks          []agentFwDoc     `json:"frameworks"`
-	CompletedFrameworks []map[string]any `json:"completed_frameworks"`
+	Version             string         `json:"version"`
+	ID                  string         `json:"id"`
+	PID                 string         `json:"pid"`
+	Hostname            string         `json:"hostname"`
+	Resources           map[string]any `json:"resources"`
+	Attributes          map[string]any `json:"attributes"`
+	Flags               map[string]any `json:"flags"`
+	Frameworks          []agentFwDoc   `json:"frameworks"`
+	CompletedFrameworks []agentFwDoc   `json:"completed_frameworks"`
 }
 
 type agentFwDoc struct {
@@ -238,43 +243,153 @@ type agentExecDoc struct {
 	CompletedTasks []taskDoc      `json:"completed_tasks"`
 }
 
+// What a real agent keeps in memory of what has ended (slave/constants.hpp and the default of
+// --max_completed_executors_per_framework).
+const (
+	maxCompletedFrameworks            = 50
+	maxCompletedExecutorsPerFramework = 150
+	maxCompletedTasksPerExecutor      = 200
+)
+
+// agentFramework is the agent's record of a framework (Mesos's slave Framework): made when the
+// framework first launches here, it keeps the framework's executors that have ended, most
+// recent last.
+type agentFramework struct {
+	id         string
+	info       mesos.FrameworkInfo
+	checkpoint bool
+	completed  []agentExecDoc
+}
+
+// record is the agent's record of a framework launching a task here. A completed framework
+// becomes a live one again, with its completed executors. Caller holds c.mu.
+func (a *agent) record(f *framework) *agentFramework {
+	r := a.records[f.id]
+	if r == nil {
+		r = &agentFramework{id: f.id}
+		a.records[f.id] = r
+	}
+	r.info, r.checkpoint = f.info, f.checkpoint()
+	a.completedFws = slices.DeleteFunc(a.completedFws, func(id string) bool { return id == f.id })
+	return r
+}
+
+// executorCompleted adds an executor that has ended to its framework's completed executors,
+// and moves the framework to the completed frameworks if it has no executor left here.
+// Caller holds c.mu.
+func (a *agent) executorCompleted(e *executor) {
+	r := a.records[e.frameworkID]
+	if r == nil || e.forgotten {
+		return
+	}
+	r.completed = append(r.completed, a.execDoc(e))
+	if n := len(r.completed) - maxCompletedExecutorsPerFramework; n > 0 {
+		r.completed = slices.Delete(r.completed, 0, n)
+	}
+	for k := range a.executors {
+		if k.framework == e.frameworkID {
+			return
+		}
+	}
+	if !slices.Contains(a.completedFws, r.id) {
+		a.completedFws = append(a.completedFws, r.id)
+	}
+	if n := len(a.completedFws) - maxCompletedFrameworks; n > 0 {
+		for _, id := range a.completedFws[:n] {
+			delete(a.records, id)
+		}
+		a.completedFws = slices.Delete(a.completedFws, 0, n)
+	}
+}
+
+// completeTask keeps a task whose terminal update was acknowledged for the executor's
+// completed_tasks. Caller holds c.mu.
+func (e *executor) completeTask(id string, t *agentTask) {
+	e.completedTasks = append(e.completedTasks, e.a.taskDoc(e, id, t))
+	if n := len(e.completedTasks) - maxCompletedTasksPerExecutor; n > 0 {
+		e.completedTasks = slices.Delete(e.completedTasks, 0, n)
+	}
+}
+
+// forgetUncheckpointed is what an agent restart loses: it does not recover the frameworks
+// that do not checkpoint, so their completed executors are no longer listed nor their
+// sandboxes served. Caller holds c.mu.
+func (a *agent) forgetUncheckpointed() {
+	for id, r := range a.records {
+		if !r.checkpoint {
+			delete(a.records, id)
+		}
+	}
+	a.completedFws = slices.DeleteFunc(a.completedFws, func(id string) bool { return a.records[id] == nil })
+	for p, at := range a.files {
+		if !at.checkpoint {
+			delete(a.files, p)
+		}
+	}
+}
+
+func (a *agent) taskDoc(e *executor, id string, t *agentTask) taskDoc {
+	return taskDoc{ID: id, Name: t.info.Name, FrameworkID: e.frameworkID, ExecutorID: e.id, SlaveID: a.id,
+		State: t.state.String(), Resources: resourceDoc(normalise(t.info.Resources)), Statuses: []map[string]any{}}
+}
+
+// execDoc is an executor as the agent's /state shows it. Caller holds c.mu.
+func (a *agent) execDoc(e *executor) agentExecDoc {
+	ed := agentExecDoc{ID: e.id, Name: ptrVal(e.info.Name), Source: ptrVal(e.info.Source), Container: e.containerID, Directory: e.dir,
+		Resources: resourceDoc(e.resources), Tasks: []taskDoc{}, QueuedTasks: []taskDoc{},
+		CompletedTasks: append([]taskDoc{}, e.completedTasks...)}
+	for _, id := range sortedKeys(e.tasks) {
+		t := e.tasks[id]
+		td := a.taskDoc(e, id, t)
+		switch {
+		case terminal(t.state):
+			ed.CompletedTasks = append(ed.CompletedTasks, td)
+		case !t.delivered && e.command == nil:
+			ed.QueuedTasks = append(ed.QueuedTasks, td)
+		default:
+			ed.Tasks = append(ed.Tasks, td)
+		}
+	}
+	return ed
+}
+
+func fwDoc(id string, info mesos.FrameworkInfo, checkpoint bool) *agentFwDoc {
+	fd := &agentFwDoc{ID: id, Name: info.Name, User: info.User, Hostname: ptrVal(info.Hostname),
+		Checkpoint: checkpoint, Roles: info.Roles, Executors: []agentExecDoc{}, CompletedExecutors: []agentExecDoc{}}
+	if info.FailoverTimeout != nil {
+		fd.FailoverTimeout = *info.FailoverTimeout
+	}
+	return fd
+}
+
 // stateJSON serves the agent's /state.
 func (a *agent) stateJSON(w http.ResponseWriter, r *http.Request) {
 	a.c.mu.Lock()
 	doc := agentStateDoc{Version: Version, ID: a.id, PID: a.pid(), Hostname: a.hostname, Resources: resourceDoc(a.total),
 		Attributes: map[string]any{}, Flags: map[string]any{"work_dir": a.c.opts.WorkDir},
-		Frameworks: []agentFwDoc{}, CompletedFrameworks: []map[string]any{}}
+		Frameworks: []agentFwDoc{}, CompletedFrameworks: []agentFwDoc{}}
 	frameworks := map[string]*agentFwDoc{}
 	for _, e := range a.liveExecutors() {
 		fd := frameworks[e.frameworkID]
 		if fd == nil {
-			info := a.frameworks[e.frameworkID]
-			fd = &agentFwDoc{ID: e.frameworkID, Name: info.Name, User: info.User, Hostname: ptrVal(info.Hostname),
-				Checkpoint: e.checkpoint, Roles: info.Roles, Executors: []agentExecDoc{}, CompletedExecutors: []agentExecDoc{}}
-			if info.FailoverTimeout != nil {
-				fd.FailoverTimeout = *info.FailoverTimeout
+			if rec := a.records[e.frameworkID]; rec != nil {
+				fd = fwDoc(e.frameworkID, rec.info, e.checkpoint)
+				fd.CompletedExecutors = append(fd.CompletedExecutors, rec.completed...)
+			} else {
+				fd = fwDoc(e.frameworkID, a.frameworks[e.frameworkID], e.checkpoint)
 			}
 			frameworks[e.frameworkID] = fd
 		}
-		ed := agentExecDoc{ID: e.id, Name: ptrVal(e.info.Name), Source: ptrVal(e.info.Source), Container: e.containerID, Directory: e.dir,
-			Resources: resourceDoc(e.resources), Tasks: []taskDoc{}, QueuedTasks: []taskDoc{}, CompletedTasks: []taskDoc{}}
-		for _, id := range sortedKeys(e.tasks) {
-			t := e.tasks[id]
-			td := taskDoc{ID: id, Name: t.info.Name, FrameworkID: e.frameworkID, ExecutorID: e.id, SlaveID: a.id,
-				State: t.state.String(), Resources: resourceDoc(normalise(t.info.Resources)), Statuses: []map[string]any{}}
-			switch {
-			case terminal(t.state):
-				ed.CompletedTasks = append(ed.CompletedTasks, td)
-			case !t.delivered && e.command == nil:
-				ed.QueuedTasks = append(ed.QueuedTasks, td)
-			default:
-				ed.Tasks = append(ed.Tasks, td)
-			}
-		}
-		fd.Executors = append(fd.Executors, ed)
+		fd.Executors = append(fd.Executors, a.execDoc(e))
 	}
 	for _, id := range sortedKeys(frameworks) {
 		doc.Frameworks = append(doc.Frameworks, *frameworks[id])
+	}
+	for _, id := range a.completedFws {
+		rec := a.records[id]
+		fd := fwDoc(id, rec.info, rec.checkpoint)
+		fd.CompletedExecutors = append(fd.CompletedExecutors, rec.completed...)
+		doc.CompletedFrameworks = append(doc.CompletedFrameworks, *fd)
 	}
 	a.c.mu.Unlock()
 	writeJSON(w, doc)

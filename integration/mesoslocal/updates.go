@@ -120,7 +120,8 @@ func (a *agent) acknowledged(frameworkID, taskID string, uuid []byte) {
 	if terminal(*head.State) {
 		delete(a.streams, key)
 		for k, e := range a.executors {
-			if k.framework == frameworkID {
+			if t := e.tasks[taskID]; t != nil && k.framework == frameworkID {
+				e.completeTask(taskID, t)
 				delete(e.tasks, taskID)
 			}
 		}

@@ -42,7 +42,7 @@ func main() {
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
 	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
 	authFrameworks := fs.Bool("authenticate-http-frameworks", false, "require HTTP Basic credentials from --credentials on the scheduler API")
-	authReadonly := fs.Bool("authenticate-http-readonly", false, "also require the --credentials on the read-only endpoints (/master/state, /state)")
+	authReadonly := fs.Bool("authenticate-http-readonly", false, "also require the --credentials on the master's read-only endpoints (/master/state, /state); the agents' /state and /files/read stay open")
 	credentials := fs.String("credentials", "", "Mesos credentials file: JSON {\"credentials\":[{\"principal\",\"secret\"}]} or lines \"principal secret\"")
 	zkURL := fs.String("zk", "", "zk://host:port[,host:port…]/path: contend for leadership there as Mesos masters do (json.info_ nodes holding MasterInfo as JSON); until it leads, the scheduler API answers 307 to the leader or 503")
 	zkSessionTimeout := fs.Duration("zk-session-timeout", 10*time.Second, "ZooKeeper session timeout with --zk (Mesos: 10secs): a killed master leads until it expires")
