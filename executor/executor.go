@@ -28,9 +28,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -43,6 +45,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskend"
 )
 
 // StopMessage is the framework MESSAGE that tells the executor to kill its tasks and exit
@@ -73,6 +76,7 @@ type Executor struct {
 	leaseTerm    time.Duration // 0: no lease (lease.go)
 	leaseGen     int           // renewals so far: a timer set before the latest one is stale
 	leaseTimer   *time.Timer
+	endsDir      bool // the sandbox has the folder of the runs' end records (taskend)
 
 	kick     chan struct{}  // wakes the delivery goroutine: an update, a subscription
 	progress chan struct{}  // the delivery goroutine had an answer from the agent
@@ -106,6 +110,13 @@ func New(cfg Config, log logrus.FieldLogger) *Executor {
 // recovery timeout (an error). A framework that does not checkpoint gives up at the first
 // disconnection, as Mesos expects.
 func (e *Executor) Run(ctx context.Context) error {
+	if e.cfg.Sandbox != "" {
+		if err := os.MkdirAll(filepath.Join(e.cfg.Sandbox, taskend.Dir), 0o755); err != nil {
+			e.log.WithError(err).Warn("no folder for the runs' end records: a run that ends just before this executor dies will be failed over")
+		} else {
+			e.endsDir = true
+		}
+	}
 	// The delivery goroutine outlives ctx: the tasks' last updates go out after SIGTERM, while
 	// stopAll waits for them.
 	dctx, stopDelivery := context.WithCancel(context.Background())
@@ -395,9 +406,25 @@ func (e *Executor) post(ctx context.Context, it *outgoing, epoch int) {
 
 func (e *Executor) acknowledged(taskID string, uuid []byte) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.out.acknowledged(uuid)
+	u, _ := e.out.acknowledged(uuid)
 	delete(e.unackedTasks, taskID)
+	e.mu.Unlock()
+	// The agent has the task's final update now, and answers for it whatever becomes of this
+	// executor: the run's end record has done its work.
+	if e.endsDir && u.Status.State != nil && terminal(*u.Status.State) {
+		if err := os.Remove(taskend.Path(e.cfg.Sandbox, taskID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			e.log.WithError(err).WithField("task", taskID).Warn("cannot remove the run's end record")
+		}
+	}
+}
+
+// terminal reports whether s ends a task.
+func terminal(s mesos.TaskState) bool {
+	switch s {
+	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_RUNNING, mesos.TASK_KILLING, mesos.TASK_UNREACHABLE:
+		return false
+	}
+	return true
 }
 
 func newUUID() []byte {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/internal/gobuild"
 	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskend"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -453,5 +455,59 @@ func TestLeaseZeroEndsFencing(t *testing.T) {
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 0s")))
 	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_FINISHED {
 		t.Fatalf("%v; want FINISHED: the lease was ended before it lapsed", st.String())
+	}
+}
+
+// A run's end record lives only until the agent has the task's final update (the agent's
+// ACKNOWLEDGED): from then on the agent answers for the update, and a sandbox does not fill
+// with one file per run.
+func TestARunsEndRecordIsRemovedOnceTheAgentHasItsFinalUpdate(t *testing.T) {
+	e := newEnv(t)
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	exec := executorInfo(stockExecutor, execID, 0)
+	ok, bad := shard(o, exec, scriptJob("ends", "true"), 0, ""), shard(o, exec, scriptJob("ends", "exit 3"), 1, "")
+	e.s.Launch(o, ok, bad)
+	for _, tk := range []mesos.TaskInfo{ok, bad} {
+		e.s.Terminal(tk.TaskID.Value)
+	}
+	dir := filepath.Join(sandboxDir(t, e.c, execID), taskend.Dir)
+	await.True(t, 10*time.Second, "no record left", func() bool {
+		m, err := filepath.Glob(filepath.Join(dir, "*"))
+		return err == nil && len(m) == 0
+	})
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the records' folder: %v", err)
+	}
+}
+
+// The record is the supervisor's, not the executor's: a script that ends while its executor
+// cannot act (frozen, then SIGKILLed) leaves it, and the agent reports the executor's death.
+func TestARunsEndIsRecordedWhenItsExecutorCannotReportIt(t *testing.T) {
+	e := newEnv(t)
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	tk := shard(o, executorInfo(stockExecutor, execID, 0),
+		scriptJob("frozen", `exe=$(cut -d' ' -f4 /proc/$PPID/stat); echo $exe > exe.tmp; mv exe.tmp exe.pid; kill -STOP $exe; true`), 0, "")
+	e.s.Launch(o, tk)
+	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	dir := sandboxDir(t, e.c, execID)
+	path := taskend.Path(dir, tk.TaskID.Value)
+	await.True(t, 10*time.Second, "the end recorded", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+	b, _ := os.ReadFile(filepath.Join(dir, "exe.pid"))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the executor's pid: %q", b)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	st := e.s.Terminal(tk.TaskID.Value)
+	if st.GetState() != mesos.TASK_FAILED || st.GetReason() != mesos.REASON_EXECUTOR_TERMINATED {
+		t.Fatalf("%v; want the agent's TASK_FAILED for the executor's death", st.String())
+	}
+	if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != "exited 0" {
+		t.Fatalf("end record after the executor's death: %q, %v; want exited 0", b, err)
 	}
 }

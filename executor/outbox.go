@@ -48,15 +48,16 @@ func (o *outbox) add(u mesosexec.Call_Update, now time.Time) {
 	o.items = append(o.items, &outgoing{update: u, due: now})
 }
 
-// acknowledged forgets the update with uuid; it reports whether the outbox had it.
-func (o *outbox) acknowledged(uuid []byte) bool {
+// acknowledged forgets the update with uuid and returns it; ok is false if the outbox did not
+// have it.
+func (o *outbox) acknowledged(uuid []byte) (u mesosexec.Call_Update, ok bool) {
 	for i, it := range o.items {
 		if string(it.update.Status.UUID) == string(uuid) {
 			o.items = append(o.items[:i], o.items[i+1:]...)
-			return true
+			return it.update, true
 		}
 	}
-	return false
+	return u, false
 }
 
 // all is every unacknowledged update, in order: what a SUBSCRIBE carries.

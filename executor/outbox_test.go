@@ -111,7 +111,7 @@ func TestOutboxOrderAndRetries(t *testing.T) {
 				case "refuse":
 					o.result(find(arg), refused, now)
 				case "ack":
-					if !o.acknowledged([]byte(arg)) {
+					if _, ok := o.acknowledged([]byte(arg)); !ok {
 						t.Fatalf("step %d: acknowledged(%s) found nothing", i, arg)
 					}
 				case "subscribed":

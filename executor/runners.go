@@ -14,6 +14,7 @@ import (
 	"github.com/ejcloud/ejcloud/executor/internal/supervise"
 	"github.com/ejcloud/ejcloud/executor/job"
 	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskend"
 )
 
 // runnerFor picks the runner of a shard; an unknown jobClass is an infrastructure error.
@@ -21,14 +22,14 @@ func (e *Executor) runnerFor(p taskdata.Payload) (runner, error) {
 	sc := p.ShardingContext
 	switch p.Job.JobType {
 	case config.Script:
-		return &scriptRunner{cmdline: p.Job.ScriptCommandLine, sc: sc, dir: e.cfg.Sandbox}, nil
+		return &scriptRunner{cmdline: p.Job.ScriptCommandLine, sc: sc, dir: e.cfg.Sandbox, endRecord: e.endRecord(p)}, nil
 	case config.Simple:
 		if j, ok := job.Simple(p.Job.JobClass); ok {
-			return &goRunner{sc: sc, f: func(ctx context.Context) error { return j.Execute(ctx, sc) }}, nil
+			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error { return j.Execute(ctx, sc) }}, nil
 		}
 	case config.Dataflow:
 		if j, ok := job.Dataflow(p.Job.JobClass); ok {
-			return &goRunner{sc: sc, f: func(ctx context.Context) error { return job.RunDataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
+			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error { return job.RunDataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
 		}
 	default:
 		return nil, fmt.Errorf("unknown jobType %q", p.Job.JobType)
@@ -41,12 +42,22 @@ func (e *Executor) runnerFor(p taskdata.Payload) (runner, error) {
 		p.Job.JobClass, p.Job.JobType, p.Job.JobName, strings.Join(names, ", "))
 }
 
+// endRecord is where a transient run of the shard records its end (package taskend), or ""
+// for a daemon, whose runs never end its task, and where the sandbox has no records folder.
+func (e *Executor) endRecord(p taskdata.Payload) string {
+	if p.Job.JobExecutionType == config.Daemon || !e.endsDir {
+		return ""
+	}
+	return taskend.Path(e.cfg.Sandbox, p.ShardingContext.TaskID)
+}
+
 // scriptRunner runs /bin/sh -c 'scriptCommandLine "$1"' sh '<sharding context JSON>' (SPEC §6.3):
 // the context is one argument, so no quoting in it can reach the shell.
 type scriptRunner struct {
-	cmdline string
-	sc      taskdata.ShardingContext
-	dir     string
+	cmdline   string
+	sc        taskdata.ShardingContext
+	dir       string
+	endRecord string // written by the supervisor
 }
 
 func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) error {
@@ -75,7 +86,7 @@ func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) erro
 	defer stderr.Close()
 	// The supervisor kills every process of the script when it ends, when it is killed, and
 	// when this executor dies.
-	sup, err := supervise.Start(argv, r.dir, env, stdout, stderr)
+	sup, err := supervise.Start(argv, r.dir, env, stdout, stderr, r.endRecord)
 	if err != nil {
 		return fmt.Errorf("cannot start the script: %w", err)
 	}
@@ -105,8 +116,9 @@ func scriptResult(x supervise.Exit) error {
 // not return within the grace period the task is reported killed anyway and the job is
 // abandoned (Go cannot stop a goroutine from outside).
 type goRunner struct {
-	sc taskdata.ShardingContext
-	f  func(ctx context.Context) error
+	sc        taskdata.ShardingContext
+	f         func(ctx context.Context) error
+	endRecord string
 }
 
 func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
@@ -114,10 +126,24 @@ func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
+				if r.endRecord != "" && ctx.Err() == nil {
+					taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: 2})
+				}
 				done <- &jobFailure{cause: fmt.Sprintf("panic: %v", p)}
 			}
 		}()
-		if err := r.f(ctx); err != nil {
+		err := r.f(ctx)
+		if r.endRecord != "" && ctx.Err() == nil {
+			// A Go job ends on its own when f returns: recorded as a script's exit would be.
+			code := 0
+			if err != nil {
+				code = 1
+			}
+			if werr := taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: code}); werr != nil {
+				fmt.Fprintln(os.Stderr, "ejcloud executor:", werr)
+			}
+		}
+		if err != nil {
 			done <- &jobFailure{cause: err.Error()}
 			return
 		}

@@ -11,6 +11,9 @@
 //   - is a child subreaper (PR_SET_CHILD_SUBREAPER), so that every orphaned descendant of the
 //     script — one that left the group with setsid or setpgid, or was double-forked — becomes
 //     its child instead of init's;
+//   - when the script ends on its own, first writes how it ended to the run's end record
+//     (package taskend), so that the end is known even if the executor dies before the agent
+//     has its report;
 //   - when the script ends, is killed, or the executor dies: SIGKILLs the script's group, then
 //     every process left under it, and reaps them all; only then reports how the script ended.
 //
@@ -43,6 +46,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ejcloud/ejcloud/taskend"
 )
 
 // arg0 is the argv[0] by which a re-executed executor binary knows it is a supervisor.
@@ -75,8 +80,9 @@ type Script struct {
 func (s *Script) Done() <-chan Exit { return s.done }
 
 // Start starts argv (the script's command line) under a supervisor, with dir, env and the
-// output files of the script.
-func Start(argv []string, dir string, env []string, stdout, stderr *os.File) (*Script, error) {
+// output files of the script. If endRecord is not empty, the supervisor writes the run's end
+// record there when the script ends on its own (taskend).
+func Start(argv []string, dir string, env []string, stdout, stderr *os.File, endRecord string) (*Script, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor control socket: %w", err)
@@ -104,7 +110,7 @@ func Start(argv []string, dir string, env []string, stdout, stderr *os.File) (*S
 		// from the fork until the supervisor is reaped, and never unlocks it: the thread ends
 		// with the goroutine, after the supervisor.
 		runtime.LockOSThread()
-		p, err := os.StartProcess("/proc/self/exe", append([]string{arg0}, argv...), attr)
+		p, err := os.StartProcess("/proc/self/exe", append([]string{arg0, endRecord}, argv...), attr)
 		if err != nil {
 			started <- err
 			return
@@ -147,9 +153,11 @@ func (s *Script) outcome(werr error) Exit {
 	return Exit{Err: fmt.Errorf("the script's supervisor ended (%v) without saying how the script ended: %q", werr, b)}
 }
 
-// supervise is the supervisor's main: argv is the script's command line; fd 3 is the control
-// socket. Its exit code matters to nobody: the report on the socket says how the script ended.
-func supervise(argv []string) int {
+// supervise is the supervisor's main: args are the end record's path (or "") and the script's
+// command line; fd 3 is the control socket. Its exit code matters to nobody: the report on the
+// socket says how the script ended.
+func supervise(args []string) int {
+	endRecord, argv := args[0], args[1:]
 	// The script's shell gets SIGKILL if this process dies (say, SIGKILLed itself); like the
 	// executor's, that signal is tied to the forking thread, here the main one, locked.
 	runtime.LockOSThread()
@@ -178,18 +186,19 @@ func supervise(argv []string) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
 				if ws, ended := reap(shell); ended {
-					report("exit %d", uint32(killTree(shell, ws)))
+					report("exit %d", uint32(killTree(shell, recorded(endRecord, ws))))
 					return 0
 				}
 				continue
 			}
 			// SIGTERM is the parent-death signal: the executor is gone, and the task with it.
-			// (Or someone ends the supervisor: the task is over just the same.)
-			report("exit %d", uint32(killTree(shell, 0)))
+			// (Or someone ends the supervisor: the task is over just the same.) A script that
+			// ended just before is still recorded: its SIGCHLD may be queued behind this.
+			report("exit %d", uint32(endNow(shell, endRecord)))
 			return 0
 		case grace, ok := <-terms:
 			if !ok { // the executor is gone
-				report("exit %d", uint32(killTree(shell, 0)))
+				report("exit %d", uint32(endNow(shell, endRecord)))
 				return 0
 			}
 			syscall.Kill(-shell, syscall.SIGTERM)
@@ -200,6 +209,35 @@ func supervise(argv []string) int {
 			syscall.Kill(-shell, syscall.SIGKILL)
 		}
 	}
+}
+
+// recorded writes the end record of a shell that ended with ws, if there is a record to write,
+// and returns ws. It comes before anything else: from then on the run has happened, whatever
+// becomes of this process or the executor.
+func recorded(endRecord string, ws syscall.WaitStatus) syscall.WaitStatus {
+	if endRecord != "" {
+		if err := taskend.Write(endRecord, endOf(ws)); err != nil {
+			fmt.Fprintln(os.Stderr, "ejcloud supervisor:", err)
+		}
+	}
+	return ws
+}
+
+// endNow ends the script at once (its executor is gone), recording its end if it had ended on
+// its own, and returns its status.
+func endNow(shell int, endRecord string) syscall.WaitStatus {
+	if ws, ended := reap(shell); ended {
+		return killTree(shell, recorded(endRecord, ws))
+	}
+	return killTree(shell, 0)
+}
+
+// endOf is the end record of a shell that ended with ws.
+func endOf(ws syscall.WaitStatus) taskend.Record {
+	if ws.Signaled() {
+		return taskend.Record{Code: int(ws.Signal())}
+	}
+	return taskend.Record{Exited: true, Code: ws.ExitStatus()}
 }
 
 // readControl passes on the executor's kill requests (their grace periods) and closes terms
