@@ -222,7 +222,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "  unexpected scheduler exits: %d\n", len(s.exits))
 	fmt.Fprintf(&b, "  after the last fault, the REST queues matched the running scripts within 30 s: %v; the work in hand drained: %v\n", queuesMatch, drained)
 	expected, unexpected := s.attribute(ups, recs, rep.Problems, eff.Problems)
-	fmt.Fprintf(&b, "  audit findings: %d at least once by design (a first run that ended with its report held behind a partition past both unreachable timeouts; or one whose executor the soak killed between the script's end and the agent taking its report), %d others",
+	fmt.Fprintf(&b, "  audit findings: %d at least once by design (a first run that ended with its report held behind a partition past both unreachable timeouts), %d others",
 		len(expected), len(unexpected))
 	t.Log(b.String())
 	for _, p := range expected {
@@ -609,13 +609,6 @@ func minus(a, b map[string]bool) []string {
 
 var earlier = regexp.MustCompile(`after (\S+) had run`)
 
-// reportWindow is how long after its script's last record an executor may take to hand the
-// run's TASK_FINISHED to its agent. An executor SIGKILLed inside that window leaves a run that
-// happened (the script's records say so) and that the agent reports failed (it never got the
-// update): the shard runs again. No executor can close that window, Mesos's own included: the
-// side effect comes before the report of it.
-const reportWindow = time.Second
-
 // attribute splits the audits' findings into those at-least-once by design, each with its
 // cause, and the others. The finding must name the shard's first run, and that run must be:
 //   - one that ran to its end (the script recorded it) while its report had not reached the
@@ -623,18 +616,16 @@ const reportWindow = time.Second
 //     master reported it unreachable, and the scheduler relaunched the shard after
 //     --unreachable-timeout (SPEC §5.7). A run still running then is no such finding: the task
 //     lease kills it before the relaunch (the audit sees a run killed part-way), and one that
-//     went on beside its relaunch is an overlap, never by design. Or
-//   - one whose agent reported it TASK_FAILED because the soak SIGKILLed its executor within
-//     reportWindow after the script recorded its end.
+//     went on beside its relaunch is an overlap, never by design.
+//
+// A first run whose executor the soak SIGKILLed after the script recorded its end is no such
+// finding: its supervisor recorded the run's end in the sandbox, and the leader reads that
+// record before it fails the task over (package taskend).
 func (s *soak) attribute(updates []audit.Update, records []audit.Record, problems ...[]string) (expected, unexpected []string) {
 	unreachable := map[string][]time.Time{}
-	failed := map[string]bool{}
 	for _, u := range updates {
-		switch u.State {
-		case "TASK_UNREACHABLE":
+		if u.State == "TASK_UNREACHABLE" {
 			unreachable[u.TaskID] = append(unreachable[u.TaskID], u.At)
-		case "TASK_FAILED":
-			failed[u.TaskID] = true
 		}
 	}
 	ended := map[string]time.Time{}
@@ -654,18 +645,6 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 		}
 		return false
 	}
-	killedBeforeReport := func(task, agent string) (time.Duration, bool) {
-		end, ok := ended[task]
-		if !ok || !failed[task] {
-			return 0, false
-		}
-		for _, k := range s.executorKills {
-			if k.agent == agent && !k.at.Before(end) && k.at.Sub(end) <= reportWindow {
-				return k.at.Sub(end), true
-			}
-		}
-		return 0, false
-	}
 	for _, ps := range problems {
 		for _, p := range ps {
 			e := earlier.FindStringSubmatch(p)
@@ -674,19 +653,32 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 				continue
 			}
 			first, err := taskid.Parse(e[1])
-			switch gap, killed := killedBeforeReport(e[1], first.AgentID); {
+			switch {
 			case err != nil:
 				unexpected = append(unexpected, p)
 			case heldBehindPartition(e[1], first.AgentID):
 				expected = append(expected, "ran to its end, its report held behind a partition past both unreachable timeouts until after the relaunch: "+p)
-			case killed:
-				expected = append(expected, fmt.Sprintf("executor SIGKILLed %v after the first run's script ended, before the agent took its TASK_FINISHED: %s", gap.Round(time.Millisecond), p))
 			default:
-				unexpected = append(unexpected, p)
+				unexpected = append(unexpected, p+s.killedAfterEnd(e[1], first.AgentID, ended))
 			}
 		}
 	}
 	return expected, unexpected
+}
+
+// killedAfterEnd says, for a post-mortem, whether the soak SIGKILLed the executor of task on
+// agent within a second after the task's script recorded its end.
+func (s *soak) killedAfterEnd(task, agent string, ended map[string]time.Time) string {
+	end, ok := ended[task]
+	if !ok {
+		return ""
+	}
+	for _, k := range s.executorKills {
+		if gap := k.at.Sub(end); k.agent == agent && gap >= 0 && gap <= time.Second {
+			return fmt.Sprintf(" (the soak SIGKILLed its executor %v after the script recorded its end)", gap.Round(time.Microsecond))
+		}
+	}
+	return ""
 }
 
 // updateTail reads the status updates mesos-local appends to its --record-updates file, from

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/taskend"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -193,5 +195,56 @@ func TestIntegrityAndIdleOffers(t *testing.T) {
 	})
 	if n := s.mesos.OutstandingOffers(); n != 0 {
 		t.Fatalf("%d offers held while idle", n)
+	}
+}
+
+// A run that ended just before its executor died is not run again: its end record, which the
+// script's supervisor wrote in the sandbox, read through the agent, says how it ended. The
+// script freezes its own executor (SIGSTOP) and then ends, so that the supervisor reaps it
+// while the executor cannot report it; the test then SIGKILLs the executor, and the agent
+// reports the task TASK_FAILED (REASON_EXECUTOR_TERMINATED).
+func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
+	for _, code := range []string{"0", "3"} { // 3: a failure of the job's own, not failed over either
+		t.Run("exit"+code, func(t *testing.T) {
+			s := newSystem(t, 2)
+			j := s.scriptJob("ended", 1, "")
+			j.Failover = true
+			pidFile := filepath.Join(s.dir, "executor.pid")
+			j.ScriptCommandLine = strings.TrimSuffix(j.ScriptCommandLine, "; true") +
+				`; exe=$(cut -d' ' -f4 /proc/$PPID/stat); echo $exe > ` + pidFile + `.tmp; mv ` + pidFile + `.tmp ` + pidFile +
+				`; kill -STOP $exe; exit ` + code
+			s.register(j)
+			s.trigger("ended")
+			records := filepath.Join(s.mesos.WorkDir(), "slaves", "*", "frameworks", "*", "executors", "*", "runs", "latest", taskend.Dir, "*")
+			var record string
+			await.True(t, 30*time.Second, "the run's end recorded while its executor is frozen", func() bool {
+				m, _ := filepath.Glob(records)
+				if len(m) == 1 {
+					record = m[0]
+				}
+				return record != ""
+			})
+			b, _ := os.ReadFile(pidFile)
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("the executor's pid: %q", b)
+			}
+			if b, _ := os.ReadFile(record); strings.TrimSpace(string(b)) != "exited "+code {
+				t.Fatalf("end record %q; want exited %s", b, code)
+			}
+			syscall.Kill(pid, syscall.SIGKILL)
+			await.True(t, 30*time.Second, "the agent reported the executor's death", func() bool {
+				for _, u := range s.updates.Updates() {
+					if u.State == "TASK_FAILED" && !u.JobFailed {
+						return true
+					}
+				}
+				return false
+			})
+			await.True(t, 30*time.Second, "the task recorded as ended", func() bool { return s.runningCount("ended") == 0 })
+			if n := s.failoverCount(); n != 0 || len(s.runs("ended")["0"]) != 1 {
+				t.Fatalf("%d failover entries, runs %v; want the one run that ended, and no relaunch", n, s.runs("ended"))
+			}
+		})
 	}
 }

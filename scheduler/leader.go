@@ -49,8 +49,12 @@ type leader struct {
 	// confirming holds the unreachable tasks past the timeout whose reconciliation is asked:
 	// task id → when. Only the answer, still unreachable, makes one lost (timeUnreachable).
 	confirming map[string]time.Time
-	stale      staleTasks
-	lastRecon  time.Time
+	// checking holds the tasks whose run's end record is being read before their executor's
+	// death is recorded (ends.go); endChecks bounds the reads under way.
+	checking  map[string]bool
+	endChecks chan struct{}
+	stale     staleTasks
+	lastRecon time.Time
 
 	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
@@ -148,6 +152,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{},
+		checking: map[string]bool{}, endChecks: make(chan struct{}, maxEndChecks),
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),
 	}

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -44,15 +43,9 @@ func sandboxes(ctx context.Context, client *http.Client, doc masterState, fwID, 
 	}
 	out := []api.Sandbox{}
 	for _, id := range agents {
-		var pid string
-		for _, sl := range doc.Slaves {
-			if sl.ID == id {
-				pid = sl.PID
-			}
-		}
-		_, addr, ok := strings.Cut(pid, "@")
-		if !ok || addr == "" {
-			return nil, fmt.Errorf("the master's state gives no address for agent %s (pid %q)", id, pid)
+		addr, err := doc.agentAddr(id)
+		if err != nil {
+			return nil, err
 		}
 		st, err := readAgentState(ctx, client, addr)
 		if err != nil {
@@ -72,23 +65,24 @@ func sandboxes(ctx context.Context, client *http.Client, doc masterState, fwID, 
 	return out, nil
 }
 
+// agentAddr is where agent id serves its own endpoints: the address of its pid
+// (slave(1)@ip:port).
+func (doc masterState) agentAddr(id string) (string, error) {
+	var pid string
+	for _, sl := range doc.Slaves {
+		if sl.ID == id {
+			pid = sl.PID
+		}
+	}
+	_, addr, ok := strings.Cut(pid, "@")
+	if !ok || addr == "" {
+		return "", fmt.Errorf("the master's state gives no address for agent %s (pid %q)", id, pid)
+	}
+	return addr, nil
+}
+
 func readAgentState(ctx context.Context, client *http.Client, addr string) (agentState, error) {
 	var st agentState
-	url := "http://" + addr + "/state"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return st, fmt.Errorf("read %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("read %s: %s", url, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("decode %s: %w", url, err)
-	}
-	return st, nil
+	err := getAgentJSON(ctx, client, "http://"+addr+"/state", &st)
+	return st, err
 }

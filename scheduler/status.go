@@ -42,7 +42,7 @@ func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 			seen(st)
 		}
 	}
-	ld.recordAll(ctx, sts, 0)
+	ld.recordAll(ctx, ld.checkEnds(ctx, sts), 0)
 }
 
 // recordAll records every one of sts, in as many groups as their size needs.
