@@ -122,6 +122,9 @@ func TestExecutorCrashFailsOverOnlyTheLostShards(t *testing.T) {
 					t.Fatalf("%d failover entries for a job without failover", n)
 				}
 			}
+			if v, _ := sample(scrape(t, s.sched.cfg.HTTPAddr), "ejcloud_executor_death_updates_total", "outcome", "not_ended"); v != 1 {
+				t.Fatalf(`ejcloud_executor_death_updates_total{outcome="not_ended"} = %v; want 1: the run was killed with its executor`, v)
+			}
 			s.release("crashy")
 			await.True(t, 30*time.Second, "all shards done", func() bool { return s.runningCount("crashy") == 0 })
 			if r := s.runs("crashy"); !failover && len(r["0"]) != 1 {
@@ -244,6 +247,10 @@ func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
 			await.True(t, 30*time.Second, "the task recorded as ended", func() bool { return s.runningCount("ended") == 0 })
 			if n := s.failoverCount(); n != 0 || len(s.runs("ended")["0"]) != 1 {
 				t.Fatalf("%d failover entries, runs %v; want the one run that ended, and no relaunch", n, s.runs("ended"))
+			}
+			outcome := map[string]string{"0": "finished", "3": "job_failed"}[code]
+			if v, _ := sample(scrape(t, s.sched.cfg.HTTPAddr), "ejcloud_executor_death_updates_total", "outcome", outcome); v != 1 {
+				t.Fatalf("ejcloud_executor_death_updates_total{outcome=%q} = %v; want 1", outcome, v)
 			}
 		})
 	}

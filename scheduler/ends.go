@@ -122,15 +122,18 @@ func (ld *leader) readEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.
 	out := make([]mesos.TaskStatus, len(sts))
 	copy(out, sts)
 	log := ld.log.WithField("tasks", len(sts))
+	unreadable := func(err error, what string) []mesos.TaskStatus {
+		log.WithError(err).Warn("cannot read the runs' end records (" + what + "); failing the tasks over")
+		ld.inst.metrics.executorDeaths.WithLabelValues("unreadable").Add(float64(len(sts)))
+		return out
+	}
 	fwID, err := ld.store.FrameworkID(ctx)
 	if err != nil {
-		log.WithError(err).Warn("cannot read the runs' end records (no framework id); failing the tasks over")
-		return out
+		return unreadable(err, "no framework id")
 	}
 	doc, err := ld.masterState(ctx)
 	if err != nil {
-		log.WithError(err).Warn("cannot read the runs' end records (master state); failing the tasks over")
-		return out
+		return unreadable(err, "master state")
 	}
 	agents := map[string]agentDirs{}
 	for i, st := range sts {
@@ -149,16 +152,22 @@ func (ld *leader) readEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.
 		}
 		rec, found, err := findEnd(ctx, ld.cfg.mesosHTTP(), dirs, execID, st.TaskID.Value)
 		tlog := ld.log.WithFields(logrus.Fields{"task": st.TaskID.Value, "state": st.GetState().String(), "reason": st.GetReason().String()})
+		outcome := "not_ended"
 		switch {
 		case err != nil:
+			outcome = "unreadable"
 			tlog.WithError(err).Warn("cannot read the run's end record; failing the task over")
 		case !found:
 			tlog.Info("no end record: the run died with its executor")
+		case !rec.Exited:
+			tlog.WithField("record", rec.String()).Info("the run was killed by a signal, perhaps with its executor")
 		default:
 			out[i] = endedAs(st, rec)
+			outcome = map[bool]string{true: "finished", false: "job_failed"}[rec.Succeeded()]
 			tlog.WithFields(logrus.Fields{"record": rec.String(), "recorded_as": out[i].GetState().String()}).
 				Warn("the run had ended before its executor died; recording how it ended, not the agent's report")
 		}
+		ld.inst.metrics.executorDeaths.WithLabelValues(outcome).Inc()
 	}
 	return out
 }

@@ -34,6 +34,7 @@ type metrics struct {
 	staleTasks     prometheus.Gauge
 	backoffs       prometheus.Counter
 	stops          *prometheus.CounterVec // by failure
+	executorDeaths *prometheus.CounterVec // by what the run's end record said (ends.go)
 	zkLatency      *prometheus.HistogramVec
 	scheduleLag    prometheus.Histogram
 }
@@ -57,6 +58,8 @@ func newMetrics() *metrics {
 			Help: "running tasks whose agent has said nothing of them for longer than --stale-task-threshold"}),
 		backoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_failover_backoffs_total",
 			Help: "failover relaunches put off by the backoff"}),
+		executorDeaths: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_executor_death_updates_total",
+			Help: "tasks the agent failed for their executor's death, by what their run's end record said: finished and job_failed (the run had ended: recorded so, not failed over), not_ended (no record, or killed by a signal: failed over), unreadable (failed over)"}, []string{"outcome"}),
 		stops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_jobs_stopped_total",
 			Help: "jobs this instance stopped for a failure that relaunching cannot heal, by failure"}, []string{"failure"}),
 		zkLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ejcloud_zk_request_duration_seconds",
@@ -68,7 +71,7 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.launched, m.offersAccepted, m.offersDeclined, m.updates, m.unplaced, m.leaderChanges, m.staleTasks,
-		m.backoffs, m.stops, m.zkLatency, m.scheduleLag)
+		m.backoffs, m.executorDeaths, m.stops, m.zkLatency, m.scheduleLag)
 	return m
 }
 
