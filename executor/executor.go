@@ -19,6 +19,11 @@
 // that kills the script's processes when the task is killed or ends, and when the executor
 // itself dies, however it dies: a shard's processes never outlive its task.
 //
+// A transient run's end is recorded in the sandbox (package taskend) the moment it ends, by the
+// script's supervisor or, for a Go job, when the job returns, and removed once the agent has
+// the task's final update: a scheduler that hears from the agent of this executor's death
+// reads it there, and does not run again a shard whose run had ended.
+//
 // With a scheduler's --task-lease, the executor also kills its tasks when no word of the
 // scheduler (a LAUNCH, a MESSAGE LEASE) reached it for a whole lease: its agent is then cut
 // off from the master, and the tasks may be relaunched elsewhere (lease.go).
