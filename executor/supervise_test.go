@@ -15,6 +15,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskend"
 )
 
 // scriptHostEnv makes this test binary a stand-in executor: it runs the script in the
@@ -207,12 +208,20 @@ func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
 // the shell and the end of both. child-cpu-ms/op is the CPU its processes used, which grew with
 // the processes on the host while each end read every process's stat in /proc.
 func BenchmarkScriptRun(b *testing.B) {
-	r := &scriptRunner{cmdline: "true", dir: b.TempDir(), sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+	// As in production: the supervisor records the run's end, which the executor removes.
+	dir := b.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, taskend.Dir), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	r := &scriptRunner{cmdline: "true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}, endRecord: taskend.Path(dir, "t")}
 	var before, after syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before)
 	n := 0
 	for b.Loop() {
 		if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Remove(r.endRecord); err != nil {
 			b.Fatal(err)
 		}
 		n++
