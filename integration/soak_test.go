@@ -607,7 +607,10 @@ func minus(a, b map[string]bool) []string {
 	return out
 }
 
-var earlier = regexp.MustCompile(`after (\S+) had run`)
+var (
+	earlier  = regexp.MustCompile(`after (\S+) had run`)
+	neverRan = regexp.MustCompile(`^(\S+): round \d+ \((\d\d:\d\d:\d\d\.\d{3})\) shard (\d+): never ran$`)
+)
 
 // attribute splits the audits' findings into those at-least-once by design, each with its
 // cause, and the others. The finding must name the shard's first run, and that run must be:
@@ -623,9 +626,16 @@ var earlier = regexp.MustCompile(`after (\S+) had run`)
 // record before it fails the task over (package taskend).
 func (s *soak) attribute(updates []audit.Update, records []audit.Record, problems ...[]string) (expected, unexpected []string) {
 	unreachable := map[string][]time.Time{}
+	first, failed := map[string]time.Time{}, map[string]time.Time{}
 	for _, u := range updates {
-		if u.State == "TASK_UNREACHABLE" {
+		if at, ok := first[u.TaskID]; !ok || u.At.Before(at) {
+			first[u.TaskID] = u.At
+		}
+		switch {
+		case u.State == "TASK_UNREACHABLE":
 			unreachable[u.TaskID] = append(unreachable[u.TaskID], u.At)
+		case u.State == "TASK_FAILED" && !u.JobFailed:
+			failed[u.TaskID] = u.At
 		}
 	}
 	ended := map[string]time.Time{}
@@ -645,8 +655,41 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 		}
 		return false
 	}
+	// endedBeforeItsExecutorDied finds, for a round's shard the status updates say never ran,
+	// a task of it that ran to its end (the script recorded it) and that the agent then failed
+	// for its executor's death, which the soak had SIGKILLed just after: the leader recorded it
+	// from the run's end record, which no status update shows.
+	endedBeforeItsExecutorDied := func(job, at, item string) (string, bool) {
+		for task, failedAt := range failed {
+			id, err := taskid.Parse(task)
+			if err != nil || id.JobName != job || strconv.Itoa(id.Item) != item {
+				continue
+			}
+			end, ok := ended[task]
+			if !ok || end.After(failedAt) || s.killedAfterEnd(task, id.AgentID, ended) == "" {
+				continue
+			}
+			// The round's start (the audit's clock time, UTC) is its first task's first update.
+			clock, err := time.Parse("15:04:05.000", at)
+			f := first[task].UTC()
+			if err != nil {
+				continue
+			}
+			start := time.Date(f.Year(), f.Month(), f.Day(), clock.Hour(), clock.Minute(), clock.Second(), clock.Nanosecond(), time.UTC)
+			if d := f.Sub(start); d >= -2*time.Second && d <= 2*time.Second {
+				return task, true
+			}
+		}
+		return "", false
+	}
 	for _, ps := range problems {
 		for _, p := range ps {
+			if n := neverRan.FindStringSubmatch(p); n != nil {
+				if task, ok := endedBeforeItsExecutorDied(n[1], n[2], n[3]); ok {
+					expected = append(expected, "ran once (its script recorded its end; the side-effect audit counts it), then its executor was SIGKILLed before the agent took the TASK_FINISHED: the agent's TASK_FAILED is all the status updates show, and the leader recorded the run from its end record ("+task+"): "+p)
+					continue
+				}
+			}
 			e := earlier.FindStringSubmatch(p)
 			if e == nil {
 				unexpected = append(unexpected, p)

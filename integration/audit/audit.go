@@ -239,7 +239,7 @@ func (r *round) endedBy(t time.Time) bool {
 // task that never ended, two tasks alive at once, a task launched after the shard had run.
 func checkShard(r *round, item int, problem func(string, ...any), rep *Report) int {
 	ran := 0
-	var prev *task
+	var prev, lastRan *task // lastRan: the latest earlier task that ran, named by a duplicate
 	for _, t := range r.tasks {
 		if t.item != item {
 			continue
@@ -254,12 +254,13 @@ func checkShard(r *round, item int, problem func(string, ...any), rep *Report) i
 			switch {
 			case prev.end.IsZero() || t.first.Before(prev.end):
 				problem("task %s ran while %s was still alive", t.id, prev.id)
-			case prev.ran:
-				problem("task %s launched after %s had run", t.id, prev.id)
+			case lastRan != nil:
+				problem("task %s launched after %s had run", t.id, lastRan.id)
 			}
 		}
 		if t.ran {
 			ran++
+			lastRan = t
 		}
 		prev = t
 	}

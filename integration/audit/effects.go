@@ -158,8 +158,8 @@ func CheckEffects(jobs []Job, records []Record, updates []Update) Report {
 // started while another was alive (overlapping) or after one had run (duplicate).
 func checkShardEffects(r *round, item int, problem func(string, ...any), rep *Report) int {
 	ran := 0
-	var alive time.Time // the latest end of the shard's earlier runs in the round
-	var prev *task
+	var alive time.Time     // the latest end of the shard's earlier runs in the round
+	var prev, lastRan *task // lastRan: the latest earlier run that ended, named by a duplicate
 	for _, t := range r.tasks {
 		if t.item != item || t.launchOnly {
 			continue
@@ -177,14 +177,15 @@ func checkShardEffects(r *round, item int, problem func(string, ...any), rep *Re
 		case prev != nil && t.first.Before(alive):
 			rep.Overlaps++
 			problem("run %s started at %s, while %s ran (until %s)", t.id, t.first.Format("15:04:05.000"), prev.id, alive.Format("15:04:05.000"))
-		case prev != nil && ran > 0 && !t.ran:
+		case lastRan != nil && !t.ran:
 			rep.Duplicates++ // one that ended is counted by the caller
-			problem("run %s started after %s had run, and was killed part-way", t.id, prev.id)
-		case prev != nil && ran > 0:
-			problem("run %s started after %s had run", t.id, prev.id)
+			problem("run %s started after %s had run, and was killed part-way", t.id, lastRan.id)
+		case lastRan != nil:
+			problem("run %s started after %s had run", t.id, lastRan.id)
 		}
 		if t.ran {
 			ran++
+			lastRan = t
 		}
 		if t.end.After(alive) {
 			alive = t.end

@@ -100,6 +100,9 @@ func TestCheckEffects(t *testing.T) {
 		{name: "a second run of a shard that had run, killed part-way", runs: runs(first,
 			[]run{{item: "1", kind: "FAILOVER", name: "f1", start: 0.5, end: -1}}),
 			rounds: 1, relaunch: 1, partial: 1, dup: 1, problem: "killed part-way"},
+		{name: "a run that had run, a relaunch killed part-way, a second relaunch: the duplicate names the run that ended", runs: runs(first,
+			[]run{{item: "1", kind: "FAILOVER", name: "f1", start: 0.5, end: -1}, {item: "1", kind: "FAILOVER", name: "g1", start: 0.8, end: 0.9}}),
+			rounds: 1, relaunch: 2, partial: 1, dup: 2, problem: "run job@-@1@-@FAILOVER@-@agent-1@-@g1 started after job@-@1@-@READY@-@agent-1@-@a1 had run"},
 		{name: "a relaunch while the first run still ran", runs: runs(
 			[]run{{item: "0", kind: "READY", name: "a0", start: 0.05, end: 1.5}}, first[1:],
 			[]run{{item: "0", kind: "FAILOVER", name: "f0", start: 0.9, end: 1.0}}),
