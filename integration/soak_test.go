@@ -634,7 +634,7 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 		switch {
 		case u.State == "TASK_UNREACHABLE":
 			unreachable[u.TaskID] = append(unreachable[u.TaskID], u.At)
-		case u.State == "TASK_FAILED" && !u.JobFailed:
+		case (u.State == "TASK_FAILED" || u.State == "TASK_GONE" || u.State == "TASK_LOST") && !u.JobFailed:
 			failed[u.TaskID] = u.At
 		}
 	}
@@ -657,8 +657,9 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 	}
 	// endedBeforeItsExecutorDied finds, for a round's shard the status updates say never ran,
 	// a task of it that ran to its end (the script recorded it) and that the agent then failed
-	// for its executor's death, which the soak had SIGKILLed just after: the leader recorded it
-	// from the run's end record, which no status update shows.
+	// (TASK_FAILED, TASK_GONE: its executor was SIGKILLed, or did not re-register after an
+	// agent restart): the leader recorded it from the run's end record, which no status update
+	// shows. A shard that really never ran is still the side-effect audit's finding.
 	endedBeforeItsExecutorDied := func(job, at, item string) (string, bool) {
 		for task, failedAt := range failed {
 			id, err := taskid.Parse(task)
@@ -666,7 +667,7 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 				continue
 			}
 			end, ok := ended[task]
-			if !ok || end.After(failedAt) || s.killedAfterEnd(task, id.AgentID, ended) == "" {
+			if !ok || end.After(failedAt) {
 				continue
 			}
 			// The round's start (the audit's clock time, UTC) is its first task's first update.
@@ -677,7 +678,7 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 			}
 			start := time.Date(f.Year(), f.Month(), f.Day(), clock.Hour(), clock.Minute(), clock.Second(), clock.Nanosecond(), time.UTC)
 			if d := f.Sub(start); d >= -2*time.Second && d <= 2*time.Second {
-				return task, true
+				return task + s.killedAfterEnd(task, id.AgentID, ended), true
 			}
 		}
 		return "", false
@@ -686,7 +687,7 @@ func (s *soak) attribute(updates []audit.Update, records []audit.Record, problem
 		for _, p := range ps {
 			if n := neverRan.FindStringSubmatch(p); n != nil {
 				if task, ok := endedBeforeItsExecutorDied(n[1], n[2], n[3]); ok {
-					expected = append(expected, "ran once (its script recorded its end; the side-effect audit counts it), then its executor was SIGKILLed before the agent took the TASK_FINISHED: the agent's TASK_FAILED is all the status updates show, and the leader recorded the run from its end record ("+task+"): "+p)
+					expected = append(expected, "ran once (its script recorded its end; the side-effect audit counts it), then its executor died before the agent took the TASK_FINISHED: the agent's failure is all the status updates show, and the leader recorded the run from its end record ("+task+"): "+p)
 					continue
 				}
 			}
