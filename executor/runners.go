@@ -126,23 +126,12 @@ func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				if r.endRecord != "" && ctx.Err() == nil {
-					taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: 2})
-				}
+				r.recordEnd(ctx, 2)
 				done <- &jobFailure{cause: fmt.Sprintf("panic: %v", p)}
 			}
 		}()
 		err := r.f(ctx)
-		if r.endRecord != "" && ctx.Err() == nil {
-			// A Go job ends on its own when f returns: recorded as a script's exit would be.
-			code := 0
-			if err != nil {
-				code = 1
-			}
-			if werr := taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: code}); werr != nil {
-				fmt.Fprintln(os.Stderr, "ejcloud executor:", werr)
-			}
-		}
+		r.recordEnd(ctx, map[bool]int{true: 0, false: 1}[err == nil])
 		if err != nil {
 			done <- &jobFailure{cause: err.Error()}
 			return
@@ -162,6 +151,17 @@ func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
 	case <-time.After(grace()):
 	}
 	return errKilled
+}
+
+// recordEnd records that the job ended on its own with code (0 ok, 1 an error, 2 a panic), as a
+// script's exit would be; a job that ended because it was killed is not recorded.
+func (r *goRunner) recordEnd(ctx context.Context, code int) {
+	if r.endRecord == "" || ctx.Err() != nil {
+		return
+	}
+	if err := taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: code}); err != nil {
+		fmt.Fprintln(os.Stderr, "ejcloud executor:", err)
+	}
 }
 
 // openAppend opens a sandbox log file, as the agent opened it for the executor itself.
