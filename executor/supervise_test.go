@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskdata"
 	"github.com/ejcloud/ejcloud/taskend"
@@ -204,24 +205,66 @@ func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
 	}
 }
 
-// BenchmarkScriptRun is what one shard of `true` costs the executor's side: the supervisor,
-// the shell and the end of both. child-cpu-ms/op is the CPU its processes used, which grew with
-// the processes on the host while each end read every process's stat in /proc.
+// BenchmarkScriptRun is what one shard costs the executor's side: the supervisor, the shell and
+// the end of both. child-cpu-ms/op is the CPU its processes used, which grew with the processes
+// on the host while each end read every process's stat in /proc.
+//
+// The cases put that cost beside its floor and its ceiling in the soak: "exec" is one fork and
+// exec of /bin/true without a supervisor, what any process costs on this machine; "soak" is the
+// soak's recording script (integration/audit.RecordingScript) with an empty body, the processes
+// every soak run pays for before its own sleep. Together they bound the shard runs a second
+// that the soak can carry on a given machine, whatever the scheduler does.
 func BenchmarkScriptRun(b *testing.B) {
-	// As in production: the supervisor records the run's end, which the executor removes.
-	dir := b.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, taskend.Dir), 0o755); err != nil {
-		b.Fatal(err)
+	b.Run("exec", func(b *testing.B) {
+		benchChildCPU(b, func() error { return exec.Command("/bin/true").Run() })
+	})
+	for _, bc := range []struct {
+		name string
+		// script is the command line of a run in dir; runs says how many runs its side
+		// effects show, so that the benchmark measures scripts that did their work.
+		script func(dir string) string
+		runs   func(dir string) (int, error)
+	}{
+		{"true", func(string) string { return "true" }, nil},
+		{"soak",
+			func(dir string) string {
+				return audit.RecordingScript(filepath.Join(dir, "effects.log"), dir, "")
+			},
+			func(dir string) (int, error) {
+				rs, err := audit.ReadEffects(filepath.Join(dir, "effects.log"))
+				return len(rs) / 2, err // a start and an end a run
+			}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			// As in production: the supervisor records the run's end, which the executor removes.
+			dir := b.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, taskend.Dir), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			r := &scriptRunner{cmdline: bc.script(dir), dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}, endRecord: taskend.Path(dir, "t")}
+			n := benchChildCPU(b, func() error {
+				if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
+					return err
+				}
+				return os.Remove(r.endRecord)
+			})
+			if bc.runs != nil {
+				if got, err := bc.runs(dir); err != nil || got != n {
+					b.Fatalf("the scripts' side effects show %d runs (%v); want %d", got, err, n)
+				}
+			}
+		})
 	}
-	r := &scriptRunner{cmdline: "true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}, endRecord: taskend.Path(dir, "t")}
+}
+
+// benchChildCPU runs once per iteration and reports the CPU of the child processes it waited
+// for, per iteration. It returns the iterations.
+func benchChildCPU(b *testing.B, once func() error) int {
 	var before, after syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before)
 	n := 0
 	for b.Loop() {
-		if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Remove(r.endRecord); err != nil {
+		if err := once(); err != nil {
 			b.Fatal(err)
 		}
 		n++
@@ -229,4 +272,5 @@ func BenchmarkScriptRun(b *testing.B) {
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &after)
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n), "child-cpu-ms/op")
+	return n
 }
