@@ -13,7 +13,8 @@ import (
 
 // A master with framework authentication (mesos-local --authenticate-http-frameworks): a
 // scheduler without the secret is told which flags to set, and stops; with --mesos-principal
-// and --mesos-secret-file it subscribes and runs a job. (Issue 15, framework authentication.)
+// and --mesos-secret-file it subscribes and runs a job, and reads the master's and agents'
+// read-only endpoints with them. (Issue 15, framework authentication.)
 func TestFrameworkAuthentication(t *testing.T) {
 	dir := t.TempDir()
 	creds, secret := filepath.Join(dir, "credentials"), filepath.Join(dir, "secret")
@@ -21,7 +22,7 @@ func TestFrameworkAuthentication(t *testing.T) {
 	os.WriteFile(secret, []byte("s3cret\n"), 0o600) // as `echo s3cret > file` writes it
 	w := &world{zk: statetest.StartZooKeeper(t), dir: t.TempDir()}
 	w.mesos = startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]",
-		"--authenticate-http-frameworks", "--authenticate-http-readonly", "--credentials", creds)
+		"--authenticate-http-frameworks", "--authenticate-http-readonly", "--authenticate-agent-http-readonly", "--credentials", creds)
 
 	without := startScheduler(t, w.zk, w.mesos, "--mesos-startup-timeout", "2s")
 	await.True(t, 30*time.Second, "the scheduler without the secret names the flags", func() bool {
@@ -34,9 +35,10 @@ func TestFrameworkAuthentication(t *testing.T) {
 	with.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	with.must(t, 204, "POST", "/api/job/register", w.jobJSON("authed", 2, "", false, ""))
 	w.triggerAndAwait(t, with, "authed", 2, 1)
-	// The master's state (here authenticated too) is read with the framework's credentials.
+	// The master's state and the agent's (here both authenticated too) are read with the
+	// framework's credentials.
 	if code, body := with.api(t, "GET", "/api/operate/sandbox?appName=app", ""); code != 200 || !strings.Contains(body, `"path":"/`) {
-		t.Fatalf("sandboxes through the authenticated master state: %d %s", code, body)
+		t.Fatalf("sandboxes through the authenticated master and agent states: %d %s", code, body)
 	}
 }
 

@@ -81,7 +81,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
 	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos masters: zk://[user:pass@]host:port[,host:port…]/path (the leading master as Mesos publishes it in ZooKeeper), or http(s):// base URLs separated by commas, tried in order (leader redirects are followed)")
-	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call")
+	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call and on the reads of the master's and agents' state and sandbox files")
 	fs.StringVar(&c.MesosSecretFile, "mesos-secret-file", "", "file holding the principal's secret, for a master with framework authentication (the secret is never on the command line)")
 	fs.StringVar(&c.MesosRole, "mesos-role", "*", "Mesos role")
 	fs.StringVar(&c.MesosUser, "mesos-user", currentUser(), "user tasks run as")

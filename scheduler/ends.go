@@ -135,12 +135,13 @@ func (ld *leader) readEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.
 	if err != nil {
 		return unreadable(err, "master state")
 	}
+	reader := ld.mesosReader()
 	agents := map[string]agentDirs{}
 	for i, st := range sts {
 		aid := st.AgentID.Value
 		dirs, ok := agents[aid]
 		if !ok {
-			dirs, err = executorDirs(ctx, ld.cfg.mesosHTTP(), doc, fwID, aid)
+			dirs, err = executorDirs(ctx, reader, doc, fwID, aid)
 			if err != nil {
 				log.WithError(err).WithField("agent", aid).Warn("cannot read the runs' end records; failing the tasks over")
 			}
@@ -150,7 +151,7 @@ func (ld *leader) readEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.
 		if st.ExecutorID != nil {
 			execID = st.ExecutorID.Value
 		}
-		rec, found, err := findEnd(ctx, ld.cfg.mesosHTTP(), dirs, execID, st.TaskID.Value)
+		rec, found, err := findEnd(ctx, reader, dirs, execID, st.TaskID.Value)
 		tlog := ld.log.WithFields(logrus.Fields{"task": st.TaskID.Value, "state": st.GetState().String(), "reason": st.GetReason().String()})
 		outcome := "not_ended"
 		switch {
@@ -220,13 +221,13 @@ type agentExecutor struct {
 
 // executorDirs reads, from the agent's own /state, the sandboxes of the framework's executors
 // on agent aid.
-func executorDirs(ctx context.Context, client *http.Client, doc masterState, fwID, aid string) (agentDirs, error) {
+func executorDirs(ctx context.Context, agents mesosReader, doc masterState, fwID, aid string) (agentDirs, error) {
 	addr, err := doc.agentAddr(aid)
 	if err != nil {
 		return agentDirs{}, err
 	}
 	var st agentFrameworks
-	if err := getAgentJSON(ctx, client, "http://"+addr+"/state", &st); err != nil {
+	if err := getAgentJSON(ctx, agents, agents.agentURL(addr, "/state"), &st); err != nil {
 		return agentDirs{}, err
 	}
 	out := agentDirs{addr: addr, dirs: map[string][]string{}}
@@ -249,7 +250,7 @@ var errNotFound = errors.New("404 Not Found")
 // findEnd looks for the end record of tid in the sandboxes of executor execID (of every
 // executor of the framework if execID is empty): an executor id names several sandboxes when
 // the executor was started again on the agent.
-func findEnd(ctx context.Context, client *http.Client, a agentDirs, execID, tid string) (taskend.Record, bool, error) {
+func findEnd(ctx context.Context, agents mesosReader, a agentDirs, execID, tid string) (taskend.Record, bool, error) {
 	if a.addr == "" {
 		return taskend.Record{}, false, errors.New("the agent's sandboxes are unknown")
 	}
@@ -258,7 +259,7 @@ func findEnd(ctx context.Context, client *http.Client, a agentDirs, execID, tid 
 			continue
 		}
 		for _, dir := range dirs {
-			b, err := readAgentFile(ctx, client, a.addr, taskend.Path(dir, tid))
+			b, err := readAgentFile(ctx, agents, a.addr, taskend.Path(dir, tid))
 			if errors.Is(err, errNotFound) {
 				continue
 			}
@@ -277,24 +278,20 @@ func findEnd(ctx context.Context, client *http.Client, a agentDirs, execID, tid 
 
 // readAgentFile reads a small file of a sandbox through the agent's /files/read, as the Mesos
 // web UI does.
-func readAgentFile(ctx context.Context, client *http.Client, addr, path string) ([]byte, error) {
-	u := "http://" + addr + "/files/read?" + url.Values{"path": {path}, "offset": {"0"}, "length": {"4096"}}.Encode()
+func readAgentFile(ctx context.Context, agents mesosReader, addr, path string) ([]byte, error) {
+	u := agents.agentURL(addr, "/files/read?"+url.Values{"path": {path}, "offset": {"0"}, "length": {"4096"}}.Encode())
 	var doc struct {
 		Data string `json:"data"`
 	}
-	if err := getAgentJSON(ctx, client, u, &doc); err != nil {
+	if err := getAgentJSON(ctx, agents, u, &doc); err != nil {
 		return nil, err
 	}
 	return []byte(doc.Data), nil
 }
 
 // getAgentJSON GETs one of an agent's JSON endpoints into v; a 404 is errNotFound.
-func getAgentJSON(ctx context.Context, client *http.Client, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
+func getAgentJSON(ctx context.Context, agents mesosReader, u string, v any) error {
+	resp, err := agents.get(ctx, u)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", u, err)
 	}

@@ -271,6 +271,15 @@ type masterState struct {
 	} `json:"slaves"`
 }
 
+// mesosReader reads the master this leader subscribed at, and its agents.
+func (ld *leader) mesosReader() mesosReader {
+	var master string
+	if m := ld.master.Load(); m != nil {
+		master = *m
+	}
+	return ld.cfg.mesosReader(master)
+}
+
 func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	var doc masterState
 	var master string
@@ -281,16 +290,7 @@ func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 	} else {
 		return doc, errors.New("read the master's state: not subscribed to a master yet")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(master, "/")+"/master/state", nil)
-	if err != nil {
-		return doc, err
-	}
-	if ld.cfg.mesosSecret != "" {
-		// For a master that also authenticates its read-only endpoints
-		// (--authenticate_http_readonly): the framework's principal is the one it knows.
-		req.SetBasicAuth(ld.cfg.MesosPrincipal, ld.cfg.mesosSecret)
-	}
-	resp, err := ld.cfg.mesosHTTP().Do(req)
+	resp, err := ld.cfg.mesosReader(master).get(ctx, strings.TrimSuffix(master, "/")+"/master/state")
 	if err != nil {
 		return doc, fmt.Errorf("read the master's state: %w", err)
 	}
@@ -355,7 +355,7 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 	if err != nil {
 		return nil, err
 	}
-	return sandboxes(ctx, ld.cfg.mesosHTTP(), doc, fwID, app)
+	return sandboxes(ctx, ld.mesosReader(), doc, fwID, app)
 }
 
 // Trigger clears the job's stop, adds one run of a TRANSIENT job, like a misfire-enabled fire

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/ejcloud/ejcloud/api"
@@ -27,7 +26,7 @@ type agentState struct {
 // state names the agents running the app's executors; each of those agents' /state (at the
 // address of its pid) gives their directories. An agent that cannot be read fails the lookup,
 // rather than answering a partial list as if it were whole.
-func sandboxes(ctx context.Context, client *http.Client, doc masterState, fwID, app string) ([]api.Sandbox, error) {
+func sandboxes(ctx context.Context, reader mesosReader, doc masterState, fwID, app string) ([]api.Sandbox, error) {
 	var agents []string
 	seen := map[string]bool{}
 	for _, f := range doc.Frameworks {
@@ -47,7 +46,7 @@ func sandboxes(ctx context.Context, client *http.Client, doc masterState, fwID, 
 		if err != nil {
 			return nil, err
 		}
-		st, err := readAgentState(ctx, client, addr)
+		st, err := readAgentState(ctx, reader, addr)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", id, err)
 		}
@@ -81,8 +80,8 @@ func (doc masterState) agentAddr(id string) (string, error) {
 	return addr, nil
 }
 
-func readAgentState(ctx context.Context, client *http.Client, addr string) (agentState, error) {
+func readAgentState(ctx context.Context, agents mesosReader, addr string) (agentState, error) {
 	var st agentState
-	err := getAgentJSON(ctx, client, "http://"+addr+"/state", &st)
+	err := getAgentJSON(ctx, agents, agents.agentURL(addr, "/state"), &st)
 	return st, err
 }

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -123,6 +125,48 @@ func (c *Config) mesosHTTP() *http.Client {
 		return &http.Client{Timeout: 30 * time.Second}
 	}
 	return c.mesosClient
+}
+
+// mesosReader reads the read-only JSON endpoints of the master (/master/state) and of its
+// agents (/state, /files/read). With a secret it sends the framework's principal as HTTP
+// Basic credentials, for masters and agents that authenticate those endpoints
+// (--authenticate_http_readonly; an agent's --http_credentials must then know the principal).
+// Agents are asked over https when the master is: Mesos's SSL setting (LIBPROCESS_SSL_ENABLED)
+// is the whole cluster's, and the Mesos web UI reaches agents the same way.
+type mesosReader struct {
+	client            *http.Client
+	principal, secret string
+	agentScheme       string // "http" or "https"
+}
+
+// mesosReader reads the master at master (a URL; "" when none is known yet) and its agents.
+func (c *Config) mesosReader(master string) mesosReader {
+	scheme := "http"
+	if strings.HasPrefix(master, "https://") {
+		scheme = "https"
+	}
+	return mesosReader{client: c.mesosHTTP(), principal: c.MesosPrincipal, secret: c.mesosSecret, agentScheme: scheme}
+}
+
+// agentURL is the URL of path (with its query) on the agent served at addr (host:port).
+func (r mesosReader) agentURL(addr, path string) string {
+	scheme := r.agentScheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return scheme + "://" + addr + path
+}
+
+// get GETs u; the caller closes the body.
+func (r mesosReader) get(ctx context.Context, u string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.secret != "" {
+		req.SetBasicAuth(r.principal, r.secret)
+	}
+	return r.client.Do(req)
 }
 
 // untrustedCert says err is a master's certificate failing verification.

@@ -98,14 +98,25 @@ func (c *Cluster) newAgent(i int, total mesos.Resources) (*agent, error) {
 func (a *agent) startServer() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/executor", a.executorAPI)
-	mux.HandleFunc("GET /state", a.stateJSON)
-	mux.HandleFunc("GET /slave(1)/state", a.stateJSON)
-	// Like the agent's /state, not authenticated: mesos-local's --authenticate-http-readonly
-	// covers the master's read-only endpoints only.
-	mux.HandleFunc("/files/read", a.filesRead)
-	mux.HandleFunc("/files/read.json", a.filesRead)
+	mux.HandleFunc("GET /state", a.readonly(a.stateJSON))
+	mux.HandleFunc("GET /slave(1)/state", a.readonly(a.stateJSON))
+	mux.HandleFunc("/files/read", a.readonly(a.filesRead))
+	mux.HandleFunc("/files/read.json", a.readonly(a.filesRead))
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.c.serve(a.srv, a.ln)
+}
+
+// readonly guards one of the agent's read-only endpoints: with AuthenticateAgentReadonly, a
+// request needs the credentials (else 401 and a Basic challenge).
+func (a *agent) readonly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.c.opts.AuthenticateAgentReadonly {
+			if _, ok := a.c.authenticate(w, r); !ok {
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // stopServer closes the executor endpoint and every connection to it, as the agent process

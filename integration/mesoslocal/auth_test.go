@@ -2,6 +2,7 @@ package mesoslocal_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -113,6 +114,78 @@ func TestFrameworkAuthenticationOfCalls(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("DECLINE with %s: %d; want %d", tc.name, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// The read-only endpoints: the master's with AuthenticateReadonly, the agents' with
+// AuthenticateAgentReadonly, each needing the credentials (401 and a Basic challenge without
+// them) only when its option is on.
+func TestAuthenticatedReadonlyEndpoints(t *testing.T) {
+	creds := map[string]string{"ejcloud": "s3cret"}
+	for _, tc := range []struct {
+		name                  string
+		master, agents        bool
+		wantMaster, wantAgent int // the status without credentials
+	}{
+		{"master and agents", true, true, http.StatusUnauthorized, http.StatusUnauthorized},
+		{"the master only", true, false, http.StatusUnauthorized, http.StatusOK},
+		{"the agents only", false, true, http.StatusOK, http.StatusUnauthorized},
+		{"neither", false, false, http.StatusOK, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, func(o *mesoslocal.Options) {
+				o.Credentials, o.AuthenticateReadonly, o.AuthenticateAgentReadonly = creds, tc.master, tc.agents
+			})
+			status := func(u string, withCreds bool) (int, []byte) {
+				t.Helper()
+				req, _ := http.NewRequest(http.MethodGet, u, nil)
+				if withCreds {
+					req.SetBasicAuth("ejcloud", "s3cret")
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") != `Basic realm="mesos"` {
+					t.Fatalf("GET %s: 401 without a Basic challenge", u)
+				}
+				return resp.StatusCode, b
+			}
+			code, body := status(c.URL()+"/master/state", true)
+			var doc struct {
+				Slaves []struct{ PID string } `json:"slaves"`
+			}
+			if err := json.Unmarshal(body, &doc); code != http.StatusOK || err != nil || len(doc.Slaves) == 0 {
+				t.Fatalf("/master/state with credentials: %d %s", code, body)
+			}
+			if code, _ := status(c.URL()+"/master/state", false); code != tc.wantMaster {
+				t.Fatalf("/master/state without credentials: %d; want %d", code, tc.wantMaster)
+			}
+			_, addr, _ := strings.Cut(doc.Slaves[0].PID, "@")
+			agent := "http://" + addr
+			for _, ep := range []struct {
+				path      string
+				withCreds int // a missing file is a 404 once past authentication
+			}{
+				{"/state", http.StatusOK},
+				{"/slave(1)/state", http.StatusOK},
+				{"/files/read?path=/no/such/file&offset=0", http.StatusNotFound},
+				{"/files/read.json?path=/no/such/file&offset=0", http.StatusNotFound},
+			} {
+				if code, body := status(agent+ep.path, true); code != ep.withCreds {
+					t.Fatalf("agent %s with credentials: %d %s; want %d", ep.path, code, body, ep.withCreds)
+				}
+				want := tc.wantAgent
+				if want == http.StatusOK {
+					want = ep.withCreds
+				}
+				if code, _ := status(agent+ep.path, false); code != want {
+					t.Fatalf("agent %s without credentials: %d; want %d", ep.path, code, want)
+				}
+			}
+		})
 	}
 }
 

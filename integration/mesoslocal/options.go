@@ -42,9 +42,11 @@ type Options struct {
 	// with --credentials): principal → secret.
 	Credentials map[string]string
 	// AuthenticateReadonly also requires those credentials on the master's read-only
-	// endpoints (/master/state, /state), as --authenticate_http_readonly does. The agents'
-	// read-only endpoints (/state, /files/read) stay open.
+	// endpoints (/master/state, /state), as the master's --authenticate_http_readonly does.
 	AuthenticateReadonly bool
+	// AuthenticateAgentReadonly requires them on the agents' read-only endpoints (/state,
+	// /files/read), as an agent's --authenticate_http_readonly with --http_credentials does.
+	AuthenticateAgentReadonly bool
 
 	// StandbyAddr, if set, starts a second listener that answers every scheduler call with a
 	// 307 to the master, as a non-leading master does.

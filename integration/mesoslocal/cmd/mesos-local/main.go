@@ -42,7 +42,8 @@ func main() {
 	fs.DurationVar(&o.ExecutorHeartbeatInterval, "executor-heartbeat-interval", 0, "(Mesos: 30m)")
 	fs.StringVar(&o.Containment, "containment", mesoslocal.ContainAuto, "executor containers: session (kill the executor's session when it ends), cgroup (also a cgroup v2 per executor; fails if the hierarchy is not writable) or auto (cgroup where possible)")
 	authFrameworks := fs.Bool("authenticate-http-frameworks", false, "require HTTP Basic credentials from --credentials on the scheduler API")
-	authReadonly := fs.Bool("authenticate-http-readonly", false, "also require the --credentials on the master's read-only endpoints (/master/state, /state); the agents' /state and /files/read stay open")
+	authReadonly := fs.Bool("authenticate-http-readonly", false, "also require the --credentials on the master's read-only endpoints (/master/state, /state)")
+	authAgentReadonly := fs.Bool("authenticate-agent-http-readonly", false, "also require the --credentials on the agents' read-only endpoints (/state, /files/read), as agents with --authenticate_http_readonly and --http_credentials do")
 	credentials := fs.String("credentials", "", "Mesos credentials file: JSON {\"credentials\":[{\"principal\",\"secret\"}]} or lines \"principal secret\"")
 	zkURL := fs.String("zk", "", "zk://host:port[,host:port…]/path: contend for leadership there as Mesos masters do (json.info_ nodes holding MasterInfo as JSON); until it leads, the scheduler API answers 307 to the leader or 503")
 	zkSessionTimeout := fs.Duration("zk-session-timeout", 10*time.Second, "ZooKeeper session timeout with --zk (Mesos: 10secs): a killed master leads until it expires")
@@ -81,8 +82,11 @@ func main() {
 	case *authReadonly && !*authFrameworks:
 		fmt.Fprintln(os.Stderr, "mesos-local: --authenticate-http-readonly needs --authenticate-http-frameworks and its --credentials")
 		os.Exit(2)
+	case *authAgentReadonly && !*authFrameworks:
+		fmt.Fprintln(os.Stderr, "mesos-local: --authenticate-agent-http-readonly needs --authenticate-http-frameworks and its --credentials")
+		os.Exit(2)
 	case *authFrameworks:
-		o.AuthenticateReadonly = *authReadonly
+		o.AuthenticateReadonly, o.AuthenticateAgentReadonly = *authReadonly, *authAgentReadonly
 		if o.Credentials, err = mesoslocal.ReadCredentials(*credentials); err != nil {
 			fmt.Fprintln(os.Stderr, "mesos-local: --credentials:", err)
 			os.Exit(2)
