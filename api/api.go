@@ -188,6 +188,7 @@ func body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 // queue concerned, never of ZooKeeper paths or client errors: those go to the log.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var fe *config.FieldError
+	var me *MesosError
 	subject := subjectOf(err)
 	switch {
 	case errors.As(err, &fe):
@@ -208,6 +209,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			" make it smaller (an app's jobs can be deleted or disabled first, a few at a time)", "")
 	case errors.Is(err, state.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "ZooKeeper is unavailable; retry later", "")
+	case errors.As(err, &me):
+		// Mesos, not this scheduler, failed: 503, SPEC §7's answer for a Mesos that cannot
+		// serve (as without a subscription), not an internal fault. What failed is named;
+		// how (URLs, client errors) goes to the log.
+		id := errorID()
+		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Warn("Mesos could not be read")
+		writeError(w, http.StatusServiceUnavailable, me.Which+" could not be read; retry later (the scheduler's log has the details under error_id="+id+")", "")
 	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "this scheduler instance is not (or no longer) the leader; retry, and follow the redirect to the leader", "")
 	default:
@@ -244,6 +252,16 @@ func or(s, fallback string) string {
 }
 
 var errBadRequest = errors.New("bad request")
+
+// MesosError is a Scheduler's error that means Mesos did not answer what it was asked: its
+// master's or an agent's state or files could not be read. The API answers it 503.
+type MesosError struct {
+	Which string // "the Mesos master", "Mesos agent S0"
+	Err   error
+}
+
+func (e *MesosError) Error() string { return e.Which + ": " + e.Err.Error() }
+func (e *MesosError) Unwrap() error { return e.Err }
 
 // ErrUnavailable is wrapped by a Scheduler's errors that mean "try again, perhaps elsewhere":
 // the instance stopped leading while it answered. The API answers them 503.

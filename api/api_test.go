@@ -355,6 +355,36 @@ func TestOperateAndTraceEndpoints(t *testing.T) {
 	}
 }
 
+// A Mesos agent or master that cannot be read is answered 503 (SPEC §7: Mesos cannot serve),
+// naming it, not as an internal fault, and the body does not carry the client's error.
+func TestSandboxesWhenMesosCannotBeRead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+		says string
+	}{
+		{"an agent", fmt.Errorf("sandboxes: %w", &MesosError{Which: "Mesos agent S0", Err: errors.New("read http://127.0.0.2:5051/state: 401 Unauthorized")}),
+			http.StatusServiceUnavailable, "Mesos agent S0 could not be read"},
+		{"the master", &MesosError{Which: "the Mesos master", Err: errors.New("dial tcp 127.0.0.1:5050: connection refused")},
+			http.StatusServiceUnavailable, "the Mesos master could not be read"},
+		{"something else", errors.New("boom"), http.StatusInternalServerError, "internal error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := seeded()
+			f.sched.sandboxErr = tc.err
+			rec := f.do("GET", "/api/operate/sandbox?appName=app", "")
+			body := rec.Body.String()
+			if rec.Code != tc.want || !strings.Contains(body, tc.says) || !strings.Contains(body, "error_id=") {
+				t.Fatalf("%d %s; want %d saying %q with an error id", rec.Code, body, tc.want, tc.says)
+			}
+			if strings.Contains(body, "401") || strings.Contains(body, "dial tcp") {
+				t.Fatalf("the body carries the client's error: %s", body)
+			}
+		})
+	}
+}
+
 func TestClusterAndUnplaced(t *testing.T) {
 	f := newFixture(Config{Root: "root:secret", Guest: "guest:look"})
 	if rec := f.do("GET", "/api/operate/cluster", "", "root", "secret"); rec.Code != 501 {

@@ -157,6 +157,8 @@ type fakeSched struct {
 	idle  map[string]bool
 	// failures are the answers of Failure, by job.
 	failures map[string]JobFailure
+	// sandboxErr, if set, is Sandboxes' answer.
+	sandboxErr error
 }
 
 func (f *fakeSched) record(op string) {
@@ -253,6 +255,9 @@ func (f *fakeSched) Reconcile(_ context.Context, explicit bool) error {
 }
 
 func (f *fakeSched) Sandboxes(_ context.Context, app string) ([]Sandbox, error) {
+	if f.sandboxErr != nil {
+		return nil, f.sandboxErr
+	}
 	return []Sandbox{{Hostname: "127.0.0.2", Path: "/work/slaves/S0/frameworks/F/executors/" + app + "@-@S0/runs/latest"}}, nil
 }
 

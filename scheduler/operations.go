@@ -353,7 +353,7 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 	}
 	doc, err := ld.masterState(ctx)
 	if err != nil {
-		return nil, err
+		return nil, &api.MesosError{Which: "the Mesos master", Err: err}
 	}
 	return sandboxes(ctx, ld.mesosReader(), doc, fwID, app)
 }

@@ -44,11 +44,11 @@ func sandboxes(ctx context.Context, reader mesosReader, doc masterState, fwID, a
 	for _, id := range agents {
 		addr, err := doc.agentAddr(id)
 		if err != nil {
-			return nil, err
+			return nil, &api.MesosError{Which: "the Mesos master", Err: err}
 		}
 		st, err := readAgentState(ctx, reader, addr)
 		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", id, err)
+			return nil, &api.MesosError{Which: "Mesos agent " + id, Err: err}
 		}
 		for _, f := range st.Frameworks {
 			if f.ID != fwID {
