@@ -155,6 +155,9 @@ func (ld *leader) readEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.
 		tlog := ld.log.WithFields(logrus.Fields{"task": st.TaskID.Value, "state": st.GetState().String(), "reason": st.GetReason().String()})
 		outcome := "not_ended"
 		switch {
+		case errors.Is(err, errAgentUnread):
+			outcome = "unreadable" // its agent's warning above says why, once for its tasks
+			tlog.Debug("its agent could not be read; failing the task over")
 		case err != nil:
 			outcome = "unreadable"
 			tlog.WithError(err).Warn("cannot read the run's end record; failing the task over")
@@ -244,6 +247,9 @@ func executorDirs(ctx context.Context, agents mesosReader, doc masterState, fwID
 	return out, nil
 }
 
+// errAgentUnread is findEnd's error for a task whose agent's /state could not be read.
+var errAgentUnread = errors.New("the agent's sandboxes are unknown: its /state could not be read")
+
 // errNotFound is an agent's 404: from /files/read, no such file in its sandboxes.
 var errNotFound = errors.New("404 Not Found")
 
@@ -252,7 +258,7 @@ var errNotFound = errors.New("404 Not Found")
 // the executor was started again on the agent.
 func findEnd(ctx context.Context, agents mesosReader, a agentDirs, execID, tid string) (taskend.Record, bool, error) {
 	if a.addr == "" {
-		return taskend.Record{}, false, errors.New("the agent's sandboxes are unknown")
+		return taskend.Record{}, false, errAgentUnread
 	}
 	for id, dirs := range a.dirs {
 		if execID != "" && id != execID {
