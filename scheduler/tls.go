@@ -136,25 +136,21 @@ func (c *Config) mesosHTTP() *http.Client {
 type mesosReader struct {
 	client            *http.Client
 	principal, secret string
-	agentScheme       string // "http" or "https"
+	agentsTLS         bool
 }
 
 // mesosReader reads the master at master (a URL; "" when none is known yet) and its agents.
 func (c *Config) mesosReader(master string) mesosReader {
-	scheme := "http"
-	if strings.HasPrefix(master, "https://") {
-		scheme = "https"
-	}
-	return mesosReader{client: c.mesosHTTP(), principal: c.MesosPrincipal, secret: c.mesosSecret, agentScheme: scheme}
+	return mesosReader{client: c.mesosHTTP(), principal: c.MesosPrincipal, secret: c.mesosSecret,
+		agentsTLS: strings.HasPrefix(master, "https://")}
 }
 
 // agentURL is the URL of path (with its query) on the agent served at addr (host:port).
 func (r mesosReader) agentURL(addr, path string) string {
-	scheme := r.agentScheme
-	if scheme == "" {
-		scheme = "http"
+	if r.agentsTLS {
+		return "https://" + addr + path
 	}
-	return scheme + "://" + addr + path
+	return "http://" + addr + path
 }
 
 // get GETs u; the caller closes the body.
