@@ -203,10 +203,12 @@ type agentDirs struct {
 	dirs map[string][]string
 }
 
-// agentFrameworks is what the end check reads of an agent's /state: a real agent lists an
-// exited executor under its framework's completed_executors, and a framework with no live
+// agentFrameworks is what the sandbox lookup and the end check read of an agent's own /state
+// (a real master does not report executors' directories; their agents do): a real agent lists
+// an exited executor under its framework's completed_executors, and a framework with no live
 // executor left under completed_frameworks.
 type agentFrameworks struct {
+	Hostname            string           `json:"hostname"`
 	Frameworks          []agentFramework `json:"frameworks"`
 	CompletedFrameworks []agentFramework `json:"completed_frameworks"`
 }
@@ -229,8 +231,8 @@ func executorDirs(ctx context.Context, agents mesosReader, doc masterState, fwID
 	if err != nil {
 		return agentDirs{}, err
 	}
-	var st agentFrameworks
-	if err := getAgentJSON(ctx, agents, agents.agentURL(addr, "/state"), &st); err != nil {
+	st, err := readAgentState(ctx, agents, addr)
+	if err != nil {
 		return agentDirs{}, err
 	}
 	out := agentDirs{addr: addr, dirs: map[string][]string{}}
@@ -245,6 +247,13 @@ func executorDirs(ctx context.Context, agents mesosReader, doc masterState, fwID
 		}
 	}
 	return out, nil
+}
+
+// readAgentState reads the agent's own /state at addr.
+func readAgentState(ctx context.Context, agents mesosReader, addr string) (agentFrameworks, error) {
+	var st agentFrameworks
+	err := getAgentJSON(ctx, agents, agents.agentURL(addr, "/state"), &st)
+	return st, err
 }
 
 // errAgentUnread is findEnd's error for a task whose agent's /state could not be read.

@@ -9,19 +9,6 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// agentState is what the sandbox lookup reads of an agent's own /state: a real master does
-// not report executors' directories, their agents do.
-type agentState struct {
-	Hostname   string `json:"hostname"`
-	Frameworks []struct {
-		ID        string `json:"id"`
-		Executors []struct {
-			ID        string `json:"id"`
-			Directory string `json:"directory"`
-		} `json:"executors"`
-	} `json:"frameworks"`
-}
-
 // sandboxes finds the app's executor sandboxes as Elastic-Job-Cloud 2.1.5 does: the master's
 // state names the agents running the app's executors; each of those agents' /state (at the
 // address of its pid) gives their directories. An agent that cannot be read fails the lookup,
@@ -78,10 +65,4 @@ func (doc masterState) agentAddr(id string) (string, error) {
 		return "", fmt.Errorf("the master's state gives no address for agent %s (pid %q)", id, pid)
 	}
 	return addr, nil
-}
-
-func readAgentState(ctx context.Context, agents mesosReader, addr string) (agentState, error) {
-	var st agentState
-	err := getAgentJSON(ctx, agents, agents.agentURL(addr, "/state"), &st)
-	return st, err
 }
