@@ -6,6 +6,7 @@ package mesostest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -173,9 +174,35 @@ func (s *Sched) Await(what string, match func(scheduler.Event) bool) scheduler.E
 	s.t.Helper()
 	ev, ok := s.AwaitFor(Wait, match)
 	if !ok {
-		s.t.Fatalf("no %s within %v", what, Wait)
+		s.t.Fatalf("no %s within %v; the events not yet taken: %s", what, Wait, s.pending())
 	}
 	return ev
+}
+
+// pending describes the backlog, so that a failed wait says what came instead.
+func (s *Sched) pending() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, ev := range s.backlog {
+		switch ev.Type {
+		case scheduler.Event_UPDATE:
+			st := ev.Update.Status
+			out = append(out, fmt.Sprintf("UPDATE %s %s %s %q", st.TaskID.Value, st.GetState(), st.GetReason(), st.GetMessage()))
+		case scheduler.Event_OFFERS:
+			var offers []string
+			for _, o := range ev.Offers.Offers {
+				offers = append(offers, fmt.Sprintf("%s on %s: %v", o.ID.Value, o.AgentID.Value, mesos.Resources(o.Resources)))
+			}
+			out = append(out, "OFFERS ["+strings.Join(offers, "; ")+"]")
+		default:
+			out = append(out, ev.Type.String())
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 func (s *Sched) AwaitFor(d time.Duration, match func(scheduler.Event) bool) (scheduler.Event, bool) {
