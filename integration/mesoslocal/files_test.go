@@ -12,16 +12,30 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/internal/await"
 )
 
 // agentURL is the base URL of the agent an offer is from.
 func agentURL(o mesos.Offer) string {
 	return "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port))
+}
+
+// offerWith waits for an offer of at least need cpus. Resources freed while an offer is outstanding
+// come in an offer of their own, so the first one waiting may hold only what one task freed.
+func offerWith(s *sched, need float64) mesos.Offer {
+	for {
+		for _, o := range s.Offers() {
+			if cpus(o) >= need-1e-9 {
+				return o
+			}
+		}
+	}
 }
 
 // query builds a query string from name, value pairs.
@@ -241,7 +255,9 @@ func TestFilesRead(t *testing.T) {
 // was its framework's last executor on the agent, the framework is under
 // completed_frameworks, until it launches there again.
 func TestCompletedExecutors(t *testing.T) {
-	c := newCluster(t)
+	// Allocating every millisecond makes each freed task or executor an offer of its own, as a
+	// loaded machine does at any interval: the launches below must pick an offer that holds them.
+	c := newCluster(t, func(o *mesoslocal.Options) { o.AllocationInterval = time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
 	agent := agentURL(o)
@@ -263,7 +279,7 @@ func TestCompletedExecutors(t *testing.T) {
 	})
 
 	// e1 exits: it is a completed executor of a framework still running e2 here.
-	o = s.Offers()[0]
+	o = offerWith(s, 0.5)
 	s.Launch(o, task("b", o, testExecutor("e1", "basic"), "exit3"))
 	s.Ack(s.Update("b", mesos.TASK_RUNNING))
 	if st := s.Terminal("b"); *st.State != mesos.TASK_FAILED {
@@ -313,7 +329,7 @@ func TestCompletedExecutors(t *testing.T) {
 	}
 
 	// Launching there again makes it a live framework, with its completed executors.
-	o = s.Offers()[0]
+	o = offerWith(s, 0.6) // d and its new executor
 	s.Launch(o, task("d", o, testExecutor("e3", "basic"), "run"))
 	s.Update("d", mesos.TASK_RUNNING)
 	st = agentState(t, agent)

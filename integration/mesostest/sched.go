@@ -184,8 +184,11 @@ func (s *Sched) pending() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
+	heartbeats := 0
 	for _, ev := range s.backlog {
 		switch ev.Type {
+		case scheduler.Event_HEARTBEAT:
+			heartbeats++
 		case scheduler.Event_UPDATE:
 			st := ev.Update.Status
 			out = append(out, fmt.Sprintf("UPDATE %s %s %s %q", st.TaskID.Value, st.GetState(), st.GetReason(), st.GetMessage()))
@@ -198,6 +201,9 @@ func (s *Sched) pending() string {
 		default:
 			out = append(out, ev.Type.String())
 		}
+	}
+	if heartbeats > 0 {
+		out = append(out, fmt.Sprintf("%d HEARTBEATs", heartbeats))
 	}
 	if len(out) == 0 {
 		return "none"
