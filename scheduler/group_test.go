@@ -23,6 +23,7 @@ type ackRecorder struct {
 	acked      []string
 	kills      []string
 	reconciled []string // the task ids of explicit reconciliations
+	launched   int      // tasks launched
 }
 
 func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
@@ -33,6 +34,12 @@ func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response
 		a.acked = append(a.acked, c.Acknowledge.TaskID.Value)
 	case scheduler.Call_KILL:
 		a.kills = append(a.kills, c.Kill.TaskID.Value)
+	case scheduler.Call_ACCEPT:
+		for _, op := range c.Accept.Operations {
+			if op.Launch != nil {
+				a.launched += len(op.Launch.TaskInfos)
+			}
+		}
 	case scheduler.Call_RECONCILE:
 		for _, t := range c.Reconcile.Tasks {
 			a.reconciled = append(a.reconciled, t.TaskID.Value)

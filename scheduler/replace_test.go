@@ -2,43 +2,17 @@ package scheduler
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	mesos "github.com/mesos/mesos-go/api/v1/lib"
-	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
 	"github.com/ejcloud/ejcloud/config"
 )
 
-// killRecorder is a Mesos that takes every call and remembers the tasks it was asked to kill.
-type killRecorder struct {
-	mu     sync.Mutex
-	kills  []string
-	launch int
-}
-
-func (m *killRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch c.Type {
-	case scheduler.Call_KILL:
-		m.kills = append(m.kills, c.Kill.TaskID.Value)
-	case scheduler.Call_ACCEPT:
-		for _, op := range c.Accept.Operations {
-			if op.Launch != nil {
-				m.launch += len(op.Launch.TaskInfos)
-			}
-		}
-	}
-	return nil, nil
-}
-
-func (m *killRecorder) counts() (launched, killed int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.launch, len(m.kills)
+// launchesAndKills reports how many tasks a were asked to launch and to kill.
+func (a *ackRecorder) launchesAndKills() (launched, killed int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.launched, len(a.kills)
 }
 
 // A Replace job's fire is queued before the event loop takes the replacement it asks for, and an
@@ -57,7 +31,7 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	if err := base.CreateJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	fake := &killRecorder{}
+	fake := &ackRecorder{}
 	ld := testLeader(benchModel(t, ctx, base), fake)
 	ld.inst.ld = ld
 
@@ -69,7 +43,7 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	for _, job := range ld.replacing.take() {
 		ld.replace(ctx, job)
 	}
-	if launched, killed := fake.counts(); launched != 2 || killed != 0 {
+	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 0 {
 		t.Fatalf("the trigger's run: %d tasks launched, %d killed; want 2 launched and none killed", launched, killed)
 	}
 	if r, err := base.RunningOf(ctx, "rep"); err != nil || len(r) != 2 {
@@ -84,7 +58,7 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	for _, job := range ld.replacing.take() {
 		ld.replace(ctx, job)
 	}
-	if launched, killed := fake.counts(); launched != 2 || killed != 2 {
+	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 2 {
 		t.Fatalf("the second fire: %d tasks launched, %d killed; want the first run's 2 killed and nothing new launched", launched, killed)
 	}
 }
