@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,25 +34,35 @@ func TestAllowRunsAShardAgainWhileItRuns(t *testing.T) {
 	await.True(t, 30*time.Second, "both shards of the first run running", func() bool { return tasks(t, s, "running", "par") == 2 })
 	s.must(t, 204, "POST", "/api/job/trigger", "par")
 	await.True(t, 30*time.Second, "the second run's shards running beside the first's", func() bool { return tasks(t, s, "running", "par") == 4 })
-	await.True(t, 30*time.Second, "each shard started twice", func() bool { r := w.runs("par"); return len(r["0"]) == 2 && len(r["1"]) == 2 })
+	// What the scripts recorded, per shard: when its runs started and ended.
+	effects := func() (starts, ends map[int][]time.Time) {
+		starts, ends = map[int][]time.Time{}, map[int][]time.Time{}
+		recs, err := audit.ReadEffects(w.effects())
+		if err != nil && !errors.Is(err, fs.ErrNotExist) { // none yet before the first start
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			switch {
+			case !strings.HasPrefix(r.TaskID, "par@-@"):
+			case r.Kind == "start":
+				starts[r.Item] = append(starts[r.Item], r.At)
+			case r.Kind == "end":
+				ends[r.Item] = append(ends[r.Item], r.At)
+			}
+		}
+		return starts, ends
+	}
+	// Released only once the scripts recorded both starts of each shard: a run is in the
+	// executor's list of runs a moment before its script records its start.
+	await.True(t, 30*time.Second, "each shard's start recorded twice", func() bool {
+		starts, _ := effects()
+		return len(starts[0]) == 2 && len(starts[1]) == 2
+	})
 	w.release("par")
 	quiet(t, s, "par")
 
-	// What the scripts recorded: per shard, the second run started before the first ended.
-	recs, err := audit.ReadEffects(w.effects())
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts, ends := map[int][]time.Time{}, map[int][]time.Time{}
-	for _, r := range recs {
-		switch {
-		case !strings.HasPrefix(r.TaskID, "par@-@"):
-		case r.Kind == "start":
-			starts[r.Item] = append(starts[r.Item], r.At)
-		case r.Kind == "end":
-			ends[r.Item] = append(ends[r.Item], r.At)
-		}
-	}
+	// Per shard, the second run started before the first ended.
+	starts, ends := effects()
 	for item := range 2 {
 		if len(starts[item]) != 2 || len(ends[item]) != 2 {
 			t.Fatalf("shard %d: %d starts, %d ends recorded; want 2 and 2", item, len(starts[item]), len(ends[item]))
