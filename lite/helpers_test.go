@@ -281,5 +281,32 @@ func set(t *testing.T, tr *state.Tree, op state.Op) {
 // awaitRuns waits until cond holds over the recorded runs.
 func awaitRuns(t *testing.T, r *recorder, d time.Duration, what string, cond func([]run) bool) {
 	t.Helper()
-	await.True(t, d, what, func() bool { return cond(r.snapshot()) })
+	await.Explained(t, d, what, func() bool { return cond(r.snapshot()) }, func() string { return lastFires(r.snapshot(), 4) })
+}
+
+// lastFires describes the runs of the last n fires: per fire (its time, ms), each run as
+// instance:item, with "…" for one not done.
+func lastFires(runs []run, n int) string {
+	byFire := map[int64][]string{}
+	var fires []int64
+	for _, x := range runs {
+		if byFire[x.fire] == nil {
+			fires = append(fires, x.fire)
+		}
+		s := fmt.Sprintf("%s:%d", x.inst, x.item)
+		if !x.done {
+			s += "…"
+		}
+		byFire[x.fire] = append(byFire[x.fire], s)
+	}
+	sort.Slice(fires, func(i, j int) bool { return fires[i] < fires[j] })
+	if len(fires) > n {
+		fires = fires[len(fires)-n:]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the runs of the last %d fires:", len(fires))
+	for _, f := range fires {
+		fmt.Fprintf(&b, " %d [%s]", f, strings.Join(byFire[f], " "))
+	}
+	return b.String()
 }
