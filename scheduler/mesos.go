@@ -89,14 +89,18 @@ func (m httpMesos) subscribe(ctx context.Context, frameworkID, webui string) (*s
 // or it does not answer (a killed master leads in ZooKeeper until its session expires), it
 // tries again at every change of leader and every few seconds, until ctx ends: a new leader
 // gets the subscription as soon as it is published.
+//
+// A redirect is not followed: a master that ZooKeeper shows as leading but that has not seen
+// its own election yet still sends frameworks to the master it knew, which may be the hung one
+// it replaces, where mesos-go's retries would wait a minute. It is asked again shortly.
 func (m httpMesos) subscribeToLeader(ctx context.Context, frameworkID, webui string) (*subscription, error) {
-	retry := time.Second
+	retry := 250 * time.Millisecond
 	last := fmt.Errorf("no Mesos master leads under %s", m.cfg.mesosZK)
 	for {
 		leader, ok, changed := m.masters.Leader()
 		if ok {
 			url := m.cfg.detectedScheme() + "://" + leader.Address
-			sub, err := m.cfg.subscribeAt(ctx, url, true, frameworkID, webui)
+			sub, err := m.cfg.subscribeAt(ctx, url, subscribeOne, frameworkID, webui)
 			var refusal refused
 			switch {
 			case err == nil:
@@ -140,7 +144,11 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 	urls := c.MesosURLs()
 	var errs []error
 	for _, u := range urls {
-		sub, err := c.subscribeAt(ctx, u, len(urls) > 1, frameworkID, webui)
+		how := subscribeOnly
+		if len(urls) > 1 {
+			how = subscribeFirst
+		}
+		sub, err := c.subscribeAt(ctx, u, how, frameworkID, webui)
 		var refusal refused
 		switch {
 		case err == nil:
@@ -158,10 +166,24 @@ type refused struct{ error }
 
 func (r refused) Unwrap() error { return r.error }
 
-// subscribeAt subscribes at one master. With others to try (next), a master that does not
-// answer is not retried here: mesos-go retries every failed call as if the master had moved
-// (up to 9 times, ≈ 40 s). Nor is one that refused the credentials: a 401 does not get better.
-func (c *Config) subscribeAt(ctx context.Context, master string, next bool, frameworkID, webui string) (*subscription, error) {
+// subscribeMode says how subscribeAt treats a master that does not answer or redirects.
+type subscribeMode int
+
+const (
+	// subscribeOnly: the one master there is. mesos-go retries every failed call as if the
+	// master had moved (up to 9 times, ≈ 40 s), and follows its redirects.
+	subscribeOnly subscribeMode = iota
+	// subscribeFirst: one of a list, tried in order. A master that does not answer is not
+	// retried here (the next one is tried); redirects to the leader are followed.
+	subscribeFirst
+	// subscribeOne: the master ZooKeeper shows as leading. Neither retried nor redirected:
+	// the caller asks again at the leader ZooKeeper shows then.
+	subscribeOne
+)
+
+// subscribeAt subscribes at one master, retrying and following redirects as how says. A master
+// that refused the credentials is never retried: a 401 does not get better.
+func (c *Config) subscribeAt(ctx context.Context, master string, how subscribeMode, frameworkID, webui string) (*subscription, error) {
 	cfg := []httpcli.ConfigOpt{httpcli.Timeout(30 * time.Second), httpcli.TLSConfig(c.mesosTLS.Clone())}
 	if c.mesosSecret != "" {
 		cfg = append(cfg, httpcli.BasicAuth(c.MesosPrincipal, c.mesosSecret))
@@ -179,12 +201,16 @@ func (c *Config) subscribeAt(ctx context.Context, master string, next bool, fram
 			return apierrors.FromResponse(res)
 		}),
 	)
-	caller := httpsched.NewCaller(cli, httpsched.AllowReconnection(true), httpsched.EndpointCandidates(func() string {
-		if unauthorized.Swap(false) || untrusted.Load() || next && subscribing.Load() {
+	opts := []httpsched.Option{httpsched.AllowReconnection(true), httpsched.EndpointCandidates(func() string {
+		if unauthorized.Swap(false) || untrusted.Load() || how != subscribeOnly && subscribing.Load() {
 			return "" // no retry
 		}
 		return endpoint
-	}))
+	})}
+	if how == subscribeOne {
+		opts = append(opts, httpsched.MaxRedirects(0))
+	}
+	caller := httpsched.NewCaller(cli, opts...)
 	call := calls.Subscribe(c.frameworkInfo(frameworkID, webui))
 	if frameworkID != "" {
 		call = call.With(calls.SubscribeTo(frameworkID))

@@ -137,7 +137,7 @@ func TestSubscribeToAnHTTPSMaster(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		c := config(t, ca.File)
-		sub, err := c.subscribeAt(ctx, master, false, "", "https://127.0.0.1:1")
+		sub, err := c.subscribeAt(ctx, master, subscribeOnly, "", "https://127.0.0.1:1")
 		if err != nil {
 			t.Fatalf("subscribe with --mesos-ca-file: %v", err)
 		}
@@ -160,7 +160,7 @@ func TestSubscribeToAnHTTPSMaster(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			began := time.Now()
-			sub, err := c.subscribeAt(ctx, master, false, "", "https://127.0.0.1:1")
+			sub, err := c.subscribeAt(ctx, master, subscribeOnly, "", "https://127.0.0.1:1")
 			if err == nil {
 				sub.resp.Close()
 				t.Fatal("subscribed to a master whose certificate is not trusted")

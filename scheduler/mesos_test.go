@@ -1,0 +1,90 @@
+package scheduler
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/integration/mesostest"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
+)
+
+// A master that ZooKeeper shows as leading may not have seen its own election yet, and then it
+// redirects frameworks to the master it knew: here a hung one, which takes connections and
+// never answers (a SIGSTOPped master). The scheduler must not follow it there — mesos-go would
+// wait on it for up to a minute — but ask the leader again until it serves. (The integration
+// test of a hung master, TestTheSchedulerLeavesAMasterThatNoLongerLeads, missed its 5 s this
+// way on a loaded machine.)
+func TestASubscriptionAtTheDetectedLeaderDoesNotFollowItsRedirects(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() { // accept and hold every connection, answering nothing
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	var asked atomic.Int32 // scheduler calls the new master has answered
+	master := mesostest.NewCluster(t, func(o *mesoslocal.Options) {
+		o.Leader = func() (bool, string) {
+			if asked.Add(1) <= 2 {
+				return false, hung.Addr().String()
+			}
+			return true, ""
+		}
+	})
+
+	env := statetest.StartZooKeeper(t)
+	zkURL := "zk://" + env.Servers[0] + "/" + env.Namespace + "-mesos"
+	u, err := state.ParseMesosZK(zkURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := master.MasterInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := state.ContendMesosMaster(ctx, u, info, 10*time.Second, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cand.Close()
+	detector, err := state.DetectMesosMaster(ctx, u, 10*time.Second, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer detector.Close()
+
+	cfg := testConfig(t, env)
+	cfg.MesosURL = zkURL
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := httpMesos{cfg: &cfg, masters: detector, log: quietLog()}
+	sub, err := m.subscribe(ctx, "", "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatalf("subscribe at the detected leader: %v (it was asked %d times)", err, asked.Load())
+	}
+	defer sub.resp.Close()
+	if sub.frameworkID == "" || asked.Load() < 3 {
+		t.Fatalf("subscribed as %q after %d calls; want a FrameworkID after two redirects", sub.frameworkID, asked.Load())
+	}
+}
