@@ -100,7 +100,7 @@ func (m httpMesos) subscribeToLeader(ctx context.Context, frameworkID, webui str
 		leader, ok, changed := m.masters.Leader()
 		if ok {
 			url := m.cfg.detectedScheme() + "://" + leader.Address
-			sub, err := m.cfg.subscribeAt(ctx, url, subscribeOne, frameworkID, webui)
+			sub, err := m.cfg.subscribeAt(ctx, url, subscribeDetected, frameworkID, webui)
 			var refusal refused
 			switch {
 			case err == nil:
@@ -176,9 +176,9 @@ const (
 	// subscribeFirst: one of a list, tried in order. A master that does not answer is not
 	// retried here (the next one is tried); redirects to the leader are followed.
 	subscribeFirst
-	// subscribeOne: the master ZooKeeper shows as leading. Neither retried nor redirected:
+	// subscribeDetected: the master ZooKeeper shows as leading. Neither retried nor redirected:
 	// the caller asks again at the leader ZooKeeper shows then.
-	subscribeOne
+	subscribeDetected
 )
 
 // subscribeAt subscribes at one master, retrying and following redirects as how says. A master
@@ -207,7 +207,7 @@ func (c *Config) subscribeAt(ctx context.Context, master string, how subscribeMo
 		}
 		return endpoint
 	})}
-	if how == subscribeOne {
+	if how == subscribeDetected {
 		opts = append(opts, httpsched.MaxRedirects(0))
 	}
 	caller := httpsched.NewCaller(cli, opts...)

@@ -30,10 +30,12 @@ func (ld *leader) replace(ctx context.Context, job string) {
 	// in between: its ready entry is gone then. A ready run launches only once the job has
 	// nothing running or waiting for a relaunch (SPEC §5.4), so what runs now is the fire's
 	// own run, and there is nothing older to replace.
-	if r, err := ld.store.ReadyOf(ctx, job); err != nil {
+	ready, err := ld.store.ReadyOf(ctx, job)
+	if err != nil {
 		log.WithError(err).Warn("cannot read the ready entry of a job to replace")
 		return
-	} else if r.Count == 0 {
+	}
+	if ready.Count == 0 {
 		return
 	}
 	running, err := ld.store.RunningOf(ctx, job)
