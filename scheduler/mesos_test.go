@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,31 +19,13 @@ import (
 // test of a hung master, TestTheSchedulerLeavesAMasterThatNoLongerLeads, missed its 5 s this
 // way on a loaded machine.)
 func TestASubscriptionAtTheDetectedLeaderDoesNotFollowItsRedirects(t *testing.T) {
-	hung, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hung.Close()
-	go func() { // accept and hold every connection, answering nothing
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := hung.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
+	hung := statetest.HungServer(t) // the old master, SIGSTOPped
+
 	var asked atomic.Int32 // scheduler calls the new master has answered
 	master := mesostest.NewCluster(t, func(o *mesoslocal.Options) {
 		o.Leader = func() (bool, string) {
 			if asked.Add(1) <= 2 {
-				return false, hung.Addr().String()
+				return false, hung
 			}
 			return true, ""
 		}
