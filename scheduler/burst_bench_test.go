@@ -166,8 +166,9 @@ func waitFor(cond func() bool, d time.Duration) {
 }
 
 // burstJobs registers app "app" and jobs TRANSIENT jobs of shards shards each (job0000, …) on a
-// store of their own: what the burst benchmarks start from.
-func burstJobs(b testing.TB, ctx context.Context, jobs, shards int) (*state.Store, []string) {
+// store of their own: what the burst benchmarks start from. change, if given, alters each job
+// before it is registered.
+func burstJobs(b testing.TB, ctx context.Context, jobs, shards int, change ...func(*config.Job)) (*state.Store, []string) {
 	env := statetest.StartZooKeeper(b)
 	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
 	if err != nil {
@@ -185,6 +186,9 @@ func burstJobs(b testing.TB, ctx context.Context, jobs, shards int) (*state.Stor
 		j := config.Job{JobName: names[i], AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
 			TimeZone: "UTC", ShardingTotalCount: shards, CPUCount: 0.01, MemoryMB: 1, ScriptCommandLine: "true",
 			Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+		for _, ch := range change {
+			ch(&j)
+		}
 		if err := base.CreateJob(ctx, j); err != nil {
 			b.Fatal(err)
 		}

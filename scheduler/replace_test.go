@@ -23,20 +23,14 @@ func (a *ackRecorder) launchesAndKills() (launched, killed int) {
 func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	base, _ := burstJobs(t, ctx, 0, 1)
-	j := config.Job{JobName: "rep", AppName: "app", JobType: config.Script, JobExecutionType: config.Transient,
-		TimeZone: "UTC", ShardingTotalCount: 2, CPUCount: 0.01, MemoryMB: 1, ScriptCommandLine: "true",
-		Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{},
-		ConcurrencyPolicy: config.Replace}
-	if err := base.CreateJob(ctx, j); err != nil {
-		t.Fatal(err)
-	}
+	base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace })
+	job := names[0]
 	fake := &ackRecorder{}
 	ld := testLeader(benchModel(t, ctx, base), fake)
 	ld.inst.ld = ld
 
 	// The trigger queues the run and asks for the replacement; the offer cycle wins the race.
-	if err := ld.inst.Trigger(ctx, "rep"); err != nil {
+	if err := ld.inst.Trigger(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	ld.cycle(ctx, burstOffers(0))
@@ -46,13 +40,13 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 0 {
 		t.Fatalf("the trigger's run: %d tasks launched, %d killed; want 2 launched and none killed", launched, killed)
 	}
-	if r, err := base.RunningOf(ctx, "rep"); err != nil || len(r) != 2 {
+	if r, err := base.RunningOf(ctx, job); err != nil || len(r) != 2 {
 		t.Fatalf("%d tasks running (%v); want the trigger's 2", len(r), err)
 	}
 
 	// A second fire while that run runs: it waits in the ready queue, and its replacement kills
 	// the older run's shards.
-	if err := ld.inst.Trigger(ctx, "rep"); err != nil {
+	if err := ld.inst.Trigger(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	for _, job := range ld.replacing.take() {
