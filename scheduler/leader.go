@@ -355,9 +355,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case f := <-ld.exec:
 			f(ctx)
 		case <-ld.work:
-			for _, job := range ld.replacing.take() {
-				ld.replace(ctx, job)
-			}
+			ld.replaceQueued(ctx)
 			// New work REVIVEs even when not suppressed (SPEC §5.4 step 6): REVIVE also clears
 			// the refusal filters of the last declines, so that every agent is offered to the
 			// new work at once — SPREAD needs them all — instead of after the filters expire.
@@ -367,6 +365,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case <-ld.due:
 			ld.wakeForWork(ctx)
 		case <-tick.C:
+			ld.replaceQueued(ctx)
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
 			ld.wakeForWork(ctx)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -19,11 +21,20 @@ const ReasonReplaced = "replaced by a newer fire (concurrencyPolicy Replace)"
 // running shards are killed — SIGTERM, then SIGKILL after the grace — and its shards waiting for
 // a relaunch are dropped. The new run starts once the killed shards are gone: a ready run waits
 // for the job to have no running task (SPEC §5.4), so "after the old shards are gone" holds by
-// the offer cycle's own rule. It runs on the event loop.
-func (ld *leader) replace(ctx context.Context, job string) {
+// the offer cycle's own rule. It runs on the event loop. It returns false when it could not
+// decide (a read or the leadership's confirmation failed), so that the caller asks again: a
+// request dropped there would leave the new run waiting behind the old one, as under Forbid.
+func (ld *leader) replace(ctx context.Context, job string) (decided bool) {
 	j, err := ld.store.Job(ctx, job)
-	if err != nil || j.ConcurrencyPolicy != config.Replace {
-		return
+	if errors.Is(err, state.ErrNotFound) {
+		return true
+	}
+	if err != nil {
+		ld.log.WithField("job", job).WithError(err).Warn("cannot read a job to replace; asking again")
+		return false
+	}
+	if j.ConcurrencyPolicy != config.Replace {
+		return true
 	}
 	log := ld.log.WithField("job", job)
 	// The fire is queued before the loop gets here, and an offer cycle may have launched it
@@ -32,16 +43,16 @@ func (ld *leader) replace(ctx context.Context, job string) {
 	// own run, and there is nothing older to replace.
 	ready, err := ld.store.ReadyOf(ctx, job)
 	if err != nil {
-		log.WithError(err).Warn("cannot read the ready entry of a job to replace")
-		return
+		log.WithError(err).Warn("cannot read the ready entry of a job to replace; asking again")
+		return false
 	}
 	if ready.Count == 0 {
-		return
+		return true
 	}
 	running, err := ld.store.RunningOf(ctx, job)
 	if err != nil {
-		log.WithError(err).Warn("cannot read the running tasks of a job to replace")
-		return
+		log.WithError(err).Warn("cannot read the running tasks of a job to replace; asking again")
+		return false
 	}
 	dropped, err := ld.store.DropWaiting(ctx, job)
 	if err != nil {
@@ -51,13 +62,13 @@ func (ld *leader) replace(ctx context.Context, job string) {
 		if dropped > 0 {
 			log.WithField("dropped", dropped).Info("replaced the waiting shards of the job's last run")
 		}
-		return
+		return true
 	}
 	// No fenced write stands between this decision and Mesos: a leader misled by a stale
 	// server must not kill the real leader's tasks.
 	if err := ld.confirmed(ctx); err != nil {
-		log.WithError(err).Warn("leadership not confirmed; not replacing the running run")
-		return
+		log.WithError(err).Warn("leadership not confirmed; not replacing the running run yet")
+		return false
 	}
 	var ids []taskid.ID
 	for _, r := range running {
@@ -74,6 +85,18 @@ func (ld *leader) replace(ctx context.Context, job string) {
 		ld.call(ctx, calls.Kill(id.String(), id.AgentID))
 	}
 	log.WithFields(logrus.Fields{"killed": len(ids), "dropped": dropped}).Info("a new fire replaces the running run: its shards are killed, the new run starts once they are gone")
+	return true
+}
+
+// replaceQueued replaces the runs of the jobs queued for it. A job whose replacement could not
+// be decided stays queued: the loop's tick asks again, until the new run's ready entry is gone
+// (the old run ended, or the job was deleted) or the replacement is done.
+func (ld *leader) replaceQueued(ctx context.Context) {
+	for _, job := range ld.replacing.take() {
+		if !ld.replace(ctx, job) {
+			ld.replacing.add(job)
+		}
+	}
 }
 
 // jobSet is a set of job names that one goroutine adds to and another takes.

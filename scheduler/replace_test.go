@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
 )
 
 // launchesAndKills reports how many tasks a were asked to launch and to kill.
@@ -54,5 +55,48 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	}
 	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 2 {
 		t.Fatalf("the second fire: %d tasks launched, %d killed; want the first run's 2 killed and nothing new launched", launched, killed)
+	}
+}
+
+// A replacement that cannot be decided — here the leadership's confirmation fails, as while
+// ZooKeeper is out of reach — is asked again on the loop's tick, not dropped: dropped, the new
+// fire would wait behind the old run as under Forbid, and a hung run would hold it for good.
+func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace })
+	job := names[0]
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.inst.ld = ld
+	if err := ld.inst.Trigger(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	ld.cycle(ctx, burstOffers(0))
+	ld.replaceQueued(ctx) // the fire's own run: nothing to replace
+	refuse := true
+	ld.confirm = func(context.Context) error {
+		if refuse {
+			return state.ErrNotLeader
+		}
+		return nil
+	}
+
+	if err := ld.inst.Trigger(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	ld.replaceQueued(ctx)
+	ld.replaceQueued(ctx) // a tick while still unconfirmed
+	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 0 {
+		t.Fatalf("unconfirmed: %d tasks launched, %d killed; want the first run's 2 launched and none killed", launched, killed)
+	}
+	refuse = false
+	ld.replaceQueued(ctx) // the next tick
+	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 2 {
+		t.Fatalf("confirmed: %d tasks launched, %d killed; want the first run's 2 killed", launched, killed)
+	}
+	ld.replaceQueued(ctx)
+	if _, killed := fake.launchesAndKills(); killed != 2 {
+		t.Fatalf("a tick after the replacement: %d kills; want the 2 only, not asked again", killed)
 	}
 }
