@@ -56,6 +56,10 @@ type FireEntry struct {
 	TaskIDs   []string  `json:"taskIds,omitempty"`  // the first LedgerTaskIDs of them
 	Attempts  int       `json:"attempts,omitempty"` // the highest attempt a shard of the run was launched as (retries)
 	Failed    string    `json:"failed,omitempty"`   // the run failed for good: why (set once)
+	// Run is the run id that all its task ids carry (taskid.ID.Run), relaunches included:
+	// it tells the run's tasks beyond the first LedgerTaskIDs. Empty in entries launched
+	// before run ids.
+	Run string `json:"run,omitempty"`
 	// Ended is when the run's last shard ended (none running or waiting for a relaunch): the
 	// run succeeded if Failed is empty. Dependent jobs wait for it (dependsOn).
 	Ended time.Time `json:"ended,omitzero"`
@@ -290,7 +294,7 @@ func (s *Store) launchLedgerOps(ctx context.Context, l Launch, now time.Time) ([
 			continue
 		}
 		changed := false
-		var fresh []string
+		var fresh []taskid.ID
 		for _, id := range byJob[job] {
 			if id.Type == taskid.Failover {
 				attempt := 0
@@ -304,7 +308,7 @@ func (s *Store) launchLedgerOps(ctx context.Context, l Launch, now time.Time) ([
 				}
 				continue
 			}
-			fresh = append(fresh, id.String())
+			fresh = append(fresh, id)
 		}
 		if count, ok := ready[job]; ok && len(fresh) > 0 && led.launched(count, fresh, now) {
 			changed = true
@@ -337,15 +341,25 @@ func (l Ledger) NextRun(count int) int {
 	return pending[max(len(pending)-count, 0)]
 }
 
-// launched gives ids to the fired entry the launch of a ready count of count runs belongs to.
-func (l *Ledger) launched(count int, ids []string, now time.Time) bool {
+// launched gives ids, the tasks of one run, to the fired entry the launch of a ready count of
+// count runs belongs to.
+func (l *Ledger) launched(count int, ids []taskid.ID, now time.Time) bool {
 	i := l.NextRun(count)
 	if i < 0 {
 		return false
 	}
 	e := l.Fires[i]
 	e.Launched, e.Tasks = now, len(ids)
-	e.TaskIDs = slices.Clone(ids[:min(len(ids), LedgerTaskIDs)])
+	e.TaskIDs = make([]string, min(len(ids), LedgerTaskIDs))
+	for k := range e.TaskIDs {
+		e.TaskIDs[k] = ids[k].String()
+	}
+	e.Run = ids[0].Run()
+	for _, id := range ids {
+		if id.Run() != e.Run {
+			e.Run = "" // not one run's: told apart by their ids only
+		}
+	}
 	l.Fires[i] = e
 	return true
 }
@@ -366,13 +380,18 @@ func (l *Ledger) relaunched(orig, id string, attempt int) bool {
 	return true
 }
 
-// runOf returns the index of the entry of the run task belongs to: the one that names it, or
-// the latest launched (a job's runs never overlap, unless it is Allow: its runs of more tasks
-// than an entry keeps ids of are then told apart no better); -1 when there is none.
+// runOf returns the index of the entry of the run task belongs to: the one of its run id, or
+// that names it, or the latest launched (a job's runs never overlap, unless it is Allow: its
+// runs launched before run ids, of more tasks than an entry keeps ids of, are then told apart
+// no better); -1 when there is none.
 func (l *Ledger) runOf(task string) int {
+	var run string
+	if id, err := taskid.Parse(task); err == nil {
+		run = id.Run()
+	}
 	latest := -1
 	for i := len(l.Fires) - 1; i >= 0; i-- {
-		if slices.Contains(l.Fires[i].TaskIDs, task) {
+		if e := &l.Fires[i]; run != "" && e.Run == run || slices.Contains(e.TaskIDs, task) {
 			return i
 		}
 		if latest < 0 && !l.Fires[i].Launched.IsZero() {

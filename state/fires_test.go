@@ -356,6 +356,79 @@ func TestOverlappingRunsOfTheSameShards(t *testing.T) {
 	}
 }
 
+// Overlapping runs of more shards than a ledger entry keeps ids of are told apart by their run
+// id: a failure of a shard past the first LedgerTaskIDs marks its own run failed, a relaunch
+// past them counts in its own run, and each run ends with the last of its own tasks, whatever
+// the other run does. (Before run ids, the failure marked the run launched last, and neither
+// run ended before the other's tasks had all ended.)
+func TestOverlappingRunsOfManyShardsAreToldApartByTheirRun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	const shards = state.LedgerTaskIDs + 4
+	run := func(sec int) []taskid.ID {
+		t.Helper()
+		_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(time.Duration(sec) * time.Second), Entries: []state.FireEntry{fired(sec)}})
+		must(t, err, "RecordFires")
+		r, err := s.ReadyOf(ctx, "j")
+		must(t, err, "ReadyOf")
+		id := taskid.NewRun()
+		var ids []taskid.ID
+		for item := range shards {
+			ids = append(ids, taskid.NewInRun(taskid.Meta{JobName: "j", Item: item}, taskid.Ready, "S0", id))
+		}
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: ids, Ready: []state.ReadyEntry{r}, Overlapping: []string{"j"}}), "RecordLaunch")
+		return ids
+	}
+	a := run(0)
+	b := run(5) // while a runs
+	entries := func() (a, b state.FireEntry) {
+		l, _, err := s.FireLedger(ctx, "j")
+		must(t, err, "FireLedger")
+		return l.Fires[0], l.Fires[1]
+	}
+	if ea, eb := entries(); ea.Run != a[0].Run() || eb.Run != b[0].Run() || ea.Tasks != shards || len(ea.TaskIDs) != state.LedgerTaskIDs {
+		t.Fatalf("entries %+v and %+v; want each with its run's id, %d tasks, %d ids kept", ea, eb, shards, state.LedgerTaskIDs)
+	}
+
+	last := shards - 1 // past the ids an entry keeps
+	_, err := s.EndTaskWith(ctx, a[last], state.NoFollowUp, state.EndOptions{FireFailed: "shard failed"})
+	must(t, err, "EndTaskWith")
+	if ea, eb := entries(); ea.Failed == "" || eb.Failed != "" {
+		t.Fatalf("failed marks %q (a), %q (b); want a's run failed, b's not", ea.Failed, eb.Failed)
+	}
+	e, err := s.EndTask(ctx, a[last-1], state.Failover)
+	if err != nil || !e.Requeued {
+		t.Fatalf("EndTask(%s, Failover) = %+v, %v; want queued for relaunch", a[last-1], e, err)
+	}
+	fos, err := s.Failovers(ctx)
+	must(t, err, "Failovers")
+	re := taskid.NewInRun(a[last-1].Meta, taskid.Failover, "S1", a[last-1].Run())
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{re}, Failover: fos, Overlapping: []string{"j"}}), "relaunch")
+	if ea, eb := entries(); ea.Tasks != shards+1 || eb.Tasks != shards {
+		t.Fatalf("tasks %d (a), %d (b); want the relaunch counted in a's run", ea.Tasks, eb.Tasks)
+	}
+	for _, id := range a[:last-1] {
+		_, err := s.EndTask(ctx, id, state.NoFollowUp)
+		must(t, err, "EndTask")
+	}
+	if ea, _ := entries(); !ea.Ended.IsZero() {
+		t.Fatal("run a ended while its relaunch runs")
+	}
+	_, err = s.EndTask(ctx, re, state.NoFollowUp)
+	must(t, err, "EndTask relaunch")
+	if ea, eb := entries(); ea.Ended.IsZero() || !eb.Ended.IsZero() {
+		t.Fatalf("runs ended %v (a), %v (b) with b's tasks all running; want a's only", ea.Ended, eb.Ended)
+	}
+	for _, id := range b {
+		_, err := s.EndTask(ctx, id, state.NoFollowUp)
+		must(t, err, "EndTask")
+	}
+	if ea, eb := entries(); eb.Ended.IsZero() || eb.Failed != "" || ea.Failed == "" {
+		t.Fatalf("run b ended %v, failed %q; run a failed %q; want b ended and not failed, a failed", eb.Ended, eb.Failed, ea.Failed)
+	}
+}
+
 // A job update that changes the fired cron records the change in the ledger in the same multi
 // (from when, the new cron and zone; last stays the old cron's); one that does not leaves the
 // ledger alone, as does a change of a job without a ledger.

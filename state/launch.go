@@ -232,18 +232,24 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 
 // lastShard reports whether task id, whose running node is being removed, is the last of its
 // run: no other task of the run runs or waits for a relaunch. A job's runs never overlap
-// unless overlapping (concurrencyPolicy Allow): then the run is the fire ledger's entry that
-// names the task and, when it names every task of the run, the run ends with the last of
-// them. Otherwise — a run of more shards than an entry keeps ids of, or a job whose runs do
-// not overlap — the run ends with the job's last running node and no failover entry.
+// unless overlapping (concurrencyPolicy Allow): then the run is the fire ledger's entry of
+// the task's run id, and the run ends with the last task carrying it; or, for an entry from
+// before run ids, the entry that names the task, and when it names every task of the run, the
+// run ends with the last of them. Otherwise — such an entry of more shards than it keeps ids
+// of, or a job whose runs do not overlap — the run ends with the job's last running node and
+// no failover entry.
 func (s *Store) lastShard(ctx context.Context, id taskid.ID, overlapping bool) (bool, error) {
 	if overlapping {
 		led, n, err := s.readLedger(ctx, id.JobName)
 		if err != nil {
 			return false, err
 		}
-		if i := led.runOf(id.String()); n.exists && i >= 0 && slices.Contains(led.Fires[i].TaskIDs, id.String()) &&
-			len(led.Fires[i].TaskIDs) == led.Fires[i].Tasks {
+		i := led.runOf(id.String())
+		switch {
+		case !n.exists || i < 0:
+		case led.Fires[i].Run != "" && led.Fires[i].Run == id.Run():
+			return s.noneOfRun(ctx, id)
+		case slices.Contains(led.Fires[i].TaskIDs, id.String()) && len(led.Fires[i].TaskIDs) == led.Fires[i].Tasks:
 			return s.noneOf(ctx, id, led.Fires[i].TaskIDs)
 		}
 	}
@@ -273,6 +279,22 @@ func (s *Store) noneOf(ctx context.Context, id taskid.ID, ids []string) (bool, e
 		}
 		if fo, err := s.stat(ctx, s.path(failoverDir, id.JobName, t)); err != nil || fo != nil {
 			return false, err
+		}
+	}
+	return true, nil
+}
+
+// noneOfRun reports whether no task of id's run but id itself runs or waits for a relaunch.
+func (s *Store) noneOfRun(ctx context.Context, id taskid.ID) (bool, error) {
+	for _, dir := range []string{runningDir, failoverDir} {
+		entries, err := s.readJobQueue(ctx, dir, id.JobName)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range entries {
+			if other, err := taskid.Parse(e.TaskID); err == nil && e.TaskID != id.String() && other.Run() == id.Run() {
+				return false, nil
+			}
 		}
 	}
 	return true, nil

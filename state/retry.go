@@ -104,10 +104,7 @@ func (s *Store) fireFailedOps(ctx context.Context, id taskid.ID, reason string) 
 
 // runEndOps returns the op that records in the fire ledger what became of the run task id
 // belongs to: failed for good (failed, once), and, with a non-zero ended, that the run is over
-// (its last shard ended, lastShard). The run is the entry that names the task or, in a job of
-// more shards than an entry keeps ids of, the latest launched: a job's runs never overlap (its
-// ready runs wait while a shard runs or waits for a relaunch), but for an Allow job's, which
-// are told apart no better then (README "Concurrency policy").
+// (its last shard ended, lastShard). The run is the entry of the task's run id (Ledger.runOf).
 func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ended time.Time) ([]any, error) {
 	led, n, err := s.readLedger(ctx, id.JobName)
 	if err != nil || !n.exists {

@@ -136,13 +136,58 @@ func ParseExecutor(s string) (Executor, error) {
 // New returns a task id for a fresh launch of meta's shard on agentID, with a random
 // RFC 4122 version 4 uuid so that every launch of the same shard has a distinct Mesos task id.
 func New(meta Meta, t Type, agentID string) ID {
+	return NewInRun(meta, t, agentID, "")
+}
+
+// runLen is the length of a run id: the uuid's first group, 32 random bits.
+const runLen = 8
+
+// NewRun returns a fresh run id: 8 random hex digits.
+func NewRun() string {
+	var b [runLen / 2]byte
+	random(b[:])
+	return fmt.Sprintf("%x", b)
+}
+
+// NewInRun is New with the uuid's first group set to run (from NewRun; "": a fresh one), so
+// that every task of one run, and every relaunch of them, tells its run (ID.Run) however many
+// tasks the run has. The uuid stays a version 4 uuid, unique by its other 90 random bits.
+func NewInRun(meta Meta, t Type, agentID, run string) ID {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		// crypto/rand.Read never fails on Linux ≥ 3.17; a failure is an unusable machine.
-		panic(fmt.Sprintf("taskid: crypto/rand: %v", err))
-	}
+	random(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	u := fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	if isRun(run) {
+		u = run + u[runLen:]
+	}
 	return ID{Meta: meta, Type: t, AgentID: agentID, UUID: u}
+}
+
+// Run returns the run id that begins the uuid, or "" when it begins with none. An id made
+// before run ids (or by New) returns its random first group, which names no recorded run.
+func (id ID) Run() string {
+	if len(id.UUID) > runLen && id.UUID[runLen] == '-' && isRun(id.UUID[:runLen]) {
+		return id.UUID[:runLen]
+	}
+	return ""
+}
+
+func random(b []byte) {
+	if _, err := rand.Read(b); err != nil {
+		// crypto/rand.Read never fails on Linux ≥ 3.17; a failure is an unusable machine.
+		panic(fmt.Sprintf("taskid: crypto/rand: %v", err))
+	}
+}
+
+func isRun(s string) bool {
+	if len(s) != runLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -82,6 +82,35 @@ func TestNewMakesDistinctParseableIDs(t *testing.T) {
 	}
 }
 
+// The tasks of one run, relaunches included, share its run id however many they are; other
+// runs' ids differ, and every id stays a distinct version 4 uuid.
+func TestNewInRunTellsTheRun(t *testing.T) {
+	uuidRE := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	run, other := NewRun(), NewRun()
+	if run == other || len(run) != 8 {
+		t.Fatalf("NewRun gave %q and %q; want two distinct 8-digit ids", run, other)
+	}
+	seen := map[string]bool{}
+	for item := range 40 {
+		id := NewInRun(Meta{"job", item}, Ready, "S0", run)
+		relaunch := NewInRun(id.Meta, Failover, "S1", id.Run())
+		for _, x := range []ID{id, relaunch} {
+			if x.Run() != run || !uuidRE.MatchString(x.UUID) || seen[x.UUID] {
+				t.Fatalf("task %v: run %q, uuid %q (seen before: %v); want run %q in a distinct version 4 uuid", x, x.Run(), x.UUID, seen[x.UUID], run)
+			}
+			seen[x.UUID] = true
+		}
+	}
+	if id := NewInRun(Meta{"job", 0}, Ready, "S0", other); id.Run() != other {
+		t.Fatalf("run %q; want %q", id.Run(), other)
+	}
+	for _, u := range []string{"u", "x-y", "0123456z-0000", "01234567", "ABCDEF01-2345"} {
+		if r := (ID{Meta: Meta{"job", 0}, Type: Ready, AgentID: "S0", UUID: u}).Run(); r != "" {
+			t.Errorf("uuid %q: run %q; want none", u, r)
+		}
+	}
+}
+
 // FuzzParse checks that parsing never panics and that anything accepted formats back to the
 // exact input (so one shard never has two spellings).
 func FuzzParse(f *testing.F) {

@@ -114,11 +114,12 @@ func TestEligible(t *testing.T) {
 }
 
 func TestPartsAndChunks(t *testing.T) {
+	failed := taskid.NewInRun(meta("b", 2), taskid.Ready, "S0", taskid.NewRun())
 	snap := Snapshot{
 		Jobs:      map[string]config.Job{"a": job("a", 2), "b": job("b", 3)},
 		Apps:      map[string]config.App{"app": {AppName: "app"}},
 		Ready:     []state.ReadyEntry{{JobName: "a", Count: 2, Version: 7}},
-		Failovers: []state.FailoverEntry{{Meta: meta("b", 0), Version: 1}, {Meta: meta("b", 2), Version: 4}},
+		Failovers: []state.FailoverEntry{{Meta: meta("b", 0), Version: 1}, {Meta: meta("b", 2), TaskID: failed.String(), Version: 4}},
 	}
 	w := Eligible(snap, func(taskid.Meta) bool { return true })
 	agents := []binpack.Agent{{ID: "S0"}, {ID: "S1"}}
@@ -132,11 +133,17 @@ func TestPartsAndChunks(t *testing.T) {
 	if len(b.Tasks) != 1 || b.Tasks[0].ID.Meta != meta("b", 2) || b.Tasks[0].ID.Type != taskid.Failover || b.Tasks[0].ID.AgentID != "S1" {
 		t.Errorf("b's tasks = %+v; want item 2 as FAILOVER on S1", b.Tasks)
 	}
-	if !reflect.DeepEqual(b.Launch.Failover, []state.FailoverEntry{{Meta: meta("b", 2), Version: 4}}) || b.Launch.Ready != nil {
+	if b.Tasks[0].ID.Run() != failed.Run() {
+		t.Errorf("b's relaunch is of run %q; want the failed task's, %q", b.Tasks[0].ID.Run(), failed.Run())
+	}
+	if !reflect.DeepEqual(b.Launch.Failover, []state.FailoverEntry{{Meta: meta("b", 2), TaskID: failed.String(), Version: 4}}) || b.Launch.Ready != nil {
 		t.Errorf("b consumes %+v / %+v; want only the failover entry of item 2, at its version", b.Launch.Failover, b.Launch.Ready)
 	}
 	if len(a.Tasks) != 2 || a.Tasks[0].ID.Type != taskid.Ready || a.Tasks[0].ID.AgentID != "S0" || a.Tasks[1].ID.AgentID != "S1" {
 		t.Errorf("a's tasks = %+v; want both shards as READY on S0 and S1", a.Tasks)
+	}
+	if run := a.Tasks[0].ID.Run(); run == "" || a.Tasks[1].ID.Run() != run || run == failed.Run() {
+		t.Errorf("a's tasks are of runs %q and %q; want one new run, not b's %q", run, a.Tasks[1].ID.Run(), failed.Run())
 	}
 	if !reflect.DeepEqual(a.Launch.Ready, []state.ReadyEntry{{JobName: "a", Count: 2, Version: 7}}) {
 		t.Errorf("a consumes %+v; want its ready entry as read", a.Launch.Ready)
