@@ -12,6 +12,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/integration/audit"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // concurrencyPolicy Allow (issue 19): a 2-shard job whose shards hold until released is
@@ -145,8 +146,10 @@ func TestAllowRelaunchesEachRunOfAShard(t *testing.T) {
 	}
 	var fires struct {
 		Fires []struct {
-			Tasks int       `json:"tasks"`
-			Ended time.Time `json:"ended"`
+			Tasks   int       `json:"tasks"`
+			Ended   time.Time `json:"ended"`
+			Run     string    `json:"run"`
+			TaskIDs []string  `json:"taskIds"`
 		} `json:"fires"`
 	}
 	body := s.must(t, 200, "GET", "/api/job/pfo/fires", "")
@@ -157,6 +160,16 @@ func TestAllowRelaunchesEachRunOfAShard(t *testing.T) {
 		if f.Tasks != 2 || f.Ended.IsZero() {
 			t.Errorf("ledger %s; want each run with its task and its relaunch, ended", body)
 		}
+		// Each run's task and relaunch carry its run id, which tells the runs apart however
+		// many tasks they have.
+		for _, id := range f.TaskIDs {
+			if parsed, err := taskid.Parse(id); err != nil || f.Run == "" || parsed.Run() != f.Run {
+				t.Errorf("ledger %s: task %s is not of its entry's run", body, id)
+			}
+		}
+	}
+	if fires.Fires[0].Run == fires.Fires[1].Run {
+		t.Errorf("ledger %s; want the two runs' ids distinct", body)
 	}
 }
 
