@@ -337,6 +337,7 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 	ld.inst.setSubscribed(true)
 	ld.log.WithField("framework_id", sub.frameworkID).Info("subscribed to Mesos")
 	ld.ensureDaemons(ctx)
+	ld.resumeReplacements(ctx)
 	ld.reconcile(ctx)
 	return nil
 }

@@ -99,6 +99,54 @@ func (ld *leader) replaceQueued(ctx context.Context) {
 	}
 }
 
+// resumeReplacements queues, when the leader subscribes, the replacement of every Replace job
+// whose queued run was fired after the run it still has launched: a leader that ended between
+// such a fire and its replacement left it undone, and the new run would wait behind the old
+// one as under Forbid. A run queued before the old one launched waits, as it would have.
+func (ld *leader) resumeReplacements(ctx context.Context) {
+	ready, err := ld.store.Ready(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the ready queue for replacements left undone")
+		return
+	}
+	var failovers []state.FailoverEntry // read once, if some job needs them
+	readFailovers := false
+	for _, r := range ready {
+		j, err := ld.store.Job(ctx, r.JobName)
+		if err != nil || j.ConcurrencyPolicy != config.Replace {
+			continue
+		}
+		led, ok, err := ld.store.FireLedger(ctx, r.JobName)
+		next := led.NextRun(r.Count)
+		if err != nil || !ok || next < 0 {
+			continue
+		}
+		// The old run: that of a task still running, else of a shard waiting for a relaunch.
+		var task string
+		if running, err := ld.store.RunningOf(ctx, r.JobName); err == nil && len(running) > 0 {
+			task = running[0].TaskID
+		} else if err == nil {
+			if !readFailovers {
+				if failovers, err = ld.store.Failovers(ctx); err != nil {
+					continue
+				}
+				readFailovers = true
+			}
+			for _, f := range failovers {
+				if f.Meta.JobName == r.JobName {
+					task = f.TaskID
+					break
+				}
+			}
+		}
+		if old := led.RunOf(task); task != "" && old >= 0 && led.Fires[next].Slot.After(led.Fires[old].Launched) {
+			ld.log.WithField("job", r.JobName).Info("a replacement left undone by the last leader: the run fired after the running one replaces it")
+			ld.replacing.add(r.JobName)
+			ld.poke()
+		}
+	}
+}
+
 // jobSet is a set of job names that one goroutine adds to and another takes.
 type jobSet struct {
 	mu   sync.Mutex // guards jobs

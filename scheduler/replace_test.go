@@ -100,3 +100,53 @@ func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
 		t.Fatalf("a tick after the replacement: %d kills; want the 2 only, not asked again", killed)
 	}
 }
+
+// A leader that ends between a Replace fire and its replacement leaves it undone; the next
+// leader finds it from the fire ledger when it subscribes: a queued run fired after the
+// running one launched replaces it, and one queued before it launched waits, as it would have.
+func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		afterLaunch bool // the second fire comes after the first run launched
+		killed      int
+	}{
+		{"fired after the running run launched", true, 2},
+		{"queued before the running run launched", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace; j.Misfire = true })
+			job := names[0]
+			fake := &ackRecorder{}
+			old := testLeader(benchModel(t, ctx, base), fake)
+			old.inst.ld = old
+			if err := old.inst.Trigger(ctx, job); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.afterLaunch {
+				if err := old.inst.Trigger(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old.cycle(ctx, burstOffers(0))
+			if tc.afterLaunch {
+				if err := old.inst.Trigger(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old.replacing.take() // the old leader ends before its loop takes them
+			if r, err := base.ReadyOf(ctx, job); err != nil || r.Count != 1 {
+				t.Fatalf("ready count %d (%v); want the second run queued", r.Count, err)
+			}
+
+			ld := testLeader(benchModel(t, ctx, base), fake)
+			ld.inst.ld = ld
+			ld.resumeReplacements(ctx)
+			ld.replaceQueued(ctx)
+			if launched, killed := fake.launchesAndKills(); launched != 2 || killed != tc.killed {
+				t.Fatalf("%d tasks launched, %d killed; want the first run's 2 launched and %d killed", launched, killed, tc.killed)
+			}
+		})
+	}
+}

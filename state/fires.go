@@ -380,6 +380,9 @@ func (l *Ledger) relaunched(orig, id string, attempt int) bool {
 	return true
 }
 
+// RunOf is runOf: the index of the entry of the run task belongs to, or -1.
+func (l *Ledger) RunOf(task string) int { return l.runOf(task) }
+
 // runOf returns the index of the entry of the run task belongs to: the one of its run id, or
 // that names it, or the latest launched (a job's runs never overlap, unless it is Allow: its
 // runs launched before run ids, of more tasks than an entry keeps ids of, are then told apart
