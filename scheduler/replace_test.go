@@ -16,6 +16,38 @@ func (a *ackRecorder) launchesAndKills() (launched, killed int) {
 	return a.launched, len(a.kills)
 }
 
+// replaceWorld is a Replace job of two shards in a fresh store, with the Mesos calls of its
+// leaders recorded.
+type replaceWorld struct {
+	base *state.Store
+	job  string
+	fake *ackRecorder
+}
+
+func newReplaceWorld(t *testing.T, ctx context.Context, change func(*config.Job)) replaceWorld {
+	base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) {
+		j.ConcurrencyPolicy = config.Replace
+		if change != nil {
+			change(j)
+		}
+	})
+	return replaceWorld{base: base, job: names[0], fake: &ackRecorder{}}
+}
+
+// leader is a new leader over the world's store.
+func (w replaceWorld) leader(t *testing.T, ctx context.Context) *leader {
+	ld := testLeader(benchModel(t, ctx, w.base), w.fake)
+	ld.inst.ld = ld
+	return ld
+}
+
+func (w replaceWorld) trigger(t *testing.T, ctx context.Context, ld *leader) {
+	t.Helper()
+	if err := ld.inst.Trigger(ctx, w.job); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A Replace job's fire is queued before the event loop takes the replacement it asks for, and an
 // offer cycle can come between them and launch the fire's own run. The replacement then must not
 // kill that run: it replaces only a run older than the fire, which still holds the fire back.
@@ -24,36 +56,25 @@ func (a *ackRecorder) launchesAndKills() (launched, killed int) {
 func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace })
-	job := names[0]
-	fake := &ackRecorder{}
-	ld := testLeader(benchModel(t, ctx, base), fake)
-	ld.inst.ld = ld
+	w := newReplaceWorld(t, ctx, nil)
+	ld := w.leader(t, ctx)
 
 	// The trigger queues the run and asks for the replacement; the offer cycle wins the race.
-	if err := ld.inst.Trigger(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	w.trigger(t, ctx, ld)
 	ld.cycle(ctx, burstOffers(0))
-	for _, job := range ld.replacing.take() {
-		ld.replace(ctx, job)
-	}
-	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 0 {
+	ld.replaceQueued(ctx)
+	if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != 0 {
 		t.Fatalf("the trigger's run: %d tasks launched, %d killed; want 2 launched and none killed", launched, killed)
 	}
-	if r, err := base.RunningOf(ctx, job); err != nil || len(r) != 2 {
+	if r, err := w.base.RunningOf(ctx, w.job); err != nil || len(r) != 2 {
 		t.Fatalf("%d tasks running (%v); want the trigger's 2", len(r), err)
 	}
 
 	// A second fire while that run runs: it waits in the ready queue, and its replacement kills
 	// the older run's shards.
-	if err := ld.inst.Trigger(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	for _, job := range ld.replacing.take() {
-		ld.replace(ctx, job)
-	}
-	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 2 {
+	w.trigger(t, ctx, ld)
+	ld.replaceQueued(ctx)
+	if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != 2 {
 		t.Fatalf("the second fire: %d tasks launched, %d killed; want the first run's 2 killed and nothing new launched", launched, killed)
 	}
 }
@@ -64,14 +85,9 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace })
-	job := names[0]
-	fake := &ackRecorder{}
-	ld := testLeader(benchModel(t, ctx, base), fake)
-	ld.inst.ld = ld
-	if err := ld.inst.Trigger(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	w := newReplaceWorld(t, ctx, nil)
+	ld := w.leader(t, ctx)
+	w.trigger(t, ctx, ld)
 	ld.cycle(ctx, burstOffers(0))
 	ld.replaceQueued(ctx) // the fire's own run: nothing to replace
 	refuse := true
@@ -82,21 +98,19 @@ func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
 		return nil
 	}
 
-	if err := ld.inst.Trigger(ctx, job); err != nil {
-		t.Fatal(err)
-	}
+	w.trigger(t, ctx, ld)
 	ld.replaceQueued(ctx)
 	ld.replaceQueued(ctx) // a tick while still unconfirmed
-	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 0 {
+	if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != 0 {
 		t.Fatalf("unconfirmed: %d tasks launched, %d killed; want the first run's 2 launched and none killed", launched, killed)
 	}
 	refuse = false
 	ld.replaceQueued(ctx) // the next tick
-	if launched, killed := fake.launchesAndKills(); launched != 2 || killed != 2 {
+	if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != 2 {
 		t.Fatalf("confirmed: %d tasks launched, %d killed; want the first run's 2 killed", launched, killed)
 	}
 	ld.replaceQueued(ctx)
-	if _, killed := fake.launchesAndKills(); killed != 2 {
+	if _, killed := w.fake.launchesAndKills(); killed != 2 {
 		t.Fatalf("a tick after the replacement: %d kills; want the 2 only, not asked again", killed)
 	}
 }
@@ -116,35 +130,25 @@ func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			base, names := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.ConcurrencyPolicy = config.Replace; j.Misfire = true })
-			job := names[0]
-			fake := &ackRecorder{}
-			old := testLeader(benchModel(t, ctx, base), fake)
-			old.inst.ld = old
-			if err := old.inst.Trigger(ctx, job); err != nil {
-				t.Fatal(err)
-			}
+			w := newReplaceWorld(t, ctx, func(j *config.Job) { j.Misfire = true })
+			old := w.leader(t, ctx)
+			w.trigger(t, ctx, old)
 			if !tc.afterLaunch {
-				if err := old.inst.Trigger(ctx, job); err != nil {
-					t.Fatal(err)
-				}
+				w.trigger(t, ctx, old)
 			}
 			old.cycle(ctx, burstOffers(0))
 			if tc.afterLaunch {
-				if err := old.inst.Trigger(ctx, job); err != nil {
-					t.Fatal(err)
-				}
+				w.trigger(t, ctx, old)
 			}
 			old.replacing.take() // the old leader ends before its loop takes them
-			if r, err := base.ReadyOf(ctx, job); err != nil || r.Count != 1 {
+			if r, err := w.base.ReadyOf(ctx, w.job); err != nil || r.Count != 1 {
 				t.Fatalf("ready count %d (%v); want the second run queued", r.Count, err)
 			}
 
-			ld := testLeader(benchModel(t, ctx, base), fake)
-			ld.inst.ld = ld
+			ld := w.leader(t, ctx)
 			ld.resumeReplacements(ctx)
 			ld.replaceQueued(ctx)
-			if launched, killed := fake.launchesAndKills(); launched != 2 || killed != tc.killed {
+			if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != tc.killed {
 				t.Fatalf("%d tasks launched, %d killed; want the first run's 2 launched and %d killed", launched, killed, tc.killed)
 			}
 		})
