@@ -117,8 +117,11 @@ func (ld *leader) resumeReplacements(ctx context.Context) {
 			continue
 		}
 		led, ok, err := ld.store.FireLedger(ctx, r.JobName)
+		if err != nil || !ok {
+			continue
+		}
 		next := led.NextRun(r.Count)
-		if err != nil || !ok || next < 0 {
+		if next < 0 {
 			continue
 		}
 		// The old run: that of a task still running, else of a shard waiting for a relaunch.

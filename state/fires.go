@@ -366,7 +366,7 @@ func (l *Ledger) launched(count int, ids []taskid.ID, now time.Time) bool {
 
 // relaunched adds a relaunch (a failover or a retry, as attempt) to its run's entry.
 func (l *Ledger) relaunched(orig, id string, attempt int) bool {
-	i := l.runOf(orig)
+	i := l.RunOf(orig)
 	if i < 0 {
 		return false
 	}
@@ -380,14 +380,11 @@ func (l *Ledger) relaunched(orig, id string, attempt int) bool {
 	return true
 }
 
-// RunOf is runOf: the index of the entry of the run task belongs to, or -1.
-func (l *Ledger) RunOf(task string) int { return l.runOf(task) }
-
-// runOf returns the index of the entry of the run task belongs to: the one of its run id, or
+// RunOf returns the index of the entry of the run task belongs to: the one of its run id, or
 // that names it, or the latest launched (a job's runs never overlap, unless it is Allow: its
 // runs launched before run ids, of more tasks than an entry keeps ids of, are then told apart
 // no better); -1 when there is none.
-func (l *Ledger) runOf(task string) int {
+func (l *Ledger) RunOf(task string) int {
 	var run string
 	if id, err := taskid.Parse(task); err == nil {
 		run = id.Run()

@@ -244,7 +244,7 @@ func (s *Store) lastShard(ctx context.Context, id taskid.ID, overlapping bool) (
 		if err != nil {
 			return false, err
 		}
-		i := led.runOf(id.String())
+		i := led.RunOf(id.String())
 		switch {
 		case !n.exists || i < 0:
 		case led.Fires[i].Run != "" && led.Fires[i].Run == id.Run():

@@ -104,13 +104,13 @@ func (s *Store) fireFailedOps(ctx context.Context, id taskid.ID, reason string) 
 
 // runEndOps returns the op that records in the fire ledger what became of the run task id
 // belongs to: failed for good (failed, once), and, with a non-zero ended, that the run is over
-// (its last shard ended, lastShard). The run is the entry of the task's run id (Ledger.runOf).
+// (its last shard ended, lastShard). The run is the entry of the task's run id (Ledger.RunOf).
 func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ended time.Time) ([]any, error) {
 	led, n, err := s.readLedger(ctx, id.JobName)
 	if err != nil || !n.exists {
 		return nil, err
 	}
-	i := led.runOf(id.String())
+	i := led.RunOf(id.String())
 	if i < 0 {
 		return nil, nil
 	}
