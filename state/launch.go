@@ -232,12 +232,11 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 
 // lastShard reports whether task id, whose running node is being removed, is the last of its
 // run: no other task of the run runs or waits for a relaunch. A job's runs never overlap
-// unless overlapping (concurrencyPolicy Allow): then the run is the fire ledger's entry of
-// the task's run id, and the run ends with the last task carrying it; or, for an entry from
-// before run ids, the entry that names the task, and when it names every task of the run, the
-// run ends with the last of them. Otherwise — such an entry of more shards than it keeps ids
-// of, or a job whose runs do not overlap — the run ends with the job's last running node and
-// no failover entry.
+// unless overlapping (concurrencyPolicy Allow): then the run is the fire ledger's entry of the
+// task (Ledger.RunOf). When the entry names every task of the run, the run ends with the last
+// of them; else with the last task carrying its run id. Otherwise — an entry from before run
+// ids of more shards than it keeps ids of, or a job whose runs do not overlap — the run ends
+// with the job's last running node and no failover entry.
 func (s *Store) lastShard(ctx context.Context, id taskid.ID, overlapping bool) (bool, error) {
 	if overlapping {
 		led, n, err := s.readLedger(ctx, id.JobName)
@@ -247,10 +246,10 @@ func (s *Store) lastShard(ctx context.Context, id taskid.ID, overlapping bool) (
 		i := led.RunOf(id.String())
 		switch {
 		case !n.exists || i < 0:
+		case slices.Contains(led.Fires[i].TaskIDs, id.String()) && len(led.Fires[i].TaskIDs) == led.Fires[i].Tasks:
+			return s.noneOf(ctx, id, led.Fires[i].TaskIDs) // a few reads: the entry names them all
 		case led.Fires[i].Run != "" && led.Fires[i].Run == id.Run():
 			return s.noneOfRun(ctx, id)
-		case slices.Contains(led.Fires[i].TaskIDs, id.String()) && len(led.Fires[i].TaskIDs) == led.Fires[i].Tasks:
-			return s.noneOf(ctx, id, led.Fires[i].TaskIDs)
 		}
 	}
 	job := id.JobName
@@ -292,7 +291,7 @@ func (s *Store) noneOfRun(ctx context.Context, id taskid.ID) (bool, error) {
 			return false, err
 		}
 		for _, e := range entries {
-			if other, err := taskid.Parse(e.TaskID); err == nil && e.TaskID != id.String() && other.Run() == id.Run() {
+			if e.TaskID != id.String() && taskid.RunIn(e.TaskID) == id.Run() {
 				return false, nil
 			}
 		}

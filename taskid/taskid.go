@@ -173,6 +173,16 @@ func (id ID) Run() string {
 	return ""
 }
 
+// RunIn is the run id of task id s (ID.Run) without parsing the rest of it: a job's runs are
+// told apart by scanning its tasks, which must stay cheap for jobs of thousands of shards.
+func RunIn(s string) string {
+	i := strings.LastIndex(s, Delimiter)
+	if i < 0 {
+		return ""
+	}
+	return ID{UUID: s[i+len(Delimiter):]}.Run()
+}
+
 func random(b []byte) {
 	if _, err := rand.Read(b); err != nil {
 		// crypto/rand.Read never fails on Linux ≥ 3.17; a failure is an unusable machine.

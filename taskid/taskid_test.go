@@ -101,8 +101,17 @@ func TestNewInRunTellsTheRun(t *testing.T) {
 			seen[x.UUID] = true
 		}
 	}
-	if id := NewInRun(Meta{"job", 0}, Ready, "S0", other); id.Run() != other {
-		t.Fatalf("run %q; want %q", id.Run(), other)
+	if id := NewInRun(Meta{"job", 0}, Ready, "S0", other); id.Run() != other || RunIn(id.String()) != other {
+		t.Fatalf("run %q (%q from the string); want %q", id.Run(), RunIn(id.String()), other)
+	}
+	// An agent id that begins like a run is not taken for one.
+	if id := New(Meta{"job", 0}, Ready, run+"-S1"); RunIn(id.String()) != id.Run() || id.Run() == run {
+		t.Fatalf("task %v: run %q from the string, %q parsed; want its uuid's, not the agent's %q", id, RunIn(id.String()), id.Run(), run)
+	}
+	for _, s := range []string{"", "x", "@-@", "job@-@0@-@READY@-@S0@-@", "0123abcd-0000"} {
+		if r := RunIn(s); r != "" {
+			t.Errorf("RunIn(%q) = %q; want none", s, r)
+		}
 	}
 	for _, u := range []string{"u", "x-y", "0123456z-0000", "01234567", "ABCDEF01-2345"} {
 		if r := (ID{Meta: Meta{"job", 0}, Type: Ready, AgentID: "S0", UUID: u}).Run(); r != "" {
@@ -125,6 +134,11 @@ func FuzzParse(f *testing.F) {
 			if again, err := Parse(id.String()); err != nil || again != id {
 				t.Fatalf("round trip of %q: %+v, %v", s, again, err)
 			}
+			if RunIn(s) != id.Run() {
+				t.Fatalf("RunIn(%q) = %q; Parse gives run %q", s, RunIn(s), id.Run())
+			}
+		} else {
+			RunIn(s) // never panics
 		}
 		if m, err := ParseMeta(s); err == nil && m.String() != s {
 			t.Fatalf("ParseMeta(%q).String() = %q", s, m.String())
