@@ -284,16 +284,17 @@ func (s *Store) noneOf(ctx context.Context, id taskid.ID, ids []string) (bool, e
 }
 
 // noneOfRun reports whether no task of id's run but id itself runs or waits for a relaunch.
+// The nodes of a run whose job's runs overlap are named by their task ids (the failed task's,
+// for a failover entry), so their names tell: a task's end looks at the job's nodes' names,
+// and reads no node.
 func (s *Store) noneOfRun(ctx context.Context, id taskid.ID) (bool, error) {
+	self, run := id.String(), id.Run()
 	for _, dir := range []string{runningDir, failoverDir} {
-		entries, err := s.readJobQueue(ctx, dir, id.JobName)
-		if err != nil {
+		other, err := s.anyChild(ctx, s.path(dir, id.JobName), func(name string) bool {
+			return name != self && taskid.RunIn(name) == run
+		})
+		if err != nil || other {
 			return false, err
-		}
-		for _, e := range entries {
-			if e.TaskID != id.String() && taskid.RunIn(e.TaskID) == id.Run() {
-				return false, nil
-			}
 		}
 	}
 	return true, nil

@@ -684,6 +684,22 @@ func (s *Store) mirroredChildren(ctx context.Context, p string) ([]string, error
 	return names, err
 }
 
+// mirroredAnyChild is anyChild from the mirror: the names in the map's order, unsorted.
+func (s *Store) mirroredAnyChild(ctx context.Context, p string, match func(name string) bool) (bool, error) {
+	found := false
+	err := s.mirrorRead(ctx, func(l *layer) {
+		if n, ok := l.lookup(p); ok {
+			for name := range n.children {
+				if match(name) {
+					found = true
+					return
+				}
+			}
+		}
+	})
+	return found, err
+}
+
 // mirroredReadChildren is readChildren from the mirror, in one pass under one lock.
 func (s *Store) mirroredReadChildren(ctx context.Context, p string) ([]namedNode, error) {
 	var out []namedNode

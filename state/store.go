@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -366,6 +367,16 @@ func (s *Store) children(ctx context.Context, p string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// anyChild reports whether some child of p has a name that match accepts. From the mirror it
+// neither sorts nor copies the names: a task's end asks it of a job of thousands of tasks.
+func (s *Store) anyChild(ctx context.Context, p string, match func(name string) bool) (bool, error) {
+	if s.mv != nil && s.mv.m.covered(p) {
+		return s.mirroredAnyChild(ctx, p, match)
+	}
+	names, err := s.children(ctx, p)
+	return slices.ContainsFunc(names, match), err
 }
 
 // getMany reads many nodes at once.
