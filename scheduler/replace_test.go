@@ -48,6 +48,15 @@ func (w replaceWorld) trigger(t *testing.T, ctx context.Context, ld *leader) {
 	}
 }
 
+// firstRun triggers the job and launches the run in an offer cycle that comes before the loop
+// takes the replacement the trigger asked for.
+func (w replaceWorld) firstRun(t *testing.T, ctx context.Context, ld *leader) {
+	t.Helper()
+	w.trigger(t, ctx, ld)
+	ld.cycle(ctx, burstOffers(0))
+	ld.replaceQueued(ctx)
+}
+
 // A Replace job's fire is queued before the event loop takes the replacement it asks for, and an
 // offer cycle can come between them and launch the fire's own run. The replacement then must not
 // kill that run: it replaces only a run older than the fire, which still holds the fire back.
@@ -60,9 +69,7 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 	ld := w.leader(t, ctx)
 
 	// The trigger queues the run and asks for the replacement; the offer cycle wins the race.
-	w.trigger(t, ctx, ld)
-	ld.cycle(ctx, burstOffers(0))
-	ld.replaceQueued(ctx)
+	w.firstRun(t, ctx, ld)
 	if launched, killed := w.fake.launchesAndKills(); launched != 2 || killed != 0 {
 		t.Fatalf("the trigger's run: %d tasks launched, %d killed; want 2 launched and none killed", launched, killed)
 	}
@@ -87,9 +94,7 @@ func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
 	defer cancel()
 	w := newReplaceWorld(t, ctx, nil)
 	ld := w.leader(t, ctx)
-	w.trigger(t, ctx, ld)
-	ld.cycle(ctx, burstOffers(0))
-	ld.replaceQueued(ctx) // the fire's own run: nothing to replace
+	w.firstRun(t, ctx, ld) // the fire's own run: nothing to replace
 	refuse := true
 	ld.confirm = func(context.Context) error {
 		if refuse {
