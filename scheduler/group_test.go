@@ -218,15 +218,15 @@ func TestAGroupWhoseReplyIsLostIsAppliedOnce(t *testing.T) {
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	w.proxy.DropReplies()
-	done := make(chan struct{})
+	first, lone, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		w.ld.updates(ctx, []mesos.TaskStatus{
 			upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
 			upd(w.tasks[1], mesos.TASK_LOST, "u1"),
 		})
-		// A lone update too, whose multi has no group to fall back from.
-		w.proxy.DropReplies()
+		close(first)
+		<-lone
 		w.ld.updates(ctx, []mesos.TaskStatus{upd(w.tasks[2], mesos.TASK_LOST, "u2")})
 	}()
 	await.True(t, 10*time.Second, "ZooKeeper applied the group", func() bool {
@@ -238,6 +238,18 @@ func TestAGroupWhoseReplyIsLostIsAppliedOnce(t *testing.T) {
 		return w.ld.store.AwaitSession(cancelled()) != nil
 	})
 	w.proxy.Restore()
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the group was not recorded after the connection came back")
+	}
+	// A lone update too, whose multi has no group to fall back from. Its reply is dropped
+	// once the model has read the watch events that the reconnect delivered: it reads them
+	// holding the write lock, and a read whose reply the proxy dropped would hold the lock
+	// (and the lone update) until the client's read timeout.
+	w.modelCaughtUp(t)
+	w.proxy.DropReplies()
+	close(lone)
 	await.True(t, 10*time.Second, "ZooKeeper applied the lone update", func() bool {
 		running, _ := w.queues(t)
 		return len(running) == 0
@@ -261,6 +273,30 @@ func TestAGroupWhoseReplyIsLostIsAppliedOnce(t *testing.T) {
 	}
 	if r, _ := w.ld.store.Running(ctx); len(r) != 0 {
 		t.Fatalf("the model has %d running; want none, as ZooKeeper", len(r))
+	}
+}
+
+// modelCaughtUp waits until the leader's model has read every watch event delivered before
+// now: a ready entry written through another session shows in the model only after the
+// events before it are read (the model reads them in order), and it is removed again.
+func (w *groupWorld) modelCaughtUp(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	const marker = "model-caught-up"
+	for _, want := range []bool{true, false} {
+		var err error
+		if want {
+			err = w.other.AddReady(ctx, marker, false)
+		} else {
+			err = w.other.RemoveReady(ctx, marker)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		await.True(t, 10*time.Second, fmt.Sprintf("the model sees the marker: %v", want), func() bool {
+			r, err := w.ld.store.ReadyOf(ctx, marker)
+			return err == nil && (r.Count > 0) == want
+		})
 	}
 }
 
