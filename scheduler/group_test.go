@@ -283,21 +283,21 @@ func (w *groupWorld) modelCaughtUp(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	const marker = "model-caught-up"
-	for _, want := range []bool{true, false} {
-		var err error
-		if want {
-			err = w.other.AddReady(ctx, marker, false)
-		} else {
-			err = w.other.RemoveReady(ctx, marker)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	sees := func(want bool) {
+		t.Helper()
 		await.True(t, 10*time.Second, fmt.Sprintf("the model sees the marker: %v", want), func() bool {
 			r, err := w.ld.store.ReadyOf(ctx, marker)
 			return err == nil && (r.Count > 0) == want
 		})
 	}
+	if err := w.other.AddReady(ctx, marker, false); err != nil {
+		t.Fatal(err)
+	}
+	sees(true)
+	if err := w.other.RemoveReady(ctx, marker); err != nil {
+		t.Fatal(err)
+	}
+	sees(false)
 }
 
 func cancelled() context.Context {

@@ -146,25 +146,21 @@ func Parts(w Work, res binpack.Result, agents []binpack.Agent) []Part {
 		if !group.Integrity {
 			kind = taskid.Failover
 		}
-		// A READY launch is a new run; a relaunch stays in the run of the task it replaces,
-		// so that the fire ledger tells each run's tasks whatever their number.
+		// A READY launch is a new run; a relaunch stays in the run of the task it replaces
+		// (one failover entry per item in a cycle), so that the fire ledger tells each run's
+		// tasks whatever their number.
 		run := taskid.NewRun()
-		var runOf map[int]string // failover: per item
-		if !group.Integrity {
-			runOf = map[int]string{}
-			for _, f := range w.Failover[job.JobName] {
-				if orig, err := taskid.Parse(f.TaskID); err == nil {
-					runOf[f.Meta.Item] = orig.Run()
-				}
-			}
+		failed := map[int]string{} // failover: the failed task's id per item
+		for _, f := range w.Failover[job.JobName] {
+			failed[f.Meta.Item] = f.TaskID
 		}
 		var p Part
 		for k, a := range placed {
 			if a < 0 {
 				continue
 			}
-			if runOf != nil {
-				run = runOf[group.Items[k]] // "": a fresh one
+			if !group.Integrity {
+				run = taskid.RunIn(failed[group.Items[k]]) // "": a fresh one
 			}
 			id := taskid.NewInRun(taskid.Meta{JobName: job.JobName, Item: group.Items[k]}, kind, agents[a].ID, run)
 			p.Tasks = append(p.Tasks, Placement{ID: id, Job: job, App: w.Apps[job.AppName]})
