@@ -199,14 +199,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, or(subject, "it")+" already exists", "")
 	case errors.Is(err, state.ErrNotFound):
 		writeError(w, http.StatusNotFound, or(subject, "what was asked for")+" does not exist", "")
-	case errors.Is(err, errBadRequest):
-		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "), "")
 	case errors.Is(err, state.ErrQueueFull):
 		writeError(w, http.StatusServiceUnavailable, or(subject, "the queue")+" is full (--job-state-queue-size); retry later", "")
 	case errors.Is(err, state.ErrTooLarge): // SPEC §7's 409: the state is too large for the change
 		writeError(w, http.StatusConflict, "the change to "+or(subject, "it")+
 			" touches more than ZooKeeper writes at once (one request, jute.maxbuffer), and it must be one write: nothing changed;"+
 			" make it smaller (an app's jobs can be deleted or disabled first, a few at a time)", "")
+	case errors.Is(err, ErrConflictingState):
+		writeError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), ErrConflictingState.Error()+": "), "")
+	case errors.Is(err, ErrNoSubscription):
+		writeError(w, http.StatusServiceUnavailable, "the scheduler is not subscribed to Mesos (it is reconnecting); nothing changed; retry later", "")
 	case errors.Is(err, state.ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "ZooKeeper is unavailable; retry later", "")
 	case errors.As(err, &me):
@@ -251,8 +253,6 @@ func or(s, fallback string) string {
 	return s
 }
 
-var errBadRequest = errors.New("bad request")
-
 // MesosError is a Scheduler's error that means Mesos did not answer what it was asked: its
 // master's or an agent's state or files could not be read. The API answers it 503.
 type MesosError struct {
@@ -262,6 +262,15 @@ type MesosError struct {
 
 func (e *MesosError) Error() string { return e.Which + ": " + e.Err.Error() }
 func (e *MesosError) Unwrap() error { return e.Err }
+
+// ErrConflictingState is wrapped by a Scheduler's errors that refuse an operation the
+// object's state does not allow (a disabled job triggered). The API answers them 409 with the
+// error's text after the sentinel's.
+var ErrConflictingState = errors.New("conflicting state")
+
+// ErrNoSubscription is wrapped by a Scheduler's errors that refuse an operation needing Mesos
+// while the leader is not subscribed. The API answers them 503.
+var ErrNoSubscription = errors.New("no Mesos subscription")
 
 // ErrUnavailable is wrapped by a Scheduler's errors that mean "try again, perhaps elsewhere":
 // the instance stopped leading while it answered. The API answers them 503.

@@ -99,6 +99,7 @@ func TestEndpoints(t *testing.T) {
 		{name: "update of a missing app", method: "PUT", path: "/api/app", body: `{"appName":"nope","memoryMB":256}`, wantCode: 404},
 		{name: "update without appName", method: "PUT", path: "/api/app", body: `{"memoryMB":256}`, wantCode: 400, wantBody: `"field":"appName"`},
 		{name: "update with an invalid value", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":1}`, wantCode: 400, wantBody: `"field":"memoryMB"`},
+		{name: "update with malformed JSON", method: "PUT", path: "/api/app", body: `{"appName":"app","cpuCount":}`, wantCode: 400, wantBody: `"field":"body"`},
 		{name: "app disabled?", method: "GET", path: "/api/app/app/disable", wantCode: 200, wantBody: "false"},
 		{name: "disable an app", method: "POST", path: "/api/app/app/disable", wantCode: 204, wantOps: []string{"disable-app app"}},
 		{name: "enable an app", method: "POST", path: "/api/app/app/enable", wantCode: 204, wantOps: []string{"enable-app app"}},
@@ -115,7 +116,7 @@ func TestEndpoints(t *testing.T) {
 		{name: "deregister a missing job", method: "DELETE", path: "/api/job/deregister", body: "nope", wantCode: 404},
 		{name: "deregister without a name", method: "DELETE", path: "/api/job/deregister", body: " ", wantCode: 400, wantBody: `"field":"jobName"`},
 		{name: "trigger", method: "POST", path: "/api/job/trigger", body: "job", wantCode: 204, wantOps: []string{"trigger job"}},
-		{name: "trigger a DAEMON job", method: "POST", path: "/api/job/trigger", body: "daemon", wantCode: 400, wantBody: "DAEMON"},
+		{name: "trigger a DAEMON job", method: "POST", path: "/api/job/trigger", body: "daemon", wantCode: 400, wantBody: `DAEMON job; only TRANSIENT jobs can be triggered","field":"jobName"`},
 		{name: "trigger a missing job", method: "POST", path: "/api/job/trigger", body: "nope", wantCode: 404},
 		{name: "list jobs", method: "GET", path: "/api/job/jobs", wantCode: 200, wantBody: `"jobName":"daemon"`},
 		{name: "get a job", method: "GET", path: "/api/job/jobs/job", wantCode: 200, wantBody: `"shardingTotalCount":3`},
@@ -382,6 +383,52 @@ func TestSandboxesWhenMesosCannotBeRead(t *testing.T) {
 				t.Fatalf("the body carries the client's error: %s", body)
 			}
 		})
+	}
+}
+
+// An operation the scheduler refuses is answered with SPEC §7's code and says why, and the
+// refusal is not taken for an internal fault.
+func TestRefusedOperations(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		err          error
+		method, path string
+		body         string
+		want         int
+		says         string
+	}{
+		{"a disabled job triggered", fmt.Errorf("%w: job \"job\" or its app \"app\" is disabled: enable it first", ErrConflictingState),
+			"POST", "/api/job/trigger", "job", http.StatusConflict, `job \"job\" or its app \"app\" is disabled: enable it first`},
+		{"no Mesos subscription", fmt.Errorf("disable job: %w", ErrNoSubscription),
+			"POST", "/api/job/job/disable", "", http.StatusServiceUnavailable, "not subscribed to Mesos"},
+		{"a full ready queue", fmt.Errorf("record: %w", state.ErrQueueFull),
+			"POST", "/api/job/trigger", "job", http.StatusServiceUnavailable, "is full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := seeded()
+			f.sched.opErr = tc.err
+			rec := f.do(tc.method, tc.path, tc.body)
+			if body := rec.Body.String(); rec.Code != tc.want || !strings.Contains(body, tc.says) {
+				t.Fatalf("%d %s; want %d saying %q", rec.Code, body, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+// A reconciliation that could not be made (no Mesos subscription) gives its 10 s slot back: the
+// operator's retry is made, not answered 429.
+func TestAReconciliationNotMadeGivesItsSlotBack(t *testing.T) {
+	f := seeded() // its clock stands still
+	f.sched.opErr = fmt.Errorf("reconcile: %w", ErrNoSubscription)
+	if rec := f.do("POST", "/api/operate/reconcile/explicit", ""); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("without a subscription: %d %s; want 503", rec.Code, rec.Body)
+	}
+	f.sched.opErr = nil
+	if rec := f.do("POST", "/api/operate/reconcile/explicit", ""); rec.Code != http.StatusNoContent {
+		t.Fatalf("the retry once subscribed: %d %s; want 204", rec.Code, rec.Body)
+	}
+	if rec := f.do("POST", "/api/operate/reconcile/explicit", ""); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("again within 10 s of the one made: %d %s; want 429", rec.Code, rec.Body)
 	}
 }
 

@@ -48,7 +48,11 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 		AppName json.RawMessage `json:"appName"`
 	}
 	var name string
-	if json.Unmarshal(b, &named) != nil || json.Unmarshal(named.AppName, &name) != nil || name == "" {
+	if err := json.Unmarshal(b, &named); err != nil {
+		s.fail(w, r, &config.FieldError{Field: "body", Message: "body is not a JSON object: " + err.Error()})
+		return
+	}
+	if json.Unmarshal(named.AppName, &name) != nil || name == "" {
 		s.fail(w, r, &config.FieldError{Field: "appName", Message: "appName is required and names the app to update"})
 		return
 	}

@@ -159,6 +159,9 @@ type fakeSched struct {
 	failures map[string]JobFailure
 	// sandboxErr, if set, is Sandboxes' answer.
 	sandboxErr error
+	// opErr, if set, is the answer of every operation on an existing job or app, and of
+	// Reconcile.
+	opErr error
 }
 
 func (f *fakeSched) record(op string) {
@@ -237,6 +240,9 @@ func (f *fakeSched) jobOp(ctx context.Context, op, job string) error {
 	if err := f.existingJob(ctx, job); err != nil {
 		return err
 	}
+	if f.opErr != nil {
+		return f.opErr
+	}
 	f.record(op + " " + job)
 	return nil
 }
@@ -245,11 +251,17 @@ func (f *fakeSched) appOp(ctx context.Context, op, app string) error {
 	if err := f.existingApp(ctx, app); err != nil {
 		return err
 	}
+	if f.opErr != nil {
+		return f.opErr
+	}
 	f.record(op + " " + app)
 	return nil
 }
 
 func (f *fakeSched) Reconcile(_ context.Context, explicit bool) error {
+	if f.opErr != nil {
+		return f.opErr
+	}
 	f.record(fmt.Sprintf("reconcile explicit=%v", explicit))
 	return nil
 }

@@ -160,7 +160,7 @@ func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if j.JobExecutionType == config.Daemon {
-		s.fail(w, r, fmt.Errorf("%w: job %q is a DAEMON job; only TRANSIENT jobs can be triggered", errBadRequest, name))
+		s.fail(w, r, &config.FieldError{Field: "jobName", Message: fmt.Sprintf("job %q is a DAEMON job; only TRANSIENT jobs can be triggered", name)})
 		return
 	}
 	s.op(w, r, s.sched.Trigger, name)

@@ -32,15 +32,27 @@ type limiter struct {
 	last map[string]time.Time
 }
 
-// allow reports whether kind may run now, and records it if so.
-func (l *limiter) allow(kind string, now time.Time) bool {
+// allow reports whether kind may run now, and records it if so. undo gives the slot back, for
+// a reconciliation that was not made: a 503 must not turn the operator's retry into a 429.
+func (l *limiter) allow(kind string, now time.Time) (undo func(), ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < reconcileGap {
-		return false
+	prev, had := l.last[kind]
+	if had && now.Sub(prev) < reconcileGap {
+		return nil, false
 	}
 	l.last[kind] = now
-	return true
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.last[kind].Equal(now) {
+			if had {
+				l.last[kind] = prev
+			} else {
+				delete(l.last, kind)
+			}
+		}
+	}, true
 }
 
 func (s *Server) operateRoutes(r *mux.Router) {
@@ -52,11 +64,13 @@ func (s *Server) operateRoutes(r *mux.Router) {
 			return
 		}
 		kind := mux.Vars(r)["kind"]
-		if !lim.allow(kind, s.cfg.Now()) {
+		undo, ok := lim.allow(kind, s.cfg.Now())
+		if !ok {
 			writeError(w, http.StatusTooManyRequests, kind+" reconciliation was asked for less than 10 s ago", "")
 			return
 		}
 		if err := op.Reconcile(r.Context(), kind == "explicit"); err != nil {
+			undo()
 			s.fail(w, r, err)
 			return
 		}

@@ -169,8 +169,13 @@ func waitFor(cond func() bool, d time.Duration) {
 // store of their own: what the burst benchmarks start from. change, if given, alters each job
 // before it is registered.
 func burstJobs(b testing.TB, ctx context.Context, jobs, shards int, change ...func(*config.Job)) (*state.Store, []string) {
+	return burstJobsLimited(b, ctx, 100000, jobs, shards, change...)
+}
+
+// burstJobsLimited is burstJobs in a store whose queues hold at most limit entries.
+func burstJobsLimited(b testing.TB, ctx context.Context, limit, jobs, shards int, change ...func(*config.Job)) (*state.Store, []string) {
 	env := statetest.StartZooKeeper(b)
-	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: 100000})
+	base, err := state.Connect(ctx, state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: quietLog(), QueueSizeLimit: limit})
 	if err != nil {
 		b.Fatal(err)
 	}

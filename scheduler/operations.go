@@ -372,14 +372,24 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	if j.JobExecutionType == config.Daemon {
 		return fmt.Errorf("job %q is a DAEMON job: it cannot be triggered", job)
 	}
-	if err := ld.clearStop(ctx, job, "job trigger"); err != nil {
+	// A fire of a disabled job does nothing (SPEC §5.3), and disabling drops the ready entry
+	// (§5.9): a queued trigger would run the job the moment it is enabled, long after it was
+	// asked for. The operator is told instead.
+	if off, err := ld.store.JobOrAppDisabled(ctx, j); err != nil {
 		return err
+	} else if off {
+		return fmt.Errorf("%w: job %q or its app %q is disabled: enable it first", api.ErrConflictingState, job, j.AppName)
 	}
 	// Recorded in the fire ledger like a cron fire, so that the run's task ids show there and a
-	// later launch is matched to the right slot; the ledger's last slot does not move.
+	// later launch is matched to the right slot; the ledger's last slot does not move. A full
+	// ready queue refuses it, and the operator is told (§4).
 	now := time.Now()
-	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Entries: []state.FireEntry{{
+	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Refuse: true, Entries: []state.FireEntry{{
 		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); err != nil {
+		return err
+	}
+	// The stop is cleared once the run is queued: a refused trigger changes nothing.
+	if err := ld.clearStop(ctx, job, "job trigger"); err != nil {
 		return err
 	}
 	if j.ConcurrencyPolicy == config.Replace {

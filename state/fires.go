@@ -139,11 +139,15 @@ type Fires struct {
 	// Accumulate: each run adds one to the ready count (misfire, fireAll). Otherwise the count
 	// becomes 1, and a fire that finds a run queued merges into it (2.1.5's misfire=false).
 	Accumulate bool
+	// Refuse: a full ready root fails the write with ErrQueueFull and nothing is written (an
+	// operator's trigger, answered 503). Otherwise the fired entries are recorded as skipped.
+	Refuse bool
 }
 
 // RecordFires writes a job's fires in one multi: the ready count grows by the runs they ask for
 // and the ledger records every entry and the new last slot. A fired entry that finds a run
-// queued without Accumulate is recorded as merged; when the ready root is full, as skipped.
+// queued without Accumulate is recorded as merged; when the ready root is full, as skipped
+// (or, with Refuse, the write fails with ErrQueueFull).
 // It returns the entries as written; it fails with ErrNotFound when the job does not exist.
 func (s *Store) RecordFires(ctx context.Context, job string, f Fires) ([]FireEntry, error) {
 	var out []FireEntry
@@ -151,7 +155,7 @@ func (s *Store) RecordFires(ctx context.Context, job string, f Fires) ([]FireEnt
 	err := retry(ctx, func() error {
 		var err error
 		out, err = s.recordFires(ctx, job, f, full)
-		if errors.Is(err, ErrQueueFull) && !full {
+		if errors.Is(err, ErrQueueFull) && !full && !f.Refuse {
 			full = true // refused and logged by admit: record the slots as skipped
 			out, err = s.recordFires(ctx, job, f, full)
 		}

@@ -159,6 +159,24 @@ func TestRecordFiresIntoAFullReadyQueue(t *testing.T) {
 	}
 }
 
+// With Refuse (an operator's trigger), a full ready root fails the write and nothing is written.
+func TestRecordFiresRefusedByAFullReadyQueue(t *testing.T) {
+	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	must(t, s.AddReady(ctx, "other", true), "AddReady")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Accumulate: true, Refuse: true, Entries: []state.FireEntry{fired(0)}})
+	if !errors.Is(err, state.ErrQueueFull) {
+		t.Fatalf("RecordFires: %v; want %v", err, state.ErrQueueFull)
+	}
+	if l, ok, err := s.FireLedger(ctx, "j"); err != nil || ok && len(l.Fires) != 0 {
+		t.Fatalf("ledger %+v (%v); want no entry", l, err)
+	}
+	if r, err := s.ReadyOf(ctx, "j"); err != nil || r.Count != 0 {
+		t.Fatalf("ready %+v (%v); want none", r, err)
+	}
+}
+
 // The launch's multi writes the task ids into the ledger: a READY launch to the oldest fired
 // slot the ready count still holds, a FAILOVER relaunch to the entry of the task it replaces.
 func TestRecordLaunchWritesTheTaskIDsIntoTheLedger(t *testing.T) {
