@@ -35,6 +35,10 @@ type leader struct {
 	work   chan struct{}              // new ready or failover work: REVIVE if suppressed
 	due    chan struct{}              // a shard's relaunch backoff ran out
 	exec   chan func(context.Context) // operations from other goroutines, run by the event loop
+	// served is closed when the event loop stops serving its subscription; nil while it serves
+	// none. The API's operations wait on the loop only while it serves (onLoop).
+	servedMu sync.Mutex
+	served   chan struct{}
 
 	// Owned by the event loop.
 	elected    time.Time // when this leadership term began: the Mesos start-up budget counts from it
@@ -344,6 +348,7 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 
 // serve handles events and work until the stream ends.
 func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
+	defer ld.serving()()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

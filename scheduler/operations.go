@@ -34,17 +34,53 @@ func (s *instance) leaderState() (*leader, error) {
 	return s.ld, nil
 }
 
-// onLoop runs f on the leader's event loop, which owns the Mesos subscription.
+// errNotServing: the event loop serves no subscription now. f waits in its queue for the next
+// subscription of this leadership, if there is room.
+var errNotServing = fmt.Errorf("the event loop serves no subscription: %w", api.ErrNoSubscription)
+
+// serving marks the event loop as serving a subscription until the returned func is called.
+func (ld *leader) serving() (stop func()) {
+	ld.servedMu.Lock()
+	defer ld.servedMu.Unlock()
+	c := make(chan struct{})
+	ld.served = c
+	return func() {
+		ld.servedMu.Lock()
+		defer ld.servedMu.Unlock()
+		close(c)
+		ld.served = nil
+	}
+}
+
+// onLoop runs f on the leader's event loop, which owns the Mesos subscription, and waits for
+// it while the loop serves one. Between subscriptions (Mesos out of reach, a master failing
+// over) it does not wait: f stays queued for the next subscription, if there is room, and
+// onLoop returns errNotServing for the caller to say what that means for its request.
 func (ld *leader) onLoop(ctx context.Context, f func(context.Context)) error {
+	ld.servedMu.Lock()
+	served := ld.served
+	ld.servedMu.Unlock()
 	done := make(chan struct{})
+	run := func(c context.Context) { f(c); close(done) }
+	if served == nil {
+		select {
+		case ld.exec <- run:
+		default:
+		}
+		return errNotServing
+	}
 	select {
-	case ld.exec <- func(c context.Context) { f(c); close(done) }:
+	case ld.exec <- run:
+	case <-served:
+		return errNotServing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
 	case <-done:
 		return nil
+	case <-served:
+		return errNotServing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -67,12 +103,31 @@ func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return ld.onLoop(ctx, func(ctx context.Context) {
+	err := ld.onLoop(ctx, func(ctx context.Context) {
 		for _, id := range ids {
 			ld.call(ctx, calls.Kill(id.String(), id.AgentID))
 		}
 		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Info("killed running tasks")
 	})
+	if errors.Is(err, errNotServing) {
+		// The change is in ZooKeeper: the kills wait for the next subscription, whose
+		// reconciliation also kills every running task of a deleted or disabled job
+		// (plan.Decide), should this leader end first.
+		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Warn("not subscribed to Mesos: the tasks are killed once it is")
+		return nil
+	}
+	return err
+}
+
+// needsMesos refuses, before any change, an operation whose Mesos calls nothing would make
+// later: while the loop serves no subscription, it answers errNotServing.
+func (ld *leader) needsMesos() error {
+	ld.servedMu.Lock()
+	defer ld.servedMu.Unlock()
+	if ld.served == nil {
+		return errNotServing
+	}
+	return nil
 }
 
 // DisableJob marks the job disabled, drops its pending run and kills its running tasks.
@@ -169,6 +224,17 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	if err != nil {
 		return err
 	}
+	if cur.RestartsTasks(j) {
+		// The running tasks must be killed for the new config to take effect, and nothing
+		// but this request would kill them: refused, unchanged, while Mesos is out of reach.
+		if running, err := ld.store.RunningOf(ctx, j.JobName); err != nil {
+			return err
+		} else if len(running) > 0 {
+			if err := ld.needsMesos(); err != nil {
+				return fmt.Errorf("update job %q, whose running tasks must be restarted: %w", j.JobName, err)
+			}
+		}
+	}
 	oldCron, oldZone := cur.FiredCron()
 	if newCron, newZone := j.FiredCron(); newCron != oldCron || newZone != oldZone {
 		// A new cron or zone: written with the config, after the old cron's slots up to the
@@ -216,6 +282,10 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 	if err != nil {
 		return err
 	}
+	// Its executors are told to stop through Mesos, and nothing else would stop them later.
+	if err := ld.needsMesos(); err != nil {
+		return fmt.Errorf("delete app %q: %w", app, err)
+	}
 	jobs, err := ld.store.DeleteApp(ctx, app)
 	if err != nil {
 		return err
@@ -231,7 +301,7 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the master's executors; stopping only those this leader launched")
 	}
-	return ld.onLoop(ctx, func(ctx context.Context) {
+	err = ld.onLoop(ctx, func(ctx context.Context) {
 		for id := range ld.executors {
 			live[id] = true
 		}
@@ -244,6 +314,11 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 			delete(ld.executors, id)
 		}
 	})
+	if errors.Is(err, errNotServing) {
+		ld.log.WithField("app", app).Warn("the subscription ended: the app's executors are told to stop on the next one")
+		return nil
+	}
+	return err
 }
 
 // masterState is what the scheduler reads of the master's /master/state.

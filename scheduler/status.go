@@ -174,7 +174,14 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			heard()
 			ld.reachable(tid)
 			ld.stale.ended(tid)
-			log.Warn("killing a task that is not the running task of its shard")
+			switch {
+			case facts.JobGone:
+				log.Warn("killing a task whose job is deleted")
+			case facts.Disabled:
+				log.Warn("killing a task whose job or app is disabled")
+			default:
+				log.Warn("killing a task that is not the running task of its shard")
+			}
 			agent := ""
 			if st.AgentID != nil {
 				agent = st.AgentID.Value

@@ -27,7 +27,8 @@ const (
 	Unreachable
 	// Running: the shard's running task runs; nothing to write.
 	Running
-	// Kill: a running task that is not (or no longer) its shard's, or whose job is gone.
+	// Kill: a running task that is not (or no longer) its shard's, or whose job is gone or
+	// disabled.
 	Kill
 	// End: the task ended; its running node goes, with Follow.
 	End
@@ -42,8 +43,11 @@ type Meaning struct {
 	Failed bool
 }
 
-// Decide says what an update means. FINISHED and the job's own failures end the task whatever
-// the job says; a killed DAEMON task is run again unless disabled; any other end (FAILED,
+// Decide says what an update means. A running task whose job is gone or disabled is killed:
+// the kill that the delete or disable asked for may have been lost with a leader or a
+// subscription, and the reconciliation after every subscription brings each running task here.
+// FINISHED and the job's own failures end the task whatever the job says; a killed DAEMON task
+// is run again unless disabled; any other end (FAILED,
 // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN) is an infrastructure failure, and
 // the shard of a failover-enabled or DAEMON job is queued for relaunch unless the job or its
 // app is disabled or the job is gone.
@@ -54,7 +58,7 @@ func Decide(f Facts) Meaning {
 	case mesos.TASK_UNREACHABLE:
 		return Meaning{Kind: Unreachable}
 	case mesos.TASK_RUNNING:
-		if f.JobGone || !f.Current {
+		if f.JobGone || f.Disabled || !f.Current {
 			return Meaning{Kind: Kill}
 		}
 		return Meaning{Kind: Running}

@@ -1,0 +1,84 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/api"
+	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// Between subscriptions, an operation whose Mesos calls nothing would make later is refused at
+// once and changes nothing (503, SPEC §7), instead of hanging until the client gives up; a
+// disable is recorded and its kills wait for the next subscription; and a running task of a
+// disabled job is killed when Mesos speaks of it, as the reconciliation after every
+// subscription makes it do, so that a kill lost with a leader is made anyway.
+func TestOperationsBetweenSubscriptions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2)
+	job := jobs[0]
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.inst.ld = ld
+	if err := ld.inst.Trigger(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	ld.cycle(ctx, burstOffers(0))
+	running, err := base.RunningOf(ctx, job)
+	if err != nil || len(running) != 2 {
+		t.Fatalf("%d tasks running (%v); want 2", len(running), err)
+	}
+
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, api.ErrNoSubscription) {
+			t.Fatalf("%s: %v; want %v", what, err, api.ErrNoSubscription)
+		}
+	}
+	refused("reconcile", ld.inst.Reconcile(ctx, true))
+	j, err := base.Job(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigger := j
+	bigger.CPUCount *= 2
+	refused("an update that restarts the tasks", ld.inst.UpdateJob(ctx, bigger))
+	if now, err := base.Job(ctx, job); err != nil || now.CPUCount != j.CPUCount {
+		t.Fatalf("cpuCount %v (%v) after the refused update; want %v", now.CPUCount, err, j.CPUCount)
+	}
+	refused("delete app", ld.inst.DeleteApp(ctx, "app"))
+	if _, err := base.App(ctx, "app"); err != nil {
+		t.Fatalf("the app after the refused delete: %v", err)
+	}
+
+	if err := ld.inst.DisableJob(ctx, job); err != nil {
+		t.Fatalf("disable: %v", err)
+	}
+	if _, killed := fake.launchesAndKills(); killed != 0 {
+		t.Fatalf("%d kills without a subscription", killed)
+	}
+	// Mesos speaks of the first task (an explicit reconciliation's answer): it is killed.
+	first, err := taskid.Parse(running[0].TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: first.String()}, State: mesos.TASK_RUNNING.Enum(),
+		AgentID: &mesos.AgentID{Value: first.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: mesos.REASON_RECONCILIATION.Enum()})
+	if _, killed := fake.launchesAndKills(); killed != 1 {
+		t.Fatalf("%d kills after the disabled job's task was reported running; want 1", killed)
+	}
+
+	// The next subscription's loop makes the disable's kills.
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- ld.serve(sctx, make(chan error)) }()
+	await.True(t, 10*time.Second, "the disable's two kills made", func() bool { _, killed := fake.launchesAndKills(); return killed == 3 })
+	stop()
+	<-served
+}
