@@ -193,6 +193,9 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			heard()
 			ld.reachable(tid)
 			ld.relaunch.running(id.Meta, tid, now)
+			if st.GetSource() == mesos.SOURCE_MASTER {
+				ld.replaceAgain(ctx, facts.Job, tid)
+			}
 			switch st.GetMessage() {
 			case "BEGIN":
 				ld.setIdle(tid, false, false)
