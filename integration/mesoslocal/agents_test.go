@@ -40,6 +40,12 @@ func TestPartitionAndHeal(t *testing.T) {
 	if processGone(pid) {
 		t.Fatal("partitioning an agent killed its executor")
 	}
+	// Item 28: the master does not know an unreachable task; the KILL is answered as a
+	// reconciliation and forgotten.
+	s.MustCall(calls.Kill("t1", agent))
+	if ans := s.Update("t1"); *ans.State != mesos.TASK_UNREACHABLE || *ans.Reason != mesos.REASON_RECONCILIATION {
+		t.Fatalf("answer to the KILL of an unreachable task: %v; want TASK_UNREACHABLE / RECONCILIATION", ans.String())
+	}
 	if err := c.HealAgent(agent); err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +53,37 @@ func TestPartitionAndHeal(t *testing.T) {
 	if *back.State != mesos.TASK_RUNNING || *back.Reason != mesos.REASON_AGENT_REREGISTERED || len(back.UUID) != 0 {
 		t.Fatalf("%v; want TASK_RUNNING / AGENT_REREGISTERED without uuid", back.String())
 	}
+	s.None("the forgotten KILL made after the heal", 500*time.Millisecond, updateOf("t1"))
+	if processGone(pid) {
+		t.Fatal("the forgotten KILL killed the executor after the heal")
+	}
 	s.MustCall(calls.Kill("t1", agent)) // the task id is usable again
 	s.Update("t1", mesos.TASK_KILLED)
+}
+
+// A KILL sent while an agent is disconnected is remembered, but not once the agent is marked
+// unreachable: the master forgets the agent's record, and the task runs on after the heal.
+func TestAKillHeldForADisconnectedAgentIsForgottenWhenItIsUnreachable(t *testing.T) {
+	c := newCluster(t, func(o *mesoslocal.Options) { o.AgentPingTimeout = 500 * time.Millisecond }) // unreachable after 1.5 s
+	s := subscribe(t, c.URL(), codec, paInfo())
+	pid, st := runPID(t, s, "t1", "e1")
+	s.Ack(st)
+	agent := st.AgentID.Value
+	if err := c.PartitionAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	s.MustCall(calls.Kill("t1", agent)) // held: the agent is disconnected, not yet unreachable
+	if un := s.Update("t1"); *un.State != mesos.TASK_UNREACHABLE || *un.Reason != mesos.REASON_AGENT_REMOVED {
+		t.Fatalf("%v; want TASK_UNREACHABLE / AGENT_REMOVED (no answer to the held KILL before)", un.String())
+	}
+	if err := c.HealAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	s.Update("t1", mesos.TASK_RUNNING)
+	s.None("the held KILL made after the heal", 500*time.Millisecond, updateOf("t1"))
+	if processGone(pid) {
+		t.Fatal("the held KILL killed the executor after the heal")
+	}
 }
 
 // Item 36: an agent marked gone loses its tasks (GONE_BY_OPERATOR), its executors are killed,

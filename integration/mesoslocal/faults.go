@@ -70,6 +70,10 @@ func (c *Cluster) markUnreachable(a *agent) {
 	a.log.Info("agent marked unreachable")
 	a.state = agentUnreachable
 	a.unreachableAt = c.now()
+	// Real Mesos removes the agent's record, and with it the kills it held for the agent
+	// while it was disconnected: a KILL is remembered across a disconnection, not across
+	// unreachability.
+	a.pendingKills = nil
 	at := a.unreachableAt
 	c.rescindAgentOffers(a)
 	for _, fid := range sortedKeys(c.frameworks) {

@@ -112,15 +112,13 @@ func (c *Cluster) acknowledge(f *framework, ack *scheduler.Call_Acknowledge) {
 	a.acknowledged(f.id, id, ack.UUID)
 }
 
-// killTask is the master's KILL (MESOS.md §1.7, §3.5).
+// killTask is the master's KILL (MESOS.md §1.7, §3.5). A task on an unreachable agent is not
+// among the master's tasks (real Mesos looks in framework->tasks only): the KILL is answered
+// as a reconciliation (TASK_UNREACHABLE) and forgotten, so the task still runs when its agent
+// comes back, and the framework must kill it again then.
 func (c *Cluster) killTask(f *framework, k *scheduler.Call_Kill) {
 	id := k.TaskID.Value
 	t := f.tasks[id]
-	if t == nil {
-		if u := f.unreachable[id]; u != nil {
-			t = u
-		}
-	}
 	if t == nil { // unknown: answer as explicit reconciliation of that one task
 		c.reconcile(f, []scheduler.Call_Reconcile_Task{{TaskID: k.TaskID, AgentID: k.AgentID}})
 		return
