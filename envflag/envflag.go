@@ -3,8 +3,10 @@
 package envflag
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -18,8 +20,25 @@ func Name(flagName string) string {
 
 // Parse parses args, then sets each flag not given there from its variable, read through
 // getenv (os.Getenv in main; a map in tests). Every bad variable is reported in one error.
+//
+// A bad flag is only returned: the flag package would print it and then the whole usage, and
+// a command reports a start-up error on one line (SPEC §2). --help prints the usage and
+// returns flag.ErrHelp.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		if usage == nil {
+			fs.PrintDefaults()
+		} else {
+			usage()
+		}
+	}
+	if err != nil {
 		return err
 	}
 	given := map[string]bool{}

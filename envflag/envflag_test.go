@@ -42,3 +42,33 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+// A bad flag is returned, not printed with the whole usage (the command reports it on one
+// line); --help prints the usage.
+func TestParseLeavesTheReportToTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantErr   string
+		wantUsage bool
+	}{
+		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "-bogus"},
+		{name: "bad value", args: []string{"--failover-timeout=soon"}, wantErr: "failover-timeout"},
+		{name: "help", args: []string{"--help"}, wantErr: flag.ErrHelp.Error(), wantUsage: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			var out strings.Builder
+			fs.SetOutput(&out)
+			fs.Duration("failover-timeout", time.Hour, "")
+			Usage(fs, "x: a command")
+			err := Parse(fs, tc.args, func(string) string { return "" })
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v; want one saying %q", err, tc.wantErr)
+			}
+			if got := strings.Contains(out.String(), "x: a command"); got != tc.wantUsage || !tc.wantUsage && out.Len() != 0 {
+				t.Fatalf("printed %q; want the usage: %v, else nothing", out.String(), tc.wantUsage)
+			}
+		})
+	}
+}

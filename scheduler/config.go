@@ -69,7 +69,7 @@ type Config struct {
 // Flags registers every flag on fs and returns the Config they fill.
 func Flags(fs *flag.FlagSet) *Config {
 	c := &Config{}
-	fs.Func("zk-servers", "ZooKeeper servers, host:port[,host:port…] (default 127.0.0.1:2181)", func(s string) error {
+	fs.Func("zk-servers", "ZooKeeper servers, host:port[,host:port…]", func(s string) error {
 		c.ZKServers = splitList(s)
 		if len(c.ZKServers) == 0 {
 			return fmt.Errorf("empty server list")
@@ -77,6 +77,7 @@ func Flags(fs *flag.FlagSet) *Config {
 		return nil
 	})
 	c.ZKServers = []string{"127.0.0.1:2181"}
+	fs.Lookup("zk-servers").DefValue = "127.0.0.1:2181" // fs.Func has none, and --help shows it
 	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
@@ -101,11 +102,12 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ExecutorBinary, "executor-binary", defaultExecutor(), "ejcloud-executor served at GET /executor/ejcloud-executor (a file ending in .gz is served decompressed)")
 	fs.StringVar(&c.EventTraceDB, "event-trace-db", "", "event trace database (history and statistics): sqlite:///path/file.db, postgres://user:password@host:port/db or mysql://user:password@tcp(host:port)/db (default none)")
 	c.EventTraceRetention = 30 * 24 * time.Hour
-	fs.Func("event-trace-retention", "how long the event trace keeps its rows, e.g. 30d or 12h (default 30d)", func(s string) error {
+	fs.Func("event-trace-retention", "how long the event trace keeps its rows, e.g. 30d or 12h", func(s string) error {
 		d, err := parseDays(s)
 		c.EventTraceRetention = d
 		return err
 	})
+	fs.Lookup("event-trace-retention").DefValue = "30d"
 	fs.DurationVar(&c.MesosStartupTimeout, "mesos-startup-timeout", time.Minute, "exit if Mesos cannot be subscribed to this long after this instance became leader")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")

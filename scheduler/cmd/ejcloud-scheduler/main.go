@@ -19,18 +19,19 @@ func main() {
 	fs := flag.NewFlagSet("ejcloud-scheduler", flag.ContinueOnError)
 	cfg := scheduler.Flags(fs)
 	envflag.Usage(fs, "ejcloud-scheduler: Elastic-Job-Cloud for Go, a Mesos framework for scheduled jobs.")
+	// Every start-up error is one line and exit status 1 (SPEC §2).
 	if err := envflag.Parse(fs, os.Args[1:], os.Getenv); err != nil {
 		if err == flag.ErrHelp {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err)
-		os.Exit(2)
+		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err, "(--help lists the flags)")
+		os.Exit(1)
 	}
 	log := logrus.New()
 	level, err := logrus.ParseLevel(cfg.LogLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ejcloud-scheduler: --log-level:", err)
-		os.Exit(2)
+		os.Exit(1)
 	}
 	log.SetLevel(level)
 	switch cfg.LogFormat {
@@ -40,7 +41,7 @@ func main() {
 		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 	default:
 		fmt.Fprintln(os.Stderr, "ejcloud-scheduler: --log-format must be text or json")
-		os.Exit(2)
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
