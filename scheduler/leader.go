@@ -53,6 +53,10 @@ type leader struct {
 	// confirming holds the unreachable tasks past the timeout whose reconciliation is asked:
 	// task id → when. Only the answer, still unreachable, makes one lost (timeUnreachable).
 	confirming map[string]time.Time
+	// killed holds the tasks this leader asked Mesos to kill that have not ended: task id →
+	// agent id. Real Mesos forgets a KILL for a task on an unreachable agent, so one reported
+	// running again (its agent back) is killed again (killAgain).
+	killed map[string]string
 	// checking holds the tasks whose run's end record is being read before their executor's
 	// death is recorded (ends.go); endChecks bounds the reads under way.
 	checking  map[string]bool
@@ -155,7 +159,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 	return &leader{
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{},
+		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{}, killed: map[string]string{},
 		checking: map[string]bool{}, endChecks: make(chan struct{}, maxEndChecks),
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),

@@ -105,7 +105,7 @@ func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
 	}
 	err := ld.onLoop(ctx, func(ctx context.Context) {
 		for _, id := range ids {
-			ld.call(ctx, calls.Kill(id.String(), id.AgentID))
+			ld.kill(ctx, id.String(), id.AgentID)
 		}
 		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Info("killed running tasks")
 	})

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
@@ -82,7 +81,7 @@ func (ld *leader) replace(ctx context.Context, job string) (decided bool) {
 		}
 	}
 	for _, id := range ids {
-		ld.call(ctx, calls.Kill(id.String(), id.AgentID))
+		ld.kill(ctx, id.String(), id.AgentID)
 	}
 	log.WithFields(logrus.Fields{"killed": len(ids), "dropped": dropped}).Info("a new fire replaces the running run: its shards are killed, the new run starts once they are gone")
 	return true
@@ -155,22 +154,6 @@ func (ld *leader) owesReplacement(ctx context.Context, r state.ReadyEntry, task 
 	next := led.NextRun(r.Count)
 	old := led.RunOf(task)
 	return next >= 0 && old >= 0 && led.Fires[next].Slot.After(led.Fires[old].Launched)
-}
-
-// replaceAgain asks again for the replacement of a Replace job whose task Mesos reports running
-// (a reconciliation's answer, or its agent back from a partition) while a run fired after the
-// task's launch waits: the kill sent for it was lost. Real Mesos forgets a KILL for a task on
-// an unreachable agent (MESOS.md §1.7), and the task runs on when the agent comes back.
-func (ld *leader) replaceAgain(ctx context.Context, j config.Job, task string) {
-	if j.ConcurrencyPolicy != config.Replace {
-		return
-	}
-	ready, err := ld.store.ReadyOf(ctx, j.JobName)
-	if err != nil || !ld.owesReplacement(ctx, ready, task) {
-		return
-	}
-	ld.log.WithFields(logrus.Fields{"job": j.JobName, "task": task}).Warn("a replaced run's task still runs (its kill was lost): replacing it again")
-	ld.replacing.add(j.JobName)
 }
 
 // jobSet is a set of job names that one goroutine adds to and another takes.

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	mesos "github.com/mesos/mesos-go/api/v1/lib"
-
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
-	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // launchesAndKills reports how many tasks a were asked to launch and to kill.
@@ -160,45 +157,5 @@ func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
 				t.Fatalf("%d tasks launched, %d killed; want the first run's 2 launched and %d killed", launched, killed, tc.killed)
 			}
 		})
-	}
-}
-
-// Real Mesos forgets a KILL for a task on an unreachable agent: when the agent comes back, the
-// replaced run's task runs on, and Mesos reports it RUNNING. The replacement is then made
-// again, while the run it replaces is older than the queued fire; the fire's own run, reported
-// running by a reconciliation, is left alone.
-func TestAReplacedTaskReportedRunningIsKilledAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := newReplaceWorld(t, ctx, nil)
-	ld := w.leader(t, ctx)
-	w.firstRun(t, ctx, ld)
-	running, err := w.base.RunningOf(ctx, w.job)
-	if err != nil || len(running) != 2 {
-		t.Fatalf("%d tasks running (%v); want 2", len(running), err)
-	}
-	reported := func(task string, reason mesos.TaskStatus_Reason) {
-		id, err := taskid.Parse(task)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: task}, State: mesos.TASK_RUNNING.Enum(),
-			AgentID: &mesos.AgentID{Value: id.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: reason.Enum()})
-		ld.replaceQueued(ctx)
-	}
-	reported(running[0].TaskID, mesos.REASON_RECONCILIATION) // the fire's own run
-	if _, killed := w.fake.launchesAndKills(); killed != 0 {
-		t.Fatalf("the fire's own run reported running: %d kills; want none", killed)
-	}
-
-	w.trigger(t, ctx, ld)
-	ld.replaceQueued(ctx)
-	if _, killed := w.fake.launchesAndKills(); killed != 2 {
-		t.Fatalf("the replacement: %d kills; want 2", killed)
-	}
-	// The kills were lost with the agent's unreachability; it comes back.
-	reported(running[1].TaskID, mesos.REASON_AGENT_REREGISTERED)
-	if _, killed := w.fake.launchesAndKills(); killed != 4 {
-		t.Fatalf("a replaced task reported running again: %d kills; want 4 (the replacement made again)", killed)
 	}
 }

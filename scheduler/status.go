@@ -186,7 +186,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			if st.AgentID != nil {
 				agent = st.AgentID.Value
 			}
-			ld.call(ctx, calls.Kill(tid, agent))
+			ld.kill(ctx, tid, agent)
 		}, nil
 	case plan.Running:
 		return func() {
@@ -194,7 +194,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			ld.reachable(tid)
 			ld.relaunch.running(id.Meta, tid, now)
 			if st.GetSource() == mesos.SOURCE_MASTER {
-				ld.replaceAgain(ctx, facts.Job, tid)
+				ld.killAgain(ctx, tid, log)
 			}
 			switch st.GetMessage() {
 			case "BEGIN":
@@ -218,6 +218,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	return func() {
 		heard()
 		ld.reachable(tid)
+		delete(ld.killed, tid)
 		endedAfter()
 		ld.stale.ended(tid)
 		if ended.Removed {
@@ -352,11 +353,31 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 		return
 	}
 	ld.reachable(tid)
+	delete(ld.killed, tid)
 	ld.stale.ended(tid)
 	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 	if ended.Requeued {
 		ld.poke()
 	}
+}
+
+// kill asks Mesos to kill a task, and remembers it until the task ends.
+func (ld *leader) kill(ctx context.Context, tid, agent string) {
+	ld.killed[tid] = agent
+	ld.call(ctx, calls.Kill(tid, agent))
+}
+
+// killAgain kills again a task that this leader asked Mesos to kill and that the master
+// reports running: a reconciliation's answer, or its agent back from unreachability. Real
+// Mesos forgets a KILL for a task on an unreachable agent (MESOS.md §1.7), so a disable's,
+// an update's or a replacement's kill sent during a partition would otherwise be lost.
+func (ld *leader) killAgain(ctx context.Context, tid string, log logrus.FieldLogger) {
+	agent, ok := ld.killed[tid]
+	if !ok {
+		return
+	}
+	log.Warn("a task this leader killed still runs (a KILL is forgotten while its agent is unreachable): killing it again")
+	ld.call(ctx, calls.Kill(tid, agent))
 }
 
 // reachable forgets that a task was unreachable: Mesos spoke of it otherwise.
