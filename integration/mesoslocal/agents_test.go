@@ -65,13 +65,7 @@ func TestPartitionAndHeal(t *testing.T) {
 // unreachable: the master forgets the agent's record, and the task runs on after the heal.
 func TestAKillHeldForADisconnectedAgentIsForgottenWhenItIsUnreachable(t *testing.T) {
 	c := newCluster(t, func(o *mesoslocal.Options) { o.AgentPingTimeout = 500 * time.Millisecond }) // unreachable after 1.5 s
-	s := subscribe(t, c.URL(), codec, paInfo())
-	pid, st := runPID(t, s, "t1", "e1")
-	s.Ack(st)
-	agent := st.AgentID.Value
-	if err := c.PartitionAgent(agent); err != nil {
-		t.Fatal(err)
-	}
+	s, pid, agent := partitionedTask(t, c)
 	s.MustCall(calls.Kill("t1", agent)) // held: the agent is disconnected, not yet unreachable
 	if un := s.Update("t1"); *un.State != mesos.TASK_UNREACHABLE || *un.Reason != mesos.REASON_AGENT_REMOVED {
 		t.Fatalf("%v; want TASK_UNREACHABLE / AGENT_REMOVED (no answer to the held KILL before)", un.String())
@@ -86,17 +80,25 @@ func TestAKillHeldForADisconnectedAgentIsForgottenWhenItIsUnreachable(t *testing
 	}
 }
 
+// partitionedTask runs task t1 (executor e1, pid) for a partition-aware framework, then cuts its
+// agent off.
+func partitionedTask(t *testing.T, c *mesoslocal.Cluster) (s *sched, pid int, agent string) {
+	t.Helper()
+	s = subscribe(t, c.URL(), codec, paInfo())
+	pid, st := runPID(t, s, "t1", "e1")
+	s.Ack(st)
+	agent = st.AgentID.Value
+	if err := c.PartitionAgent(agent); err != nil {
+		t.Fatal(err)
+	}
+	return s, pid, agent
+}
+
 // Item 36: an agent marked gone loses its tasks (GONE_BY_OPERATOR), its executors are killed,
 // and it may not come back.
 func TestMarkAgentGone(t *testing.T) {
 	c := newCluster(t)
-	s := subscribe(t, c.URL(), codec, paInfo())
-	pid, st := runPID(t, s, "t1", "e1")
-	s.Ack(st)
-	agent := st.AgentID.Value
-	if err := c.PartitionAgent(agent); err != nil {
-		t.Fatal(err)
-	}
+	s, pid, agent := partitionedTask(t, c)
 	s.Update("t1", mesos.TASK_UNREACHABLE)
 	if err := c.MarkAgentGone(agent); err != nil {
 		t.Fatal(err)
