@@ -181,7 +181,9 @@ func (c *Cluster) newOffer(f *framework, a *agent, role string, rs mesos.Resourc
 	}
 	var execIDs []mesos.ExecutorID
 	for _, e := range a.liveExecutors() {
-		if e.frameworkID == f.id {
+		// The master does not track the built-in command executor (master.cpp adds only a
+		// task's own ExecutorInfo), so a command task's executor is not listed.
+		if e.frameworkID == f.id && e.command == nil {
 			execIDs = append(execIDs, mesos.ExecutorID{Value: e.id})
 		}
 	}

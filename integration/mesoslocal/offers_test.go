@@ -53,6 +53,19 @@ func TestOfferShape(t *testing.T) {
 	}
 }
 
+// Item 15: an offer lists the framework's executors on the agent, but not the built-in command
+// executor of a command task, which the master does not track.
+func TestOfferExecutorIDsLeaveOutCommandExecutors(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	s.Launch(o, commandTask("cmd1", o, &mesos.CommandInfo{Value: ptrTo("sleep 60")}))
+	s.Ack(s.Update("cmd1", mesos.TASK_RUNNING))
+	if next := s.Offers()[0]; len(next.ExecutorIDs) != 0 {
+		t.Fatalf("offer executor_ids = %v beside a command task; want none", next.ExecutorIDs)
+	}
+}
+
 func allocatedScalars(c, m float64, role string) []mesos.Resource {
 	rs := scalars(c, m)
 	for i := range rs {
