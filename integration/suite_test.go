@@ -166,6 +166,27 @@ func TestAgentPartitionAndHeal(t *testing.T) {
 	mustAudit(t, w, audit.Job{Name: "part", Shards: 1})
 }
 
+// A job disabled while its task's agent is unreachable: real Mesos (and mesos-local) forgets the
+// KILL, and the task runs on when the agent comes back. The scheduler kills it then (Mesos
+// reports it running, and its job is disabled), and the shard is not relaunched.
+func TestADisableDuringAPartitionKillsTheTaskWhenItsAgentIsBack(t *testing.T) {
+	w, s := startWorld(t, 2, "--unreachable-timeout", "1h")
+	w.triggerHeld(t, s, "partoff", 1, true)
+	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("partoff")["0"]) == 1 })
+	agent := w.runs("partoff")["0"][0]
+	w.mesos.fault(t, agent, "partition")
+	await.True(t, 30*time.Second, "the task is unreachable", func() bool { return hasState(w.mesos.taskStates(t, "partoff"), "TASK_UNREACHABLE") })
+	if code, body := s.api(t, "POST", "/api/job/partoff/disable", ""); code != 204 {
+		t.Fatalf("disable: %d %s", code, body)
+	}
+	w.mesos.fault(t, agent, "heal")
+	quiet(t, s, "partoff")
+	await.True(t, 30*time.Second, "the task is gone from Mesos", func() bool { return len(w.mesos.taskStates(t, "partoff")) == 0 })
+	if r := w.runs("partoff"); len(r["0"]) != 1 {
+		t.Fatalf("the shard ran %d times; want once (killed, not relaunched)", len(r["0"]))
+	}
+}
+
 func hasState(states map[string]string, want string) bool {
 	for _, s := range states {
 		if s == want {
