@@ -159,6 +159,47 @@ func TestScriptEndKillsWhatItLeftBehind(t *testing.T) {
 	}
 }
 
+// A killed script's processes keep the grace period even when the shell, which waited on
+// them, ends at SIGTERM at once (a non-interactive sh does): a child that cleans up on SIGTERM
+// finishes its cleanup before the run ends, and one that ignores SIGTERM is SIGKILLed when the
+// grace period runs out.
+func TestAKilledScriptsProcessesKeepTheGracePeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name, child string
+		cleaned     bool
+	}{
+		{"a child that cleans up", `trap "sleep 0.5; echo done > cleaned; exit 0" TERM`, true},
+		{"a child that ignores SIGTERM", `trap "" TERM`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			killLeftovers(t, dir)
+			script := `sh -c '` + tc.child + `; echo $$ > child.pid; while :; do sleep 0.1; done' & wait; true`
+			r := &scriptRunner{cmdline: script, dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- r.run(ctx, func() time.Duration { return 2 * time.Second }) }()
+			var child []int
+			await.True(t, 10*time.Second, "the child runs", func() bool {
+				var ok bool
+				child, ok = pids(dir, "child.pid")
+				return ok
+			})
+			cancel()
+			if err := <-ran; !errors.Is(err, errKilled) {
+				t.Fatalf("%v; want killed", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "cleaned")); (err == nil) != tc.cleaned {
+				t.Errorf("the child's cleanup file: %v; want it written: %v", err, tc.cleaned)
+			}
+			if running(child[0]) {
+				t.Errorf("the child (%d) outlived the run", child[0])
+			}
+		})
+	}
+}
+
 // How a script ended reaches the task through its supervisor.
 func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
 	for _, tc := range []struct {

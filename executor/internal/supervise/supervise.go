@@ -181,12 +181,20 @@ func supervise(args []string) int {
 	terms := make(chan time.Duration)
 	go readControl(ctl, terms)
 	var graceOver <-chan time.Time
+	// During a kill, the shell may end at SIGTERM (a non-interactive sh does unless it traps
+	// it) while the processes it waited on still clean up: they keep the rest of the grace
+	// period (SPEC §6.2), and only what is left of the script when it runs out is SIGKILLed.
+	shellEnded := false
+	var shellStatus syscall.WaitStatus
 	for {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
 				if ws, ended := reap(shell); ended {
-					report("exit %d", uint32(killTree(shell, recorded(endRecord, ws))))
+					shellEnded, shellStatus = true, recorded(endRecord, ws)
+				}
+				if shellEnded && (graceOver == nil || len(childrenOf(os.Getpid())) == 0) {
+					report("exit %d", uint32(killTree(shell, shellStatus)))
 					return 0
 				}
 				continue
@@ -194,11 +202,11 @@ func supervise(args []string) int {
 			// SIGTERM is the parent-death signal: the executor is gone, and the task with it.
 			// (Or someone ends the supervisor: the task is over just the same.) A script that
 			// ended just before is still recorded: its SIGCHLD may be queued behind this.
-			report("exit %d", uint32(endNow(shell, endRecord)))
+			report("exit %d", uint32(endNow(shell, endRecord, shellEnded, shellStatus)))
 			return 0
 		case grace, ok := <-terms:
 			if !ok { // the executor is gone
-				report("exit %d", uint32(endNow(shell, endRecord)))
+				report("exit %d", uint32(endNow(shell, endRecord, shellEnded, shellStatus)))
 				return 0
 			}
 			syscall.Kill(-shell, syscall.SIGTERM)
@@ -206,6 +214,10 @@ func supervise(args []string) int {
 				graceOver = time.After(grace)
 			}
 		case <-graceOver:
+			if shellEnded {
+				report("exit %d", uint32(killTree(shell, shellStatus)))
+				return 0
+			}
 			syscall.Kill(-shell, syscall.SIGKILL)
 		}
 	}
@@ -224,8 +236,12 @@ func recorded(endRecord string, ws syscall.WaitStatus) syscall.WaitStatus {
 }
 
 // endNow ends the script at once (its executor is gone), recording its end if it had ended on
-// its own, and returns its status.
-func endNow(shell int, endRecord string) syscall.WaitStatus {
+// its own, and returns its status. ended and status: the shell was already reaped, with status
+// (recorded then).
+func endNow(shell int, endRecord string, ended bool, status syscall.WaitStatus) syscall.WaitStatus {
+	if ended {
+		return killTree(shell, status)
+	}
 	if ws, ended := reap(shell); ended {
 		return killTree(shell, recorded(endRecord, ws))
 	}
