@@ -137,17 +137,21 @@ func (e *Executor) Run(ctx context.Context) error {
 	}()
 	var lostAt time.Time
 	for {
-		err := e.subscribe(ctx)
+		subscribed, err := e.subscribe(ctx)
 		if e.isStopping() || ctx.Err() != nil {
 			e.stopAll()
 			return nil
 		}
 		e.setConnected(false)
-		if !e.cfg.Checkpoint {
+		// An ERROR event comes from an agent that is there: the executor re-subscribes to it
+		// (MESOS.md §6.4), checkpointing or not.
+		if !e.cfg.Checkpoint && !errors.Is(err, errAgentError) {
 			e.stopAll()
 			return fmt.Errorf("lost the agent connection (%v) and the framework does not checkpoint", err)
 		}
-		if err == nil || lostAt.IsZero() {
+		// The recovery timeout counts from the end of the last subscription that the agent
+		// took, not from an older loss that it ended.
+		if subscribed || lostAt.IsZero() {
 			lostAt = time.Now()
 		}
 		if time.Since(lostAt) > e.cfg.RecoveryTimeout {
@@ -162,9 +166,13 @@ func (e *Executor) Run(ctx context.Context) error {
 	}
 }
 
+// errAgentError is the agent's ERROR event: subscribe ends, and the executor subscribes again.
+var errAgentError = errors.New("agent reported an error")
+
 // subscribe sends SUBSCRIBE, carrying every unacknowledged update and task, and handles
-// events until the stream ends. It returns nil when the stream ended after SUBSCRIBED.
-func (e *Executor) subscribe(ctx context.Context) error {
+// events until the stream ends. It reports whether SUBSCRIBED came, and returns nil when the
+// stream ended after it (an ERROR event is an error either way).
+func (e *Executor) subscribe(ctx context.Context) (subscribed bool, err error) {
 	e.mu.Lock()
 	updates := e.out.all()
 	tasks := make([]mesos.TaskInfo, 0, len(e.unackedTasks))
@@ -177,19 +185,18 @@ func (e *Executor) subscribe(ctx context.Context) error {
 	}
 	resp, err := e.subscriber.Send(ctx, calls.NonStreaming(calls.Subscribe(tasks, updates)))
 	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", e.cfg.AgentEndpoint, err)
+		return false, fmt.Errorf("subscribe to %s: %w", e.cfg.AgentEndpoint, err)
 	}
 	defer resp.Close()
 	stop := context.AfterFunc(ctx, func() { resp.Close() })
 	defer stop()
-	subscribed := false
 	for {
 		var ev mesosexec.Event
 		if err := resp.Decode(&ev); err != nil {
 			if subscribed {
-				return nil
+				return true, nil
 			}
-			return fmt.Errorf("event stream: %w", err)
+			return false, fmt.Errorf("event stream: %w", err)
 		}
 		switch ev.Type {
 		case mesosexec.Event_SUBSCRIBED:
@@ -211,7 +218,7 @@ func (e *Executor) subscribe(ctx context.Context) error {
 			if string(ev.Message.Data) == StopMessage {
 				e.log.Info("MESSAGE STOP: killing every task and exiting")
 				e.stop() // kills the tasks while subscribed, so their last updates get through
-				return nil
+				return subscribed, nil
 			}
 			if term, ok, err := parseLease(ev.Message.Data); ok {
 				if err != nil {
@@ -225,9 +232,9 @@ func (e *Executor) subscribe(ctx context.Context) error {
 		case mesosexec.Event_SHUTDOWN:
 			e.log.Info("SHUTDOWN: killing every task and exiting")
 			e.stop()
-			return nil
+			return subscribed, nil
 		case mesosexec.Event_ERROR:
-			return fmt.Errorf("agent reported an error: %s", ev.Error.Message)
+			return subscribed, fmt.Errorf("%w: %s", errAgentError, ev.Error.Message)
 		default:
 			// HEARTBEAT, and event types newer than this executor: nothing to do.
 		}
@@ -277,7 +284,7 @@ func (e *Executor) stopAll() {
 	deadline := time.Now().Add(e.cfg.ShutdownGracePeriod)
 	e.mu.Lock()
 	for _, t := range e.tasks {
-		t.kill(t.grace)
+		t.kill(t.killGrace()) // a lease lapse may set the grace meanwhile (fence)
 	}
 	e.mu.Unlock()
 	done := make(chan struct{})

@@ -1,0 +1,93 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ejcloud/ejcloud/integration/mesostest"
+	"github.com/ejcloud/ejcloud/internal/await"
+)
+
+// An agent's ERROR event ends the subscription, and the executor subscribes again (MESOS.md
+// §6.4), checkpointing or not: the agent is there. The recovery timeout counts from the end of
+// the subscription the agent took, not from an older, healed loss: with checkpointing, the
+// first SUBSCRIBE is refused (a loss that an executor without checkpointing ends at), and the
+// ERROR comes on the next subscription after more than the recovery timeout.
+func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
+	for _, checkpoint := range []bool{true, false} {
+		t.Run(fmt.Sprintf("checkpoint=%v", checkpoint), func(t *testing.T) {
+			const recovery = time.Second
+			var attempts atomic.Int32
+			if !checkpoint {
+				attempts.Store(1) // no refusal first
+			}
+			var refused atomic.Int64 // when the first SUBSCRIBE was refused (unix nanos)
+			done := make(chan struct{})
+			agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				if !strings.Contains(string(body), "SUBSCRIBE") {
+					w.WriteHeader(http.StatusAccepted)
+					return
+				}
+				switch attempts.Add(1) {
+				case 1:
+					refused.Store(time.Now().UnixNano())
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				case 2:
+					w.Header().Set("Content-Type", "application/json")
+					writeEvent(w, subscribedEvent)
+					// The loss that the first refusal began is older than the recovery timeout now.
+					for time.Since(time.Unix(0, refused.Load())) <= recovery+100*time.Millisecond {
+						select {
+						case <-time.After(10 * time.Millisecond):
+						case <-r.Context().Done():
+							return
+						}
+					}
+					writeEvent(w, `{"type":"ERROR","error":{"message":"boom"}}`)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				writeEvent(w, subscribedEvent)
+				select {
+				case <-done:
+				case <-r.Context().Done():
+				}
+			}))
+			defer agent.Close()
+			defer close(done)
+			cfg := Config{FrameworkID: "f", ExecutorID: "e", AgentEndpoint: strings.TrimPrefix(agent.URL, "http://"),
+				Checkpoint: checkpoint, RecoveryTimeout: recovery, SubscriptionBackoffMax: 100 * time.Millisecond, ShutdownGracePeriod: time.Second}
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() { ran <- New(cfg, mesostest.QuietLogger()).Run(ctx) }()
+			await.True(t, 10*time.Second, "the executor subscribes after the ERROR", func() bool {
+				select {
+				case err := <-ran:
+					t.Fatalf("the executor ended after %d subscriptions: %v", attempts.Load(), err)
+				default:
+				}
+				return attempts.Load() >= 3
+			})
+			cancel()
+			<-ran
+		})
+	}
+}
+
+// subscribedEvent is an agent's SUBSCRIBED, in the executor API's JSON.
+const subscribedEvent = `{"type":"SUBSCRIBED","subscribed":{"executor_info":{"executor_id":{"value":"e"},"command":{}},"framework_info":{"user":"u","name":"f"},"agent_info":{"hostname":"h"}}}`
+
+// writeEvent writes one RecordIO record of the event stream and flushes it.
+func writeEvent(w http.ResponseWriter, ev string) {
+	fmt.Fprintf(w, "%d\n%s", len(ev), ev)
+	w.(http.Flusher).Flush()
+}
