@@ -22,8 +22,9 @@ type ackRecorder struct {
 	mu         sync.Mutex
 	acked      []string
 	kills      []string
-	reconciled []string // the task ids of explicit reconciliations
-	launched   int      // tasks launched
+	reconciled []string             // the task ids of explicit reconciliations
+	launched   int                  // tasks launched
+	executors  []mesos.ExecutorInfo // the executor of each task launched
 }
 
 func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
@@ -38,6 +39,9 @@ func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response
 		for _, op := range c.Accept.Operations {
 			if op.Launch != nil {
 				a.launched += len(op.Launch.TaskInfos)
+				for _, ti := range op.Launch.TaskInfos {
+					a.executors = append(a.executors, *ti.Executor)
+				}
 			}
 		}
 	case scheduler.Call_RECONCILE:

@@ -229,6 +229,7 @@ func (ld *leader) loop(ctx context.Context) error {
 	if err := ld.loadJobs(ctx); err != nil {
 		ld.log.WithError(err).Error("cannot load jobs")
 	}
+	ld.loadExecutors(ctx)
 	backoff := 500 * time.Millisecond
 	for ctx.Err() == nil {
 		err := ld.session(ctx)
@@ -344,6 +345,7 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 	ld.everSubbed = true
 	ld.inst.setSubscribed(true)
 	ld.log.WithField("framework_id", sub.frameworkID).Info("subscribed to Mesos")
+	ld.pruneExecutors(ctx)
 	ld.ensureDaemons(ctx)
 	ld.resumeReplacements(ctx)
 	ld.reconcile(ctx)
@@ -433,7 +435,7 @@ func (ld *leader) handle(ctx context.Context, ev scheduler.Event) {
 		ld.update(ctx, ev.Update.Status)
 	case scheduler.Event_FAILURE:
 		if f := ev.Failure; f.ExecutorID != nil {
-			delete(ld.executors, f.ExecutorID.Value) // it must start afresh, perhaps with a newer app
+			ld.forgetExecutors(ctx, f.ExecutorID.Value) // it must start afresh, perhaps with a newer app
 		}
 	case scheduler.Event_RESCIND, scheduler.Event_HEARTBEAT, scheduler.Event_MESSAGE:
 	}

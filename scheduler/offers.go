@@ -106,6 +106,15 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		ld.decline(ctx, offers, reason)
 		return
 	}
+	started := map[string]mesos.ExecutorInfo{}
+	for _, ts := range tasks {
+		for _, t := range ts {
+			if _, known := ld.executors[t.Executor.ExecutorID.Value]; !known {
+				started[t.Executor.ExecutorID.Value] = *t.Executor
+			}
+		}
+	}
+	ld.recordExecutors(ctx, started)
 	for agentID, ts := range tasks {
 		ids := make([]mesos.OfferID, 0, len(byAgent[agentID]))
 		for _, o := range byAgent[agentID] {

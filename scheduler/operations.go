@@ -311,7 +311,7 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 				continue
 			}
 			ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
-			delete(ld.executors, id)
+			ld.forgetExecutors(ctx, id)
 		}
 	})
 	if errors.Is(err, errNotServing) {

@@ -1,0 +1,108 @@
+package scheduler
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// The ExecutorInfos of live executors (SPEC §5.4 step 2). Mesos refuses a task for a live
+// executor unless it carries that executor's ExecutorInfo, and an app's config may have
+// changed since the executor started (an app update takes effect where its executor next
+// starts). So the leader keeps the ExecutorInfo of each executor it starts, in ld.executors
+// and in ZooKeeper (state.Store.SaveExecutors), and a new leader reads them back: built again
+// from today's app, a task would be refused (TASK_ERROR "ExecutorInfo is not compatible") for
+// as long as the old executor lives.
+
+// loadExecutors reads the ExecutorInfos that the leaders before this one recorded.
+func (ld *leader) loadExecutors(ctx context.Context) {
+	recorded, err := ld.store.Executors(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the recorded executors: tasks for a live executor are built from the app's config")
+		return
+	}
+	for id, data := range recorded {
+		var e mesos.ExecutorInfo
+		if err := e.Unmarshal(data); err != nil || e.ExecutorID.Value != id {
+			ld.log.WithField("executor", id).Warn("recorded ExecutorInfo unreadable; ignoring it")
+			continue
+		}
+		ld.executors[id] = e
+	}
+}
+
+// recordExecutors records the ExecutorInfos of executors that a launch is about to start.
+// Unrecorded, only a leader change while the executor lives makes a difference, so a failed
+// write does not hold the launch back.
+func (ld *leader) recordExecutors(ctx context.Context, started map[string]mesos.ExecutorInfo) {
+	if len(started) == 0 {
+		return
+	}
+	infos := make(map[string][]byte, len(started))
+	for id, e := range started {
+		data, err := e.Marshal()
+		if err != nil {
+			ld.log.WithError(err).WithField("executor", id).Warn("cannot encode an ExecutorInfo")
+			continue
+		}
+		infos[id] = data
+	}
+	if err := ld.store.SaveExecutors(ctx, infos); err != nil {
+		ld.log.WithError(err).Warn("cannot record the ExecutorInfos of new executors")
+	}
+}
+
+// forgetExecutors drops executors that Mesos says are gone: the next task for their app on
+// their agent starts a new executor from the app's config.
+func (ld *leader) forgetExecutors(ctx context.Context, ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(ld.executors, id)
+	}
+	if err := ld.store.ForgetExecutors(ctx, ids...); err != nil {
+		ld.log.WithError(err).WithField("executors", ids).Warn("cannot remove the records of executors that are gone")
+	}
+}
+
+// pruneExecutors forgets, after a subscription, the executors that the master no longer lists
+// on an agent connected to it: their FAILURE events may have come while this leader was not
+// subscribed, or before it led. An executor on another agent (unreachable, or not re-registered
+// after a master failover) is kept: it may come back.
+func (ld *leader) pruneExecutors(ctx context.Context) {
+	if len(ld.executors) == 0 {
+		return
+	}
+	doc, err := ld.masterState(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the master's state: the known ExecutorInfos are kept")
+		return
+	}
+	live := map[string]bool{}
+	for _, f := range doc.Frameworks {
+		if f.ID == ld.sub.frameworkID {
+			for _, e := range f.Executors {
+				live[e.ExecutorID] = true
+			}
+		}
+	}
+	agents := map[string]bool{} // the agents connected to the master: it lists all their executors
+	for _, a := range doc.Slaves {
+		agents[a.ID] = a.Active
+	}
+	var gone []string
+	for _, id := range slices.Sorted(maps.Keys(ld.executors)) {
+		if ex, err := taskid.ParseExecutor(id); err == nil && agents[ex.AgentID] && !live[id] {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) > 0 {
+		ld.log.WithField("executors", len(gone)).Info("forgetting the executors the master no longer lists")
+	}
+	ld.forgetExecutors(ctx, gone...)
+}

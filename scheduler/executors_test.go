@@ -1,0 +1,127 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/config"
+)
+
+// executorWorld is trigger-only jobs of one shard, and a first leader that has started the
+// app's executor on one agent with the app as it was.
+type executorWorld struct {
+	replaceWorld
+	jobs  []string
+	first mesos.ExecutorInfo // the executor the first leader started
+	agent string             // where
+}
+
+func newExecutorWorld(t *testing.T, ctx context.Context) (executorWorld, *leader) {
+	base, jobs := burstJobs(t, ctx, 3, 1)
+	w := executorWorld{replaceWorld: replaceWorld{base: base, job: jobs[0], fake: &ackRecorder{}}, jobs: jobs}
+	ld := w.leader(t, ctx)
+	w.trigger(t, ctx, ld)
+	ld.cycle(ctx, burstOffers(0))
+	if len(w.fake.executors) != 1 {
+		t.Fatalf("%d tasks launched; want 1", len(w.fake.executors))
+	}
+	w.first = w.fake.executors[0]
+	w.agent = w.first.ExecutorID.Value[len("app@-@"):]
+	return w, ld
+}
+
+// offer is one offer of agent, which lists the executors given as running there.
+func offer(round int, agent string, executors ...mesos.ExecutorInfo) []mesos.Offer {
+	for _, o := range burstOffers(round) {
+		if o.AgentID.Value == agent {
+			for _, e := range executors {
+				o.ExecutorIDs = append(o.ExecutorIDs, e.ExecutorID)
+			}
+			return []mesos.Offer{o}
+		}
+	}
+	return nil
+}
+
+// lastExecutor launches job through ld on the offers and returns the executor its task got.
+func (w executorWorld) lastExecutor(t *testing.T, ctx context.Context, ld *leader, job string, offers []mesos.Offer) mesos.ExecutorInfo {
+	t.Helper()
+	if err := ld.inst.Trigger(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	before := len(w.fake.executors)
+	ld.cycle(ctx, offers)
+	if len(w.fake.executors) != before+1 {
+		t.Fatalf("%d tasks launched; want 1", len(w.fake.executors)-before)
+	}
+	return w.fake.executors[len(w.fake.executors)-1]
+}
+
+// A new leader sends a live executor its own ExecutorInfo (Mesos refuses any other, SPEC §5.4),
+// though the app has changed since it started: the first leader recorded it in ZooKeeper. An
+// agent without the app's executor gets one built from the app as it is now.
+func TestANewLeaderSendsALiveExecutorItsOwnExecutorInfo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, _ := newExecutorWorld(t, ctx)
+	if _, err := w.base.UpdateApp(ctx, "app", func(a config.App) (config.App, error) { a.CPUCount = 0.5; return a, nil }); err != nil {
+		t.Fatal(err)
+	}
+	next := w.leader(t, ctx)
+	next.loadExecutors(ctx)
+	if got := w.lastExecutor(t, ctx, next, w.jobs[1], offer(1, w.agent, w.first)); !got.Equal(&w.first) {
+		t.Fatalf("the new leader's ExecutorInfo for the live executor:\n%v\nwant the one it started with:\n%v", got.String(), w.first.String())
+	}
+	other := "S0"
+	if w.agent == other {
+		other = "S1"
+	}
+	if got := w.lastExecutor(t, ctx, next, w.jobs[2], offer(2, other)); got.Resources[0].Scalar.Value != 0.5 {
+		t.Fatalf("a new executor's cpus %v; want the app's 0.5", got.Resources[0].Scalar.Value)
+	}
+}
+
+// After a subscription the leader forgets the executors that the master no longer lists on a
+// connected agent (their FAILURE events may have been missed): the next task there starts a new
+// executor from the app as it is now. One on an agent that is not connected is kept.
+func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		active   bool
+		kept     int     // executors still recorded after the prune
+		wantCPUs float64 // the executor the next task there gets
+	}{
+		{"the agent is connected", true, 0, 0.5},
+		{"the agent is not", false, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			w, ld := newExecutorWorld(t, ctx)
+			master := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				json.NewEncoder(rw).Encode(map[string]any{
+					"frameworks": []any{map[string]any{"id": ld.sub.frameworkID, "executors": []any{}}},
+					"slaves":     []any{map[string]any{"id": w.agent, "active": tc.active}},
+				})
+			}))
+			defer master.Close()
+			ld.master.Store(&master.URL)
+			ld.pruneExecutors(ctx)
+			if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != tc.kept {
+				t.Fatalf("recorded executors %v (%v) after the prune", recorded, err)
+			}
+			if _, err := ld.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) { a.CPUCount = 0.5; return a, nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.lastExecutor(t, ctx, ld, w.jobs[1], offer(1, w.agent)); got.Resources[0].Scalar.Value != tc.wantCPUs {
+				t.Fatalf("the executor's cpus %v; want %v", got.Resources[0].Scalar.Value, tc.wantCPUs)
+			}
+		})
+	}
+}
