@@ -487,7 +487,8 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 	return nil
 }
 
-// ensureDaemons queues every DAEMON job that is neither running nor pending (SPEC §5.3).
+// ensureDaemons queues every DAEMON job that is neither running, nor waiting for a relaunch,
+// nor pending (SPEC §5.3).
 func (ld *leader) ensureDaemons(ctx context.Context) {
 	jobs, err := ld.store.Jobs(ctx)
 	if err != nil {
@@ -497,9 +498,18 @@ func (ld *leader) ensureDaemons(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	// A shard waiting for its relaunch is the daemon's, too: the relaunch runs it, and a ready
+	// entry beside it would stay queued behind it, shown pending for good.
+	failovers, err := ld.store.Failovers(ctx)
+	if err != nil {
+		return
+	}
 	busy := map[string]bool{}
 	for _, r := range running {
 		busy[r.Meta.JobName] = true
+	}
+	for _, f := range failovers {
+		busy[f.Meta.JobName] = true
 	}
 	for _, j := range jobs {
 		if j.JobExecutionType != config.Daemon || busy[j.JobName] {
