@@ -63,7 +63,7 @@ const conflictRetries = 3
 
 func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, attempt int) int {
 	g := ld.store.Group()
-	afters := make([]func(), 0, len(sts))
+	afters := make([]func() bool, 0, len(sts))
 	took := 0
 	for _, st := range sts {
 		if g.Ops() >= maxGroupOps || g.Bytes() >= maxGroupBytes {
@@ -110,9 +110,9 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		if afters[i] == nil {
 			continue
 		}
-		afters[i]()
+		counts := afters[i]()
 		ld.inst.metrics.updates.WithLabelValues(st.GetState().String()).Inc()
-		ld.inst.trace.recorded(st)
+		ld.inst.trace.recorded(st, counts)
 		if len(st.UUID) > 0 && st.AgentID != nil {
 			ld.acknowledge(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
 		}
@@ -122,8 +122,10 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 
 // record decides what a status update means and writes it through store (a group). It
 // returns what to do once the write is in ZooKeeper: the leader's own bookkeeping, kills and
-// log lines, none of which may happen for an update that ends up not recorded.
-func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskStatus) (func(), error) {
+// log lines, none of which may happen for an update that ends up not recorded. That reports
+// whether the update counts in the task results: an end that finds the task already ended (an
+// update sent again, its acknowledgement lost) does not count twice.
+func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskStatus) (func() bool, error) {
 	tid := st.TaskID.Value
 	s := st.GetState()
 	log := ld.log.WithFields(logrus.Fields{"task": tid, "state": s.String()})
@@ -135,7 +137,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	}
 	id, err := taskid.Parse(tid)
 	if err != nil {
-		return func() { log.Warn("status update for a task that is not ejcloud's; ignoring it") }, nil
+		return func() bool { log.Warn("status update for a task that is not ejcloud's; ignoring it"); return false }, nil
 	}
 	now := time.Now()
 	heard := func() { ld.stale.heardOf(tid, st.GetSource() == mesos.SOURCE_MASTER, now) }
@@ -146,22 +148,24 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	m := plan.Decide(facts)
 	switch m.Kind {
 	case plan.Heard:
-		return func() {
+		return func() bool {
 			heard()
 			ld.reachable(tid) // its agent speaks of it
 			log.Debug("task state")
+			return true
 		}, nil
 	case plan.Unreachable:
-		return func() {
+		return func() bool {
 			heard()
 			if _, asked := ld.confirming[tid]; asked && st.GetReason() == mesos.REASON_RECONCILIATION {
 				ld.lost(ctx, tid)
-				return
+				return true
 			}
 			if _, seen := ld.unreachable[tid]; !seen {
 				ld.unreachable[tid] = now
 				log.Warn("task unreachable; it counts as running until the unreachable timeout")
 			}
+			return true
 		}, nil
 	case plan.Kill:
 		// The kill is decided on a read, and no fenced write stands between it and Mesos:
@@ -170,7 +174,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 		if err := ld.confirmed(ctx); err != nil {
 			return nil, fmt.Errorf("confirm the leadership before killing: %w", err)
 		}
-		return func() {
+		return func() bool {
 			heard()
 			ld.reachable(tid)
 			ld.stale.ended(tid)
@@ -187,9 +191,10 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 				agent = st.AgentID.Value
 			}
 			ld.kill(ctx, tid, agent)
+			return true
 		}, nil
 	case plan.Running:
-		return func() {
+		return func() bool {
 			heard()
 			ld.reachable(tid)
 			ld.relaunch.running(id.Meta, tid, now)
@@ -202,6 +207,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			case "COMPLETE":
 				ld.setIdle(tid, true, false)
 			}
+			return true
 		}, nil
 	}
 	follow, failed := m.Follow, m.Failed
@@ -215,7 +221,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 	if err != nil {
 		return nil, err
 	}
-	return func() {
+	return func() bool {
 		heard()
 		ld.reachable(tid)
 		delete(ld.killed, tid)
@@ -228,6 +234,7 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			ld.poke()
 		}
 		ld.setIdle(tid, false, true)
+		return ended.Removed
 	}, nil
 }
 
@@ -356,6 +363,9 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 	delete(ld.killed, tid)
 	ld.stale.ended(tid)
 	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
+	// Traced and counted as the TASK_LOST it stands for (SPEC §5.7), from the scheduler.
+	ld.inst.trace.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: mesos.TASK_LOST.Enum(),
+		AgentID: &mesos.AgentID{Value: id.AgentID}, Message: ptr("unreachable for longer than --unreachable-timeout")}, ended.Removed)
 	if ended.Requeued {
 		ld.poke()
 	}

@@ -74,8 +74,8 @@ func (t *tracer) launched(ti mesos.TaskInfo) {
 }
 
 // recorded traces a status update the leader has recorded: its JOB_STATUS_TRACE_LOG row, the
-// execution event the executor put in its data, and the task result it counts for.
-func (t *tracer) recorded(st mesos.TaskStatus) {
+// execution event the executor put in its data, and, if counts, the task result it is.
+func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	if t == nil {
 		return
 	}
@@ -97,6 +97,9 @@ func (t *tracer) recorded(st mesos.TaskStatus) {
 	if ex := d.Execution; ex != nil && ex.TaskID == id.String() {
 		t.w.Execution(*ex)
 	}
+	if !counts {
+		return
+	}
 	switch st.GetState() {
 	case mesos.TASK_FINISHED:
 		t.results.Add(true)
@@ -104,7 +107,7 @@ func (t *tracer) recorded(st mesos.TaskStatus) {
 		if st.GetMessage() == "COMPLETE" { // a daemon's run ended
 			t.results.Add(d.Execution == nil || d.Execution.Success)
 		}
-	case mesos.TASK_FAILED, mesos.TASK_ERROR, mesos.TASK_LOST, mesos.TASK_DROPPED, mesos.TASK_GONE, mesos.TASK_GONE_BY_OPERATOR:
+	case mesos.TASK_FAILED, mesos.TASK_ERROR, mesos.TASK_LOST, mesos.TASK_DROPPED, mesos.TASK_GONE, mesos.TASK_GONE_BY_OPERATOR, mesos.TASK_UNKNOWN:
 		t.results.Add(false)
 	}
 }

@@ -32,21 +32,23 @@ func TestTracerRecordsUpdates(t *testing.T) {
 		return mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum(), Message: &msg, Source: mesos.SOURCE_EXECUTOR.Enum(),
 			AgentID: &mesos.AgentID{Value: "S1"}, Data: d.Encode()}
 	}
-	tr.recorded(st(mesos.TASK_RUNNING, "", taskdata.Status{Execution: &ex}))
-	tr.recorded(st(mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: &daemonRun})) // success
-	tr.recorded(st(mesos.TASK_FAILED, "job failed", taskdata.Status{JobFailed: true, Execution: &done}))
-	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}))
-	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}))                                               // not a result
-	tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: "not-ours"}, State: mesos.TASK_FAILED.Enum()}) // ignored
-	if s, f := tr.results.Pending(eventtrace.Minute); s != 2 || f != 1 {
-		t.Errorf("results %d/%d; want 2 successes (FINISHED, COMPLETE) and 1 failure", s, f)
+	tr.recorded(st(mesos.TASK_RUNNING, "", taskdata.Status{Execution: &ex}), true)
+	tr.recorded(st(mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: &daemonRun}), true) // success
+	tr.recorded(st(mesos.TASK_FAILED, "job failed", taskdata.Status{JobFailed: true, Execution: &done}), true)
+	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}), true)
+	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}), false)                                            // sent again: traced, not counted
+	tr.recorded(st(mesos.TASK_UNKNOWN, "", taskdata.Status{}), true)                                              // a failure (SPEC §5.7)
+	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}), true)                                               // not a result
+	tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: "not-ours"}, State: mesos.TASK_FAILED.Enum()}, true) // ignored
+	if s, f := tr.results.Pending(eventtrace.Minute); s != 2 || f != 2 {
+		t.Errorf("results %d/%d; want 2 successes (FINISHED, COMPLETE) and 2 failures (FAILED, UNKNOWN)", s, f)
 	}
 	if err := tr.w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{Sort: "creationTime", Order: "asc"})
-	if err != nil || p.Total != 5 {
-		t.Fatalf("%d traces (%v); want 5", p.Total, err)
+	if err != nil || p.Total != 7 {
+		t.Fatalf("%d traces (%v); want 7", p.Total, err)
 	}
 	f, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_FAILED"}})
 	if err != nil || f.Total != 1 {
@@ -61,7 +63,7 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	}
 	tr.close()
 	var nilTracer *tracer // no --event-trace-db: every call is a no-op
-	nilTracer.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}))
+	nilTracer.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}), true)
 	nilTracer.close()
 	if nilTracer.api() != nil {
 		t.Fatal("a nil tracer gives the API a trace")

@@ -3,11 +3,13 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
+	"github.com/ejcloud/ejcloud/eventtrace"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -23,9 +25,18 @@ func fromMaster(id taskid.ID, s mesos.TaskState, reason mesos.TaskStatus_Reason)
 // behind the stream.) So the timeout asks Mesos first, and the answer, which comes after those
 // updates, decides: a task that finished is not relaunched; one Mesos still calls unreachable
 // is lost and its shard goes to failover.
+//
+// The task results count each shard's end once: the finished task, and the lost one (traced as
+// TASK_LOST from the scheduler); not the reconciliation's TASK_GONE of the finished task.
 func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	w := newGroupWorld(t)
 	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	w.ld.inst.trace = tr
 	w.ld.cfg.UnreachableTimeout = 0 // every unreachable task is past it
 	w.ld.updates(ctx, []mesos.TaskStatus{
 		fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED),
@@ -52,6 +63,15 @@ func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	running, failover = w.queues(t)
 	if fmt.Sprint(running) != fmt.Sprint([]string{w.tasks[2].String()}) || fmt.Sprint(failover) != "[fo@-@1]" {
 		t.Fatalf("after the answers: running %v, failover %v; want only task 2 running and [fo@-@1] (task 0 finished, task 1 lost)", running, failover)
+	}
+	if s, f := tr.results.Pending(eventtrace.Minute); s != 1 || f != 1 {
+		t.Errorf("task results %d/%d; want 1 success (task 0) and 1 failure (task 1 lost)", s, f)
+	}
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_LOST"}}); err != nil || lost.Total != 1 || lost.Rows[0].TaskID != w.tasks[1].String() {
+		t.Errorf("TASK_LOST traces %+v (%v); want task 1's", lost, err)
 	}
 	w.ld.timeUnreachable(ctx)
 	w.mesos.mu.Lock()
