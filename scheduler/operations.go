@@ -57,9 +57,7 @@ func (ld *leader) serving() (stop func()) {
 // over) it does not wait: f stays queued for the next subscription, if there is room, and
 // onLoop returns errNotServing for the caller to say what that means for its request.
 func (ld *leader) onLoop(ctx context.Context, f func(context.Context)) error {
-	ld.servedMu.Lock()
-	served := ld.served
-	ld.servedMu.Unlock()
+	served := ld.servedNow()
 	done := make(chan struct{})
 	run := func(c context.Context) { f(c); close(done) }
 	if served == nil {
@@ -119,12 +117,17 @@ func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
 	return err
 }
 
+// servedNow is closed when the loop's subscription ends; nil while the loop serves none.
+func (ld *leader) servedNow() <-chan struct{} {
+	ld.servedMu.Lock()
+	defer ld.servedMu.Unlock()
+	return ld.served
+}
+
 // needsMesos refuses, before any change, an operation whose Mesos calls nothing would make
 // later: while the loop serves no subscription, it answers errNotServing.
 func (ld *leader) needsMesos() error {
-	ld.servedMu.Lock()
-	defer ld.servedMu.Unlock()
-	if ld.served == nil {
+	if ld.servedNow() == nil {
 		return errNotServing
 	}
 	return nil
@@ -305,14 +308,16 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 		for id := range ld.executors {
 			live[id] = true
 		}
+		var stopped []string
 		for id := range live {
 			ex, err := taskid.ParseExecutor(id)
 			if err != nil || ex.AppName != app {
 				continue
 			}
 			ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
-			ld.forgetExecutors(ctx, id)
+			stopped = append(stopped, id)
 		}
+		ld.forgetExecutors(ctx, stopped...)
 	})
 	if errors.Is(err, errNotServing) {
 		ld.log.WithField("app", app).Warn("the subscription ended: the app's executors are told to stop on the next one")

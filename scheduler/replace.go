@@ -115,6 +115,14 @@ func (ld *leader) resumeReplacements(ctx context.Context) {
 		if err != nil || j.ConcurrencyPolicy != config.Replace {
 			continue
 		}
+		led, ok, err := ld.store.FireLedger(ctx, r.JobName)
+		if err != nil || !ok {
+			continue
+		}
+		next := led.NextRun(r.Count)
+		if next < 0 {
+			continue
+		}
 		// The old run: that of a task still running, else of a shard waiting for a relaunch.
 		var task string
 		if running, err := ld.store.RunningOf(ctx, r.JobName); err == nil && len(running) > 0 {
@@ -133,27 +141,12 @@ func (ld *leader) resumeReplacements(ctx context.Context) {
 				}
 			}
 		}
-		if ld.owesReplacement(ctx, r, task) {
+		if old := led.RunOf(task); task != "" && old >= 0 && led.Fires[next].Slot.After(led.Fires[old].Launched) {
 			ld.log.WithField("job", r.JobName).Info("a replacement left undone by the last leader: the run fired after the running one replaces it")
 			ld.replacing.add(r.JobName)
 			ld.poke()
 		}
 	}
-}
-
-// owesReplacement says whether the Replace job's queued run r was fired after the run of task
-// launched: that run is to be replaced, whether or not its kills were sent.
-func (ld *leader) owesReplacement(ctx context.Context, r state.ReadyEntry, task string) bool {
-	if r.Count == 0 || task == "" {
-		return false
-	}
-	led, ok, err := ld.store.FireLedger(ctx, r.JobName)
-	if err != nil || !ok {
-		return false
-	}
-	next := led.NextRun(r.Count)
-	old := led.RunOf(task)
-	return next >= 0 && old >= 0 && led.Fires[next].Slot.After(led.Fires[old].Launched)
 }
 
 // jobSet is a set of job names that one goroutine adds to and another takes.
