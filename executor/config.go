@@ -20,6 +20,9 @@ type Config struct {
 	ShutdownGracePeriod    time.Duration
 	RecoveryTimeout        time.Duration // how long to keep trying to reach a restarting agent
 	SubscriptionBackoffMax time.Duration
+	// AuthToken is the agent's token for this executor, sent as a bearer token on every call:
+	// an agent with executor authentication on refuses calls without it.
+	AuthToken string
 }
 
 // FromEnv reads the configuration through getenv (os.Getenv in main). Every missing or
@@ -52,6 +55,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		AgentEndpoint:       str("MESOS_AGENT_ENDPOINT"),
 		ShutdownGracePeriod: dur("MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD"),
 		AgentID:             getenv("MESOS_SLAVE_ID"),
+		AuthToken:           getenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN"),
 	}
 	switch cp := getenv("MESOS_CHECKPOINT"); cp {
 	case "1", "true":

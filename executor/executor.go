@@ -91,9 +91,13 @@ type Executor struct {
 // New returns an executor for cfg.
 func New(cfg Config, log logrus.FieldLogger) *Executor {
 	u := url.URL{Scheme: "http", Host: cfg.AgentEndpoint, Path: "/api/v1/executor"}
-	cli := httpcli.New(httpcli.Endpoint(u.String()), httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeJSON]),
-		httpcli.Do(httpcli.With(httpcli.Timeout(10*time.Second))))
-	opts := mesosexec.CallOptions{calls.Framework(cfg.FrameworkID), calls.Executor(cfg.ExecutorID)}
+	opts := []httpcli.Opt{httpcli.Endpoint(u.String()), httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeJSON]),
+		httpcli.Do(httpcli.With(httpcli.Timeout(10 * time.Second)))}
+	if cfg.AuthToken != "" {
+		opts = append(opts, httpcli.DefaultHeader("Authorization", "Bearer "+cfg.AuthToken))
+	}
+	cli := httpcli.New(opts...)
+	callOpts := mesosexec.CallOptions{calls.Framework(cfg.FrameworkID), calls.Executor(cfg.ExecutorID)}
 	host, _ := os.Hostname()
 	ip, _, err := net.SplitHostPort(cfg.AgentEndpoint)
 	if err != nil {
@@ -101,8 +105,8 @@ func New(cfg Config, log logrus.FieldLogger) *Executor {
 	}
 	return &Executor{
 		cfg: cfg, log: log, hostname: host, ip: ip,
-		sender:       calls.SenderWith(httpexec.NewSender(cli.Send), opts...),
-		subscriber:   calls.SenderWith(httpexec.NewSender(cli.Send, httpcli.Close(true)), opts...),
+		sender:       calls.SenderWith(httpexec.NewSender(cli.Send), callOpts...),
+		subscriber:   calls.SenderWith(httpexec.NewSender(cli.Send, httpcli.Close(true)), callOpts...),
 		tasks:        map[string]*task{},
 		unackedTasks: map[string]mesos.TaskInfo{},
 		kick:         make(chan struct{}, 1),

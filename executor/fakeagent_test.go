@@ -91,3 +91,42 @@ func writeEvent(w http.ResponseWriter, ev string) {
 	fmt.Fprintf(w, "%d\n%s", len(ev), ev)
 	w.(http.Flusher).Flush()
 }
+
+// With executor authentication on, the agent gives the executor a token
+// (MESOS_EXECUTOR_AUTHENTICATION_TOKEN), and refuses its calls without it as a bearer token.
+func TestTheExecutorSendsItsAuthenticationToken(t *testing.T) {
+	var authorized, refused atomic.Int32
+	done := make(chan struct{})
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			refused.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		authorized.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		writeEvent(w, subscribedEvent)
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	defer agent.Close()
+	defer close(done)
+	env := map[string]string{"MESOS_FRAMEWORK_ID": "f", "MESOS_EXECUTOR_ID": "e", "MESOS_DIRECTORY": t.TempDir(), "MESOS_SANDBOX": t.TempDir(),
+		"MESOS_AGENT_ENDPOINT": strings.TrimPrefix(agent.URL, "http://"), "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "1secs",
+		"MESOS_EXECUTOR_AUTHENTICATION_TOKEN": "s3cret"}
+	cfg, err := FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- New(cfg, mesostest.QuietLogger()).Run(ctx) }()
+	await.True(t, 10*time.Second, "the executor subscribes with its token", func() bool { return authorized.Load() > 0 })
+	cancel()
+	<-ran
+	if refused.Load() != 0 {
+		t.Fatalf("%d calls without the token", refused.Load())
+	}
+}
