@@ -37,9 +37,9 @@ func main1(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 
 A Mesos agent starts it for an app; it is not run by hand. It reads the agent's environment:
   MESOS_FRAMEWORK_ID MESOS_EXECUTOR_ID MESOS_DIRECTORY MESOS_SANDBOX MESOS_AGENT_ENDPOINT
-  MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD, and with MESOS_CHECKPOINT=1 also
-  MESOS_RECOVERY_TIMEOUT MESOS_SUBSCRIPTION_BACKOFF_MAX, and MESOS_EXECUTOR_AUTHENTICATION_TOKEN
-  where the agent authenticates executors.
+  MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD, with MESOS_CHECKPOINT=1 also
+  MESOS_RECOVERY_TIMEOUT MESOS_SUBSCRIPTION_BACKOFF_MAX, and where the agent authenticates
+  executors MESOS_EXECUTOR_AUTHENTICATION_TOKEN.
 It runs SCRIPT jobs; SIMPLE and DATAFLOW jobs need an executor built with the executor/job SDK.
 Registered jobs: %s
 
