@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -108,17 +110,22 @@ func (s *Server) traceRoutes(r *mux.Router) {
 				return
 			}
 			writeJSON(w, http.StatusOK, res)
-		case t != nil && (period == "online" || period == "lastWeek"):
-			since := online
-			if period == "lastWeek" {
+		case t != nil && (period == "online" || period == "lastWeek" || period == "lastDay"):
+			// lastDay, an addition (2.1.5 answers it with zeros, and the console shows it):
+			// the hours of the last 24.
+			iv, since := eventtrace.Day, online
+			switch period {
+			case "lastWeek":
 				since = eventtrace.Day.Truncate(now).Add(-7 * 24 * time.Hour)
+			case "lastDay":
+				iv, since = eventtrace.Hour, eventtrace.Hour.Truncate(now).Add(-24*time.Hour)
 			}
-			succ, fail, err := t.DB.SumTaskResults(r.Context(), eventtrace.Day, since)
+			succ, fail, err := t.DB.SumTaskResults(r.Context(), iv, since)
 			if err != nil {
 				s.fail(w, r, err)
 				return
 			}
-			ps, pf := t.Results.Pending(eventtrace.Day)
+			ps, pf := t.Results.Pending(iv)
 			zero.SuccessCount, zero.FailedCount = succ+ps, fail+pf
 			writeJSON(w, http.StatusOK, zero)
 		default: // no database, or a period 2.1.5 answers with zeros
@@ -220,14 +227,16 @@ func (s *Server) traceRoutes(r *mux.Router) {
 func (s *Server) traceQuery(w http.ResponseWriter, r *http.Request, executions bool) (eventtrace.Query, bool) {
 	q := r.URL.Query()
 	out := eventtrace.Query{Sort: q.Get("sort"), Order: q.Get("order"), Filters: map[string]string{}}
+	// per_page is bounded; page only needs to be a page (its offset may not overflow).
 	for _, p := range []struct {
 		name string
 		dst  *int
-	}{{"per_page", &out.PerPage}, {"page", &out.Page}} {
+		most int
+	}{{"per_page", &out.PerPage, eventtrace.MaxPerPage}, {"page", &out.Page, math.MaxInt32}} {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > eventtrace.MaxPerPage {
-				s.fail(w, r, &config.FieldError{Field: p.name, Message: p.name + " must be an integer from 1 to 10000, got " + strconv.Quote(v)})
+			if err != nil || n < 1 || n > p.most {
+				s.fail(w, r, &config.FieldError{Field: p.name, Message: fmt.Sprintf("%s must be an integer from 1 to %d, got %q", p.name, p.most, v)})
 				return out, false
 			}
 			*p.dst = n
