@@ -56,6 +56,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	// of them can outgrow the limit too: a chunk that does is split in halves until its
 	// multis fit. A job whose multi fails is not launched this cycle.
 	tasks := map[string][]mesos.TaskInfo{} // by agent
+	pools := map[string]*offered{}         // by agent: what its offers have left
+	started := map[string]mesos.ExecutorInfo{}
 	parts := plan.Parts(w, res, agents)
 	chunks := plan.Chunks(parts, maxLaunchTasks)
 	for len(chunks) > 0 {
@@ -86,8 +88,13 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			}
 			for _, t := range p.Tasks {
 				agent := t.ID.AgentID
-				like := byAgent[agent][0].Resources
-				info := taskInfo(t.ID, t.Job, ld.executorFor(t.App, agent, like), like)
+				pool := pools[agent]
+				if pool == nil {
+					pool = offeredBy(byAgent[agent])
+					pools[agent] = pool
+				}
+				exec := ld.executorFor(t.App, agent, pool, started)
+				info := taskInfo(t.ID, t.Job, exec, pool.take(t.Job.CPUCount, t.Job.MemoryMB))
 				if r, ok := ld.retries[t.ID.Meta]; ok && t.ID.Type == taskid.Failover {
 					withAttempt(&info, r.Attempt)
 				}
@@ -105,14 +112,6 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		}
 		ld.decline(ctx, offers, reason)
 		return
-	}
-	started := map[string]mesos.ExecutorInfo{}
-	for _, ts := range tasks {
-		for _, t := range ts {
-			if _, known := ld.executors[t.Executor.ExecutorID.Value]; !known {
-				started[t.Executor.ExecutorID.Value] = *t.Executor
-			}
-		}
 	}
 	ld.recordExecutors(ctx, started)
 	for agentID, ts := range tasks {
@@ -152,13 +151,19 @@ func (ld *leader) decline(ctx context.Context, offers []mesos.Offer, reason stri
 }
 
 // executorFor returns the ExecutorInfo for an app on an agent: the one already running there,
-// byte for byte (Mesos refuses any other), else one built from the app's current config.
-func (ld *leader) executorFor(app config.App, agentID string, like []mesos.Resource) mesos.ExecutorInfo {
+// byte for byte (Mesos refuses any other), or started by this launch; else one built from the
+// app's current config, its resources taken from the agent's offers, which joins started.
+func (ld *leader) executorFor(app config.App, agentID string, pool *offered, started map[string]mesos.ExecutorInfo) mesos.ExecutorInfo {
 	id := taskid.Executor{AppName: app.AppName, AgentID: agentID}.String()
 	if e, ok := ld.executors[id]; ok {
 		return e
 	}
-	return executorInfo(ld.sub.frameworkID, app, agentID, like)
+	if e, ok := started[id]; ok {
+		return e
+	}
+	e := executorInfo(ld.sub.frameworkID, app, agentID, pool.take(app.CPUCount, app.MemoryMB))
+	started[id] = e
+	return e
 }
 
 // agentsOf sums the offers per agent for the packer.

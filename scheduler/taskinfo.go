@@ -13,9 +13,9 @@ import (
 
 // executorInfo is the ExecutorInfo of an app on an agent (SPEC §5.4): executor id
 // {app}@-@{agent}, the app's URL fetched (extracted if an archive, else made executable),
-// the bootstrap script as the command, the app's resources in the offer's role, and the
+// the bootstrap script as the command, the app's resources (taken from the offers), and the
 // sampling count in data.
-func executorInfo(frameworkID string, app config.App, agentID string, like []mesos.Resource) mesos.ExecutorInfo {
+func executorInfo(frameworkID string, app config.App, agentID string, resources []mesos.Resource) mesos.ExecutorInfo {
 	uri := mesos.CommandInfo_URI{Value: app.AppURL, Cache: ptr(app.AppCacheEnable)}
 	if app.IsArchive() {
 		uri.Extract = ptr(true)
@@ -29,34 +29,13 @@ func executorInfo(frameworkID string, app config.App, agentID string, like []mes
 		FrameworkID: &mesos.FrameworkID{Value: frameworkID},
 		Name:        ptr("ejcloud-executor " + app.AppName),
 		Command:     &mesos.CommandInfo{URIs: []mesos.CommandInfo_URI{uri}, Value: ptr(app.BootstrapScript), Shell: ptr(true)},
-		Resources:   scalars(like, app.CPUCount, app.MemoryMB),
+		Resources:   resources,
 		Data:        taskdata.ExecutorData{EventTraceSamplingCount: app.EventTraceSamplingCount}.Encode(),
 	}
 }
 
-// scalars returns cpus and mem resources shaped like the offer's own entries, so that their
-// role and allocation info are the offer's.
-func scalars(like []mesos.Resource, cpus, mem float64) []mesos.Resource {
-	out := make([]mesos.Resource, 0, 2)
-	for _, want := range []struct {
-		name  string
-		value float64
-	}{{"cpus", cpus}, {"mem", mem}} {
-		r := mesos.Resource{Name: want.name, Type: mesos.SCALAR.Enum(), Role: ptr("*")}
-		for _, o := range like {
-			if o.Name == want.name && o.Scalar != nil {
-				r = mesos.Resources{o}.Clone()[0]
-				break
-			}
-		}
-		r.Scalar = &mesos.Value_Scalar{Value: want.value}
-		out = append(out, r)
-	}
-	return out
-}
-
-// taskInfo is the TaskInfo of one shard.
-func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, like []mesos.Resource) mesos.TaskInfo {
+// taskInfo is the TaskInfo of one shard, with its resources (taken from the offers).
+func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, resources []mesos.Resource) mesos.TaskInfo {
 	params, _ := config.ParseShardingItemParameters(job.ShardingItemParameters, job.ShardingTotalCount)
 	p := taskdata.Payload{Job: job, ShardingContext: taskdata.ShardingContext{
 		TaskID: id.String(), JobName: job.JobName, ShardingTotalCount: job.ShardingTotalCount,
@@ -66,7 +45,7 @@ func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, like []meso
 		Name:      strings.Join([]string{job.JobName, itoa(id.Item)}, "@-@"),
 		TaskID:    mesos.TaskID{Value: id.String()},
 		AgentID:   mesos.AgentID{Value: id.AgentID},
-		Resources: scalars(like, job.CPUCount, job.MemoryMB),
+		Resources: resources,
 		Executor:  &exec,
 		Data:      p.Encode(),
 	}
