@@ -230,8 +230,9 @@ func (ld *leader) loop(ctx context.Context) error {
 		ld.log.WithError(err).Error("cannot load jobs")
 	}
 	ld.loadExecutors(ctx)
-	backoff := 500 * time.Millisecond
+	backoff := firstBackoff
 	for ctx.Err() == nil {
+		began := time.Now()
 		err := ld.session(ctx)
 		var failed subscribeFailed
 		switch {
@@ -244,13 +245,36 @@ func (ld *leader) loop(ctx context.Context) error {
 		case errors.As(err, &failed):
 			ld.log.WithError(err).Warn("Mesos subscription failed; retrying")
 			sleep(ctx, backoff)
-			backoff = min(2*backoff, 30*time.Second)
+			backoff = nextBackoff(backoff)
 		default:
-			backoff = 500 * time.Millisecond
-			ld.log.WithError(err).Warn("Mesos subscription lost; re-subscribing")
+			var wait time.Duration
+			wait, backoff = resubscribeWait(time.Since(began), backoff)
+			ld.log.WithError(err).WithField("in", wait).Warn("Mesos subscription lost; re-subscribing")
+			sleep(ctx, wait)
 		}
 	}
 	return nil
+}
+
+// The backoff between subscriptions: from firstBackoff, doubling to 30 s.
+const firstBackoff = 500 * time.Millisecond
+
+func nextBackoff(b time.Duration) time.Duration { return min(2*b, 30*time.Second) }
+
+// stableSession is how long a subscription must have lasted for its loss to be taken up at
+// once: a master that fails over after a while, say.
+const stableSession = 10 * time.Second
+
+// resubscribeWait is how long to wait before subscribing again after a subscription that was
+// lost after lasting lasted, and the backoff after that. A stable one is taken up again at once
+// (and the backoff starts afresh); one lost soon after SUBSCRIBED — a master that takes the
+// framework and drops it again, or a FrameworkID that cannot be recorded — backs off like a
+// failed subscription, or the leader would subscribe and reconcile in a tight loop.
+func resubscribeWait(lasted, backoff time.Duration) (wait, next time.Duration) {
+	if lasted >= stableSession {
+		return 0, firstBackoff
+	}
+	return backoff, nextBackoff(backoff)
 }
 
 // subscribeFailed is a session that never got SUBSCRIBED.
