@@ -517,3 +517,56 @@ func TestConcurrentWritersDoNotFail(t *testing.T) {
 		}
 	})
 }
+
+// A JOB_EXECUTION_LOG that Elastic-Job-Cloud 2.1.5 made first (is_success INT NOT NULL) takes
+// runs as they start: a start writes is_success 0, as Elastic-Job did (a NULL failed the
+// insert, and with it every event of its batch). A run is running until it completes, and the
+// success filter sees only the runs that ended.
+func TestAnElasticJobExecutionTableTakesRunningRuns(t *testing.T) {
+	ctx := context.Background()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "trace.db")
+	db, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE JOB_EXECUTION_LOG`, `CREATE TABLE JOB_EXECUTION_LOG (id VARCHAR(40) NOT NULL, job_name VARCHAR(100) NOT NULL,
+		task_id VARCHAR(255) NOT NULL, hostname VARCHAR(255) NOT NULL, ip VARCHAR(50) NOT NULL, sharding_item INT NOT NULL,
+		execution_source VARCHAR(20) NOT NULL, failure_cause VARCHAR(4000) NULL, is_success INT NOT NULL,
+		start_time TIMESTAMP NULL, complete_time TIMESTAMP NULL, PRIMARY KEY (id))`} {
+		if _, err := db.db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	if db, err = Open(ctx, dsn); err != nil { // finds 2.1.5's table and keeps it
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w := NewWriter(db, WriterConfig{}, quiet())
+	defer w.Close()
+	w.Execution(exec("e1", "job-a", 0, t0))
+	w.Execution(completed(exec("e2", "job-a", 1, t0), t0.Add(time.Second), errors.New("exit status 3")))
+	w.Trace(StatusTrace{JobName: "job-a", TaskID: tid, SlaveID: "agent-S0", Source: "CLOUD_EXECUTOR", ExecutionType: "READY", ShardingItems: "[0]", State: "TASK_RUNNING", CreationTime: t0})
+	flush(t, w)
+	for _, tc := range []struct {
+		filter string
+		want   []string
+	}{{"", []string{"e1 running", "e2 failed"}}, {"false", []string{"e2 failed"}}, {"true", nil}} {
+		q := Query{Sort: "id", Order: "asc", Filters: map[string]string{"isSuccess": tc.filter}}
+		p, err := db.Executions(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range p.Rows {
+			state := map[bool]string{true: "running", false: "failed"}[r.Running]
+			if r.Success {
+				state = "succeeded"
+			}
+			got = append(got, r.ID+" "+state)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("isSuccess=%q: %v; want %v", tc.filter, got, tc.want)
+		}
+	}
+}

@@ -63,11 +63,17 @@ type Trace struct {
 }
 
 // column is a searchable or sortable field: its column and how its filter values are checked
-// (nil: not a filter).
+// (nil: not a filter), and the condition a filter on it makes ("" for name = ?).
 type column struct {
 	name  string
 	check func(string) (any, error)
+	cond  string
 }
+
+// endedWithSuccess filters on is_success among the ended runs only: a running row holds
+// is_success 0, as Elastic-Job wrote it (and its tables may insist on a value).
+const endedWithSuccess = "is_success = ? AND complete_time IS NOT NULL"
+
 
 type logTable struct {
 	table    string
@@ -88,8 +94,8 @@ var executionTable = logTable{
 		"shardingItem":    {name: "sharding_item", check: checkItem},
 		"executionSource": {name: "execution_source", check: oneOf("NORMAL_TRIGGER", "MISFIRE", "FAILOVER")},
 		"source":          {name: "execution_source", check: oneOf("NORMAL_TRIGGER", "MISFIRE", "FAILOVER")},
-		"isSuccess":       {name: "is_success", check: checkBool},
-		"success":         {name: "is_success", check: checkBool},
+		"isSuccess":       {name: "is_success", check: checkBool, cond: endedWithSuccess},
+		"success":         {name: "is_success", check: checkBool, cond: endedWithSuccess},
 		"startTime":       {name: "start_time"},
 		"completeTime":    {name: "complete_time"},
 	}),
@@ -197,7 +203,11 @@ func (lt logTable) where(q Query) (string, []any, error) {
 		if err != nil {
 			return "", nil, &config.FieldError{Field: k, Message: k + " " + err.Error()}
 		}
-		conds = append(conds, c.name+" = ?")
+		cond := c.name + " = ?"
+		if c.cond != "" {
+			cond = c.cond
+		}
+		conds = append(conds, cond)
 		args = append(args, val)
 	}
 	if !q.Start.IsZero() {

@@ -261,7 +261,8 @@ func (t *DB) writeBatch(ctx context.Context, buf []event) error {
 	return nil
 }
 
-// writeExecution records a start as a running row (is_success NULL, no complete time) unless
+// writeExecution records a start as a running row (is_success 0 as Elastic-Job writes it, in
+// tables it may have made with is_success NOT NULL; no complete time) unless
 // the row exists, and a completion as an update of its row, or a whole row when the start
 // never arrived. Executors re-send unacknowledged updates: both are idempotent.
 func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execution) error {
@@ -274,7 +275,7 @@ func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execut
 		if err != sql.ErrNoRows {
 			return fmt.Errorf("look up execution %s: %w", ex.ID, err)
 		}
-		_, err = tx.ExecContext(ctx, t.q(`INSERT INTO `+ExecutionLog+` (id, job_name, task_id, hostname, ip, sharding_item, execution_source, is_success, start_time) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)`),
+		_, err = tx.ExecContext(ctx, t.q(`INSERT INTO `+ExecutionLog+` (id, job_name, task_id, hostname, ip, sharding_item, execution_source, is_success, start_time) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)`),
 			ex.ID, ex.JobName, ex.TaskID, ex.Hostname, ex.IP, ex.ShardingItem, ex.ExecutionSource, t.ts(ex.StartTime))
 		if err != nil {
 			return fmt.Errorf("insert execution %s: %w", ex.ID, err)
