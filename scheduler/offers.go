@@ -58,6 +58,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	tasks := map[string][]mesos.TaskInfo{} // by agent
 	pools := map[string]*offered{}         // by agent: what its offers have left
 	started := map[string]mesos.ExecutorInfo{}
+	replaces := map[string]string{} // relaunch's task id → the failed task's
 	parts := plan.Parts(w, res, agents)
 	chunks := plan.Chunks(parts, maxLaunchTasks)
 	for len(chunks) > 0 {
@@ -102,6 +103,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 					withLabel(&info, executor.LeaseLabel, ld.cfg.TaskLease.String())
 				}
 				tasks[agent] = append(tasks[agent], info)
+				if t.Replaces != "" {
+					replaces[t.ID.String()] = t.Replaces
+				}
 			}
 		}
 	}
@@ -122,7 +126,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		for _, t := range ts {
 			ld.executors[t.Executor.ExecutorID.Value] = *t.Executor
 			ld.stale.heardOf(t.TaskID.Value, false, time.Now())
-			ld.inst.trace.launched(t)
+			ld.inst.trace.launched(t, replaces[t.TaskID.Value])
 		}
 		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")

@@ -60,8 +60,9 @@ func (t *tracer) close() {
 	t.db.Close()
 }
 
-// launched records a task's TASK_STAGING, as Elastic-Job-Cloud does when it launches one.
-func (t *tracer) launched(ti mesos.TaskInfo) {
+// launched records a task's TASK_STAGING, as Elastic-Job-Cloud does when it launches one;
+// original is, for a relaunch, the failed task it replaces.
+func (t *tracer) launched(ti mesos.TaskInfo, original string) {
 	if t == nil {
 		return
 	}
@@ -69,7 +70,7 @@ func (t *tracer) launched(ti mesos.TaskInfo) {
 	if err != nil {
 		return
 	}
-	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: id.AgentID, Source: "CLOUD_SCHEDULER",
+	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, OriginalTaskID: original, TaskID: id.String(), SlaveID: id.AgentID, Source: "CLOUD_SCHEDULER",
 		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: mesos.TASK_STAGING.String(), CreationTime: time.Now()})
 }
 

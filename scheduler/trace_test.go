@@ -40,6 +40,8 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	tr.recorded(st(mesos.TASK_UNKNOWN, "", taskdata.Status{}), true)                                              // a failure (SPEC §5.7)
 	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}), true)                                               // not a result
 	tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: "not-ours"}, State: mesos.TASK_FAILED.Enum()}, true) // ignored
+	relaunch := "job@-@2@-@FAILOVER@-@S2@-@u2"
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: relaunch}}, tid) // its STAGING names the task it replaces
 	if s, f := tr.results.Pending(eventtrace.Minute); s != 2 || f != 2 {
 		t.Errorf("results %d/%d; want 2 successes (FINISHED, COMPLETE) and 2 failures (FAILED, UNKNOWN)", s, f)
 	}
@@ -47,8 +49,12 @@ func TestTracerRecordsUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{Sort: "creationTime", Order: "asc"})
-	if err != nil || p.Total != 7 {
-		t.Fatalf("%d traces (%v); want 7", p.Total, err)
+	if err != nil || p.Total != 8 {
+		t.Fatalf("%d traces (%v); want 8", p.Total, err)
+	}
+	o, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"originalTaskId": tid}})
+	if err != nil || o.Total != 1 || o.Rows[0].TaskID != relaunch || o.Rows[0].State != "TASK_STAGING" {
+		t.Fatalf("traces of tasks replacing %s: %+v (%v); want the relaunch's TASK_STAGING", tid, o, err)
 	}
 	f, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_FAILED"}})
 	if err != nil || f.Total != 1 {

@@ -126,6 +126,9 @@ type Placement struct {
 	ID  taskid.ID
 	Job config.Job
 	App config.App
+	// Replaces is, for a relaunch, the id of the failed task it replaces (the event trace's
+	// originalTaskId).
+	Replaces string
 }
 
 // Part is one job's share of a launch: its tasks and the queue entries they consume. A part
@@ -163,7 +166,11 @@ func Parts(w Work, res binpack.Result, agents []binpack.Agent) []Part {
 				run = taskid.RunIn(failed[group.Items[k]]) // "": a fresh one
 			}
 			id := taskid.NewInRun(taskid.Meta{JobName: job.JobName, Item: group.Items[k]}, kind, agents[a].ID, run)
-			p.Tasks = append(p.Tasks, Placement{ID: id, Job: job, App: w.Apps[job.AppName]})
+			pl := Placement{ID: id, Job: job, App: w.Apps[job.AppName]}
+			if !group.Integrity {
+				pl.Replaces = failed[group.Items[k]]
+			}
+			p.Tasks = append(p.Tasks, pl)
 			p.Launch.Tasks = append(p.Launch.Tasks, id)
 		}
 		if len(p.Tasks) == 0 {

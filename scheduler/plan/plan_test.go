@@ -133,6 +133,9 @@ func TestPartsAndChunks(t *testing.T) {
 	if len(b.Tasks) != 1 || b.Tasks[0].ID.Meta != meta("b", 2) || b.Tasks[0].ID.Type != taskid.Failover || b.Tasks[0].ID.AgentID != "S1" {
 		t.Errorf("b's tasks = %+v; want item 2 as FAILOVER on S1", b.Tasks)
 	}
+	if b.Tasks[0].Replaces != failed.String() || a.Tasks[0].Replaces != "" {
+		t.Errorf("b's relaunch replaces %q, a's task %q; want the failed task, and nothing", b.Tasks[0].Replaces, a.Tasks[0].Replaces)
+	}
 	if b.Tasks[0].ID.Run() != failed.Run() {
 		t.Errorf("b's relaunch is of run %q; want the failed task's, %q", b.Tasks[0].ID.Run(), failed.Run())
 	}
