@@ -346,6 +346,33 @@ func TestTaskResultStatisticsFillGapsWithZeros(t *testing.T) {
 	})
 }
 
+// Running and registered counts carry the latest count over the periods no leader counted, as
+// Elastic-Job-Cloud does: the jobs stayed registered and their tasks ran on meanwhile.
+func TestCountStatisticsCarryTheLatestCountOverAGap(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		for _, c := range []struct {
+			at time.Time
+			n  int
+		}{{t0, 7}, {t0.Add(4 * time.Minute), 9}} { // three minutes missed
+			if err := db.addCount(ctx, TaskRunningStats, "running_count", Minute, c.at, c.n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := db.TaskRunning(ctx, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, r := range rows {
+			got = append(got, r.RunningCount)
+		}
+		if fmt.Sprint(got) != "[7 7 7 7 9]" {
+			t.Fatalf("running counts %v; want [7 7 7 7 9]", got)
+		}
+	})
+}
+
 type fakeSource struct{ tasks, jobs, registered int }
 
 func (f fakeSource) RunningCounts(context.Context) (int, int, error) { return f.tasks, f.jobs, nil }

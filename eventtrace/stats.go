@@ -234,17 +234,26 @@ func (t *DB) AddTaskResult(ctx context.Context, iv Interval, at time.Time, succe
 	})
 }
 
-// addCount writes a running or registered count row at at, after zero rows for the gap.
+// addCount writes a running or registered count row at at, after rows for the gap that carry
+// the latest count on, as Elastic-Job-Cloud does: the jobs stayed registered, and the tasks
+// ran on, while no leader counted them (task results, by contrast, are zeros: none was seen).
 func (t *DB) addCount(ctx context.Context, table, col string, iv Interval, at time.Time, n int) error {
 	return t.inTx(ctx, func(tx *sql.Tx) error {
 		gaps, err := t.gaps(ctx, tx, table, iv, at)
 		if err != nil {
 			return err
 		}
+		var last int
+		if len(gaps) > 0 {
+			q := `SELECT ` + col + ` FROM ` + table + ` WHERE statistics_time = (SELECT MAX(statistics_time) FROM ` + table + `)`
+			if err := tx.QueryRowContext(ctx, q).Scan(&last); err != nil {
+				return fmt.Errorf("latest count of %s: %w", table, err)
+			}
+		}
 		ins := t.q(`INSERT INTO ` + table + ` (` + col + `, statistics_time, creation_time) VALUES (?, ?, ?)`)
 		now := time.Now()
 		for _, g := range gaps {
-			if _, err := tx.ExecContext(ctx, ins, 0, t.ts(g), t.ts(now)); err != nil {
+			if _, err := tx.ExecContext(ctx, ins, last, t.ts(g), t.ts(now)); err != nil {
 				return fmt.Errorf("fill %s: %w", table, err)
 			}
 		}
