@@ -105,10 +105,12 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("the edit form shows cron %q", v)
 	}
 	b.fill(t, root, "description", "changed in the console")
+	press(t, b, root, chromedp.CSS(`form [name=misfire]`)) // on: the misfire policy follows
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, "main dl", "changed in the console")
-	if _, body := s.api(t, "GET", "/api/job/jobs/console-job", ""); !strings.Contains(body, `"description":"changed in the console"`) || !strings.Contains(body, `"timeZone":"Asia/Shanghai"`) {
-		t.Fatalf("after Modify the job is %s", body)
+	if _, body := s.api(t, "GET", "/api/job/jobs/console-job", ""); !strings.Contains(body, `"description":"changed in the console"`) || !strings.Contains(body, `"timeZone":"Asia/Shanghai"`) ||
+		!strings.Contains(body, `"misfire":true`) || !strings.Contains(body, `"misfirePolicy":"fireOnce"`) {
+		t.Fatalf("after Modify (misfire switched on) the job is %s", body)
 	}
 
 	// A job too big for any agent waits in ready, and its page says why.
@@ -134,6 +136,10 @@ func TestConsole(t *testing.T) {
 	b.open(t, root, "#/jobs/downstream")
 	b.waitText(t, root, ".banner.waiting", "waits for dependency upstream (2 shards)")
 	shot("job-waiting")
+	// A job deleted while its page is open: the page says its refresh fails, above what it
+	// read last.
+	s.must(t, 204, "DELETE", "/api/job/deregister", "downstream")
+	b.waitText(t, root, "main .banner.error", `job "downstream" does not exist (showing what was last read)`)
 
 	// Reconcile from Operations.
 	b.open(t, root, "#/operations")

@@ -94,6 +94,9 @@ function FireTime({ at, zone }) {
   return html`<span><time datetime=${at}>${local}</time>${zone && m ? html` <span class="muted">(${m[1]} ${zone})</span>` : ''}</span>`;
 }
 
+// stale says that a polled page's refresh failed and what it shows is its last data.
+const stale = (e) => (e ? new Error(e.message + ' (showing what was last read)') : null);
+
 function Banner({ error, ok, warn }) {
   if (error) return html`<div class="banner error" role="alert">${error.message || String(error)}</div>`;
   if (warn) return html`<div class="banner warn" role="status">${warn}</div>`;
@@ -159,7 +162,7 @@ function Confirm({ label, question, onYes, danger }) {
     <button class="secondary outline" onClick=${() => setAsking(false)}>Cancel</button></span>`;
 }
 
-// useAction runs a write and reports how it went.
+// useAction runs a write and reports how it went; run resolves to whether it was done.
 function useAction(after) {
   const [msg, setMsg] = useState({});
   const run = useCallback(async (what, method, path, body) => {
@@ -167,8 +170,10 @@ function useAction(after) {
       await api(method, path, body);
       setMsg({ ok: what + ': done' });
       if (after) after();
+      return true;
     } catch (e) {
       setMsg({ error: new Error(what + ': ' + e.message) });
+      return false;
     }
   }, [after]);
   return [msg, run];
@@ -206,7 +211,6 @@ function validateJob(j) {
   if (!j.appName) e.appName = 'appName is required';
   if ((j.jobType === 'SIMPLE' || j.jobType === 'DATAFLOW') && !j.jobClass) e.jobClass = 'jobClass is required for ' + j.jobType + ' jobs';
   if (j.jobType === 'SCRIPT' && !j.scriptCommandLine) e.scriptCommandLine = 'scriptCommandLine is required for SCRIPT jobs';
-  if (j.streamingProcess && j.jobType !== 'DATAFLOW') e.streamingProcess = 'streamingProcess applies to DATAFLOW jobs only';
   if (j.jobExecutionType === 'DAEMON' && !j.cron) e.cron = 'cron is required for DAEMON jobs';
   const total = num(j.shardingTotalCount);
   if (!(Number.isInteger(total) && total >= 1 && total <= 10000)) e.shardingTotalCount = 'shardingTotalCount must be 1 to 10000, got ' + j.shardingTotalCount;
@@ -227,13 +231,13 @@ const appDefaults = { appName: '', appURL: '', bootstrapScript: '', cpuCount: '1
 
 function AppsPage({ canWrite }) {
   const apps = useApi('/api/app/list');
-  const names = (apps.data || []).map((a) => a.appName);
+  const pg = usePages(apps.data || [], 20);
+  const names = pg.rows.map((a) => a.appName); // the rows shown only
   const states = useApi(names.map((n) => '/api/app/' + enc(n) + '/disable'));
   const [msg, run] = useAction(() => { apps.reload(); states.reload(); });
-  const pg = usePages(apps.data || [], 20);
   return html`<section>
     <div class="toolbar"><h1>Apps</h1>${canWrite ? html`<a href="#/apps/new" role="button">Add app</a>` : ''}</div>
-    <${Banner} error=${apps.error || msg.error} ok=${msg.ok} />
+    <${Banner} error=${apps.error || states.error || msg.error} ok=${msg.ok} />
     ${apps.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">App</th><th scope="col">URL</th><th scope="col">CPU</th><th scope="col">Memory (MB)</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
       <tbody>${pg.rows.map((a) => {
@@ -322,12 +326,12 @@ function AppDetail({ name, canWrite }) {
   const mine = (jobs || []).filter((j) => j.appName === name);
   return html`<section>
     <div class="toolbar"><h1>App ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
-    <${Banner} error=${msg.error} ok=${msg.ok} />
+    <${Banner} error=${msg.error || stale(d.error)} ok=${msg.ok} />
     ${canWrite ? html`<div class="actions">
       <a role="button" class="outline" href=${'#/apps/' + enc(name) + '/edit'}>Modify</a>
       ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/app/' + enc(name) + '/enable')}>Enable</button>`
         : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/app/' + enc(name) + '/disable')}>Disable</button>`}
-      <${Confirm} label="Delete" danger question=${'Delete app ' + name + ' and its jobs?'} onYes=${async () => { await run('delete', 'DELETE', '/api/app/' + enc(name)); location.hash = '#/apps'; }} />
+      <${Confirm} label="Delete" danger question=${'Delete app ' + name + ' and its jobs?'} onYes=${async () => { if (await run('delete', 'DELETE', '/api/app/' + enc(name))) location.hash = '#/apps'; }} />
     </div>` : ''}
     <article><dl class="kv">${Object.entries(app).map(([k, v]) => html`<dt>${k}</dt><dd>${String(v)}</dd>`)}</dl></article>
     <h2>Jobs</h2>
@@ -360,25 +364,30 @@ function splitReasons(reasons) {
   return [Object.keys(unplaced).length ? unplaced : null, Object.keys(waiting).length ? waiting : null];
 }
 
+// describeWaiting says what queued work waits for; the scheduler's RFC 3339 times (a backoff's
+// end) are shown in the browser's zone.
 function describeWaiting(reasons) {
-  return Object.entries(reasons || {}).map(([r, n]) => r.slice('waiting: '.length) + ' (' + n + (n === 1 ? ' shard)' : ' shards)')).join('; ');
+  const local = (r) => r.replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)/g, (t) => fmtTime(t));
+  return Object.entries(reasons || {}).map(([r, n]) => local(r.slice('waiting: '.length)) + ' (' + n + (n === 1 ? ' shard)' : ' shards)')).join('; ');
 }
 
 function JobsPage({ canWrite }) {
   const jobs = useApi(['/api/job/jobs', '/api/job/unplaced'], 5000);
   const list = (jobs.data && jobs.data[0]) || [];
   const unplaced = (jobs.data && jobs.data[1]) || {};
-  const names = list.map((j) => j.jobName);
-  const states = useApi(names.map((n) => '/api/job/' + enc(n) + '/disable'), 5000);
-  const next = useApi(list.map((j) => (j.cron ? '/api/job/' + enc(j.jobName) + '/next?count=1' : null)), 5000);
   const [q, setQ] = useState('');
-  const [msg, run] = useAction(() => { jobs.reload(); states.reload(); });
   const shown = list.filter((j) => !q || j.jobName.includes(q) || j.appName.includes(q));
   const pg = usePages(shown, 20);
+  // The state and next fire time of the rows shown only: two requests per registered job every
+  // 5 s would not do with thousands of them.
+  const names = pg.rows.map((j) => j.jobName);
+  const states = useApi(names.map((n) => '/api/job/' + enc(n) + '/disable'), 5000);
+  const next = useApi(pg.rows.map((j) => (j.cron ? '/api/job/' + enc(j.jobName) + '/next?count=1' : null)), 5000);
+  const [msg, run] = useAction(() => { jobs.reload(); states.reload(); });
   return html`<section>
     <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href="#/jobs/new" role="button">Add job</a>` : ''}
-      <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => setQ(e.target.value)} /></div>
-    <${Banner} error=${jobs.error || msg.error} ok=${msg.ok} />
+      <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => { setQ(e.target.value); pg.setPage(1); }} /></div>
+    <${Banner} error=${jobs.error || states.error || next.error || msg.error} ok=${msg.ok} />
     ${jobs.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">Job</th><th scope="col">App</th><th scope="col">Type</th><th scope="col">Cron</th><th scope="col">Shards</th><th scope="col">Next fire</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
       <tbody>${pg.rows.map((j) => {
@@ -416,6 +425,10 @@ function JobForm({ name }) {
     body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
     for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
     if (!body.timeZone) delete body.timeZone; // the scheduler's zone
+    if (body.jobType !== 'DATAFLOW') body.streamingProcess = false; // its box is shown for DATAFLOW only
+    // The misfire policy follows misfire unless set otherwise (the form has no field for it):
+    // switching misfire on or off lets the scheduler derive it again.
+    if (editing && existing.data && body.misfire !== existing.data.misfire) delete body.misfirePolicy;
     await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
     location.hash = '#/jobs/' + enc(form.jobName);
   });
@@ -468,7 +481,7 @@ function JobDetail({ name, canWrite }) {
   const d = useApi(['/api/job/jobs/' + enc(name), '/api/job/' + enc(name) + '/disable', '/api/job/unplaced', '/api/job/' + enc(name) + '/failure',
     '/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], 3000);
   const job = d.data && d.data[0];
-  const next = useApi(job && job.cron ? '/api/job/' + enc(name) + '/next?count=5' : null);
+  const next = useApi(job && job.cron ? '/api/job/' + enc(name) + '/next?count=5' : null, 5000);
   const [msg, run] = useAction(d.reload);
   if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
   if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
@@ -479,13 +492,13 @@ function JobDetail({ name, canWrite }) {
   const mineFailover = (failover || []).filter((f) => f.taskInfo.jobName === name);
   return html`<section>
     <div class="toolbar"><h1>Job ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
-    <${Banner} error=${msg.error} ok=${msg.ok} />
+    <${Banner} error=${msg.error || stale(d.error)} ok=${msg.ok} />
     ${canWrite ? html`<div class="actions">
       <a role="button" class="outline" href=${'#/jobs/' + enc(name) + '/edit'}>Modify</a>
       ${job.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger', 'POST', '/api/job/trigger', name)}>Trigger</button>` : ''}
       ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
         : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>`}
-      <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name)); location.hash = '#/jobs'; }} />
+      <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { if (await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name))) location.hash = '#/jobs'; }} />
     </div>` : ''}
     ${u ? html`<div class="banner warn unplaced" role="status"><strong>Waiting in the ready queue:</strong> its shards found no room in the last offer cycle — ${describeUnplaced(u)}.</div>` : ''}
     ${w ? html`<div class="banner warn waiting" role="status"><strong>Waiting:</strong> its queued work waits for ${describeWaiting(w)}.</div>` : ''}
@@ -633,8 +646,10 @@ function Dashboard() {
   if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
   if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
   const [m, hr, day, wk, types, results, tasks, jobs, reg] = d.data;
+  const banner = stale(d.error);
   const count = (label, r) => html`<div><span class="muted">${label}</span><strong>${r.successCount} / ${r.failedCount}</strong><span class="muted">succeeded / failed</span></div>`;
   return html`<div>
+    ${banner ? html`<${Banner} error=${banner} />` : ''}
     <article><header>Task results</header><div class="counts">
       ${count('last minute', m)}${count('last hour', hr)}${count('last day', day)}${count('last week', wk)}
       <div><span class="muted">jobs</span><strong>${types.transientJobCount} / ${types.daemonJobCount}</strong><span class="muted">transient / daemon</span></div>
