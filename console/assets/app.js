@@ -576,8 +576,10 @@ const traceKinds = {
   },
   statusTraces: {
     label: 'Status traces',
-    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source'], ['executionType', 'Execution type', [['', 'any'], ['READY', 'READY'], ['FAILOVER', 'FAILOVER']]],
-      ['state', 'State', [['', 'any'], 'TASK_STAGING', 'TASK_RUNNING', 'TASK_FINISHED', 'TASK_FAILED', 'TASK_KILLED', 'TASK_LOST', 'TASK_ERROR']]],
+    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source', [['', 'any'], 'CLOUD_SCHEDULER', 'CLOUD_EXECUTOR', 'LITE_EXECUTOR']],
+      ['executionType', 'Execution type', [['', 'any'], ['READY', 'READY'], ['FAILOVER', 'FAILOVER']]],
+      ['state', 'State', [['', 'any'], 'TASK_STAGING', 'TASK_STARTING', 'TASK_RUNNING', 'TASK_KILLING', 'TASK_FINISHED', 'TASK_FAILED', 'TASK_KILLED',
+        'TASK_ERROR', 'TASK_LOST', 'TASK_DROPPED', 'TASK_UNREACHABLE', 'TASK_GONE', 'TASK_GONE_BY_OPERATOR', 'TASK_UNKNOWN']]],
     cols: [['jobName', 'Job'], ['shardingItems', 'Shards'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source'], ['executionType', 'Execution'], ['state', 'State'], ['message', 'Message'], ['creationTime', 'Time', 1]],
     sort: 'creationTime',
   },
