@@ -431,12 +431,24 @@ func TestPurgeInBatches(t *testing.T) {
 		w.Execution(completed(exec("old", "job-a", 0, old), old, nil))
 		w.Execution(exec("new", "job-a", 0, t0))
 		w.Close()
-		if err := db.AddTaskResult(ctx, Day, old, 1, 0); err != nil {
+		for _, iv := range []Interval{Minute, Day} {
+			if err := db.AddTaskResult(ctx, iv, old, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.addCount(ctx, JobRegisterStats, "registered_count", Day, old, 3); err != nil {
 			t.Fatal(err)
 		}
 		got, err := db.Purge(ctx, t0.Add(-30*24*time.Hour))
-		if err != nil || got != n+2 {
+		if err != nil || got != n+2 { // the old traces, the old execution and the minute row
 			t.Fatalf("purged %d (%v), want %d", got, err, n+2)
+		}
+		// What "since online" is counted from stays: the day results and the registered jobs.
+		if s, _, err := db.SumTaskResults(ctx, Day, old); err != nil || s != 1 {
+			t.Fatalf("day results since %v: %d (%v); want the old day's 1 kept", old, s, err)
+		}
+		if reg, err := db.JobRegister(ctx, old); err != nil || len(reg) != 1 {
+			t.Fatalf("registered rows %+v (%v); want the old one kept", reg, err)
 		}
 		pt, _ := db.StatusTraces(ctx, Query{})
 		pe, _ := db.Executions(ctx, Query{})

@@ -12,13 +12,16 @@ import (
 // long enough to slow the writer.
 const purgeBatch = 1000
 
-// Purge deletes the rows older than before from every table, purgeBatch rows per statement,
-// and returns how many it deleted.
+// Purge deletes the rows older than before, purgeBatch rows per statement, and returns how
+// many it deleted. The day rows of task results and the registered jobs are kept: a row a day,
+// and what "since online" (and a week longer than the retention) is counted from.
 func (t *DB) Purge(ctx context.Context, before time.Time) (int64, error) {
 	tables := [][2]string{{ExecutionLog, "start_time"}, {StatusTraceLog, "creation_time"},
-		{TaskRunningStats, "statistics_time"}, {JobRunningStats, "statistics_time"}, {JobRegisterStats, "statistics_time"}}
+		{TaskRunningStats, "statistics_time"}, {JobRunningStats, "statistics_time"}}
 	for _, iv := range intervals {
-		tables = append(tables, [2]string{iv.table(), "statistics_time"})
+		if iv != Day {
+			tables = append(tables, [2]string{iv.table(), "statistics_time"})
+		}
 	}
 	var total int64
 	for _, tc := range tables {
