@@ -74,7 +74,6 @@ type column struct {
 // is_success 0, as Elastic-Job wrote it (and its tables may insist on a value).
 const endedWithSuccess = "is_success = ? AND complete_time IS NOT NULL"
 
-
 type logTable struct {
 	table    string
 	timeCol  string

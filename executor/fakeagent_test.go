@@ -55,12 +55,7 @@ func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
 					writeEvent(w, `{"type":"ERROR","error":{"message":"boom"}}`)
 					return
 				}
-				w.Header().Set("Content-Type", "application/json")
-				writeEvent(w, subscribedEvent)
-				select {
-				case <-done:
-				case <-r.Context().Done():
-				}
+				subscribeAndHold(w, r, done)
 			}))
 			defer agent.Close()
 			defer close(done)
@@ -86,6 +81,17 @@ func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
 // subscribedEvent is an agent's SUBSCRIBED, in the executor API's JSON.
 const subscribedEvent = `{"type":"SUBSCRIBED","subscribed":{"executor_info":{"executor_id":{"value":"e"},"command":{}},"framework_info":{"user":"u","name":"f"},"agent_info":{"hostname":"h"}}}`
 
+// subscribeAndHold answers a SUBSCRIBE with SUBSCRIBED and keeps the stream open until done
+// closes or the executor goes.
+func subscribeAndHold(w http.ResponseWriter, r *http.Request, done <-chan struct{}) {
+	w.Header().Set("Content-Type", "application/json")
+	writeEvent(w, subscribedEvent)
+	select {
+	case <-done:
+	case <-r.Context().Done():
+	}
+}
+
 // writeEvent writes one RecordIO record of the event stream and flushes it.
 func writeEvent(w http.ResponseWriter, ev string) {
 	fmt.Fprintf(w, "%d\n%s", len(ev), ev)
@@ -104,12 +110,7 @@ func TestTheExecutorSendsItsAuthenticationToken(t *testing.T) {
 			return
 		}
 		authorized.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		writeEvent(w, subscribedEvent)
-		select {
-		case <-done:
-		case <-r.Context().Done():
-		}
+		subscribeAndHold(w, r, done)
 	}))
 	defer agent.Close()
 	defer close(done)
