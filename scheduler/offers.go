@@ -58,7 +58,6 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	tasks := map[string][]mesos.TaskInfo{} // by agent
 	pools := map[string]*offered{}         // by agent: what its offers have left
 	started := map[string]mesos.ExecutorInfo{}
-	replaces := map[string]string{} // relaunch's task id → the failed task's
 	parts := plan.Parts(w, res, agents)
 	chunks := plan.Chunks(parts, maxLaunchTasks)
 	for len(chunks) > 0 {
@@ -103,9 +102,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 					withLabel(&info, executor.LeaseLabel, ld.cfg.TaskLease.String())
 				}
 				tasks[agent] = append(tasks[agent], info)
-				if t.Replaces != "" {
-					replaces[t.ID.String()] = t.Replaces
-				}
+				ld.inst.trace.launched(info, t.Replaces)
 			}
 		}
 	}
@@ -118,15 +115,14 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		return
 	}
 	ld.recordExecutors(ctx, started)
+	maps.Copy(ld.executors, started)
 	for agentID, ts := range tasks {
 		ids := make([]mesos.OfferID, 0, len(byAgent[agentID]))
 		for _, o := range byAgent[agentID] {
 			ids = append(ids, o.ID)
 		}
 		for _, t := range ts {
-			ld.executors[t.Executor.ExecutorID.Value] = *t.Executor
 			ld.stale.heardOf(t.TaskID.Value, false, time.Now())
-			ld.inst.trace.launched(t, replaces[t.TaskID.Value])
 		}
 		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")
