@@ -188,7 +188,10 @@ func TestCrashingShardBacksOffToTheCap(t *testing.T) {
 	leaderOf(t, s)
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	// The script's parent is its supervisor (executor/supervise.go); the supervisor's is the executor.
-	crash := w.jobJSON("crash", 1, neverCron, true, `read -r _ _ _ executor _ < /proc/$PPID/stat; kill -9 "$executor"`)
+	// The script then waits to die with its executor: a script that exited 0 after the kill
+	// would leave an end record, and the scheduler rightly counts such a run as finished when
+	// the record is read before the agent's report comes (scheduler/ends.go).
+	crash := w.jobJSON("crash", 1, neverCron, true, `read -r _ _ _ executor _ < /proc/$PPID/stat; kill -9 "$executor"; sleep 60`)
 	s.must(t, 204, "POST", "/api/job/register", crash)
 	s.must(t, 204, "POST", "/api/job/trigger", "crash")
 
