@@ -187,6 +187,36 @@ func TestADisableDuringAPartitionKillsTheTaskWhenItsAgentIsBack(t *testing.T) {
 	}
 }
 
+// An update that restarts a job's tasks, made while the task's agent is partitioned: Mesos
+// forgets the kill of a task it cannot reach, and the leader that sent it is SIGKILLed before
+// the agent is back. The next leader never heard of the kill; it finds the task in the job's
+// restart list when the agent's return reports it running, and kills it.
+func TestAnUpdateDuringAPartitionRestartsTheTaskUnderTheNextLeader(t *testing.T) {
+	w := newWorld(t, 2)
+	a := startScheduler(t, w.zk, w.mesos, "--unreachable-timeout", "1h")
+	leaderOf(t, a)
+	b := startScheduler(t, w.zk, w.mesos, "--unreachable-timeout", "1h")
+	a.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	w.triggerHeld(t, a, "partupd", 1, true)
+	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("partupd")["0"]) == 1 })
+	agent := w.runs("partupd")["0"][0]
+	w.mesos.fault(t, agent, "partition")
+	await.True(t, 30*time.Second, "the task is unreachable", func() bool { return hasState(w.mesos.taskStates(t, "partupd"), "TASK_UNREACHABLE") })
+	// A new command: what a task is made of changed, so the running task must go.
+	a.must(t, 204, "PUT", "/api/job/update", setPlacement(w.jobJSON("partupd", 1, "", true, "true"), "SPREAD"))
+	a.stop(syscall.SIGKILL)
+	leaderOf(t, b)
+	w.mesos.fault(t, agent, "heal")
+	await.True(t, 60*time.Second, "the task of the old config is gone from Mesos", func() bool { return len(w.mesos.taskStates(t, "partupd")) == 0 })
+	quiet(t, b, "partupd")
+	if r := w.runs("partupd"); len(r["0"]) != 1 {
+		t.Fatalf("the shard ran %d times; want once (killed; a trigger-only job is not run again)", len(r["0"]))
+	}
+	if !strings.Contains(b.log.String(), "killing a task that runs its job's config from before an update") {
+		t.Fatal("the new leader did not say why it killed the task")
+	}
+}
+
 func hasState(states map[string]string, want string) bool {
 	for _, s := range states {
 		if s == want {

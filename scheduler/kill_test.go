@@ -104,3 +104,87 @@ func serving(t *testing.T, ctx context.Context, ld *leader, f func()) {
 	stop()
 	<-served
 }
+
+// An update that restarts a job's tasks is written, and its kills are lost: the leader that
+// sent them lost the leadership, or the tasks' agent was unreachable and Mesos forgot them. The
+// next leader, which never heard of the kills, hears the tasks running after its
+// reconciliation and kills them, from the job's restart list; a task launched after the update
+// runs on. A later update that restarts nothing leaves the list alone.
+func TestANewLeaderKillsTheTasksAnUpdateRestarted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newReplaceWorld(t, ctx, func(j *config.Job) { j.Misfire = true })
+	old := w.leader(t, ctx)
+	w.firstRun(t, ctx, old)
+	running, err := w.base.RunningOf(ctx, w.job)
+	if err != nil || len(running) != 2 {
+		t.Fatalf("%d tasks running (%v); want 2", len(running), err)
+	}
+	j, err := w.base.Job(ctx, w.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.ScriptCommandLine = "echo new"
+	old.prod = producer.New(old.store, nil, old.log, nil)
+	serving(t, ctx, old, func() {
+		if err := old.inst.UpdateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, killed := w.fake.launchesAndKills(); killed != 2 {
+		t.Fatalf("the update killed %d tasks; want 2", killed)
+	}
+	// Not restarting: a cron change keeps the list.
+	j.Cron = "0 0 0 1 1 ? 2098"
+	serving(t, ctx, old, func() {
+		if err := old.inst.UpdateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	ld := w.leader(t, ctx)
+	if err := ld.store.PruneRestarts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for k, r := range running {
+		id, err := taskid.Parse(r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: r.TaskID}, State: mesos.TASK_RUNNING.Enum(),
+			AgentID: &mesos.AgentID{Value: id.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: mesos.REASON_RECONCILIATION.Enum()})
+		if _, killed := w.fake.launchesAndKills(); killed != 2+k+1 {
+			t.Fatalf("the new leader, told task %d of the old config runs: %d kills in all; want %d", k, killed, 2+k+1)
+		}
+	}
+	// The tasks end; a run of the new config is launched, and is not killed.
+	for _, r := range running {
+		id, _ := taskid.Parse(r.TaskID)
+		ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: r.TaskID}, State: mesos.TASK_KILLED.Enum(),
+			AgentID: &mesos.AgentID{Value: id.AgentID}, Source: mesos.SOURCE_EXECUTOR.Enum()})
+	}
+	w.trigger(t, ctx, ld)
+	ld.cycle(ctx, burstOffers(0))
+	fresh, err := w.base.RunningOf(ctx, w.job)
+	if err != nil || len(fresh) != 2 {
+		t.Fatalf("%d tasks of the new config running (%v); want 2", len(fresh), err)
+	}
+	_, before := w.fake.launchesAndKills()
+	id, _ := taskid.Parse(fresh[0].TaskID)
+	ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: fresh[0].TaskID}, State: mesos.TASK_RUNNING.Enum(),
+		AgentID: &mesos.AgentID{Value: id.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: mesos.REASON_RECONCILIATION.Enum()})
+	if _, killed := w.fake.launchesAndKills(); killed != before {
+		t.Fatalf("a task of the new config was killed")
+	}
+	// Its tasks ended, the list goes at the next takeover.
+	gone, _ := taskid.Parse(running[0].TaskID)
+	if restarted, err := w.base.Restarted(ctx, gone); err != nil || !restarted {
+		t.Fatalf("before the prune, Restarted(%v) = %v, %v; want true", gone, restarted, err)
+	}
+	if err := w.leader(t, ctx).store.PruneRestarts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if restarted, err := w.base.Restarted(ctx, gone); err != nil || restarted {
+		t.Fatalf("after the prune, Restarted(%v) = %v, %v; want false", gone, restarted, err)
+	}
+}

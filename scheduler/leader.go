@@ -230,6 +230,9 @@ func (ld *leader) loop(ctx context.Context) error {
 		ld.log.WithError(err).Error("cannot load jobs")
 	}
 	ld.loadExecutors(ctx)
+	if err := ld.store.PruneRestarts(ctx); err != nil {
+		ld.log.WithError(err).Warn("cannot prune the restart lists of ended tasks; they are pruned at the next takeover")
+	}
 	backoff := firstBackoff
 	for ctx.Err() == nil {
 		began := time.Now()

@@ -183,6 +183,8 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 				log.Warn("killing a task whose job is deleted")
 			case facts.Disabled:
 				log.Warn("killing a task whose job or app is disabled")
+			case facts.Restarted:
+				log.Warn("killing a task that runs its job's config from before an update")
 			default:
 				log.Warn("killing a task that is not the running task of its shard")
 			}
@@ -250,7 +252,8 @@ func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j c
 // facts reads from the model what plan.Decide needs to know of an update's task: nothing
 // for updates that end the task whatever the job says; else the job, whether it or its app is
 // disabled, and, for TASK_RUNNING, whether the task is its shard's running task (one node, not
-// every running node of the job: a 1,000-shard job must not make each update cost 1,000).
+// every running node of the job: a 1,000-shard job must not make each update cost 1,000) and
+// whether an update restarts it (its job's restart list).
 func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus) (plan.Facts, error) {
 	f := plan.Facts{State: st.GetState()}
 	if f.State == mesos.TASK_FAILED {
@@ -269,7 +272,10 @@ func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, s
 		return f, err
 	}
 	if f.State == mesos.TASK_RUNNING {
-		if f.Current, err = store.IsRunning(ctx, id); err != nil {
+		if f.Current, err = store.IsRunning(ctx, id); err != nil || !f.Current {
+			return f, err
+		}
+		if f.Restarted, err = store.Restarted(ctx, id); err != nil {
 			return f, err
 		}
 	}

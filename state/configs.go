@@ -237,8 +237,9 @@ func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]confi
 }
 
 // UpdateJob replaces a job's config and returns the previous one, which the caller compares
-// (config.Job.RestartsTasks) to decide whether running tasks must be killed. The job must
-// exist (ErrNotFound) and its app too (ErrAppNotFound).
+// (config.Job.RestartsTasks) to decide whether running tasks must be killed; such an update
+// records, in the same multi, the tasks running now in the job's restart list (restarts.go).
+// The job must exist (ErrNotFound) and its app too (ErrAppNotFound).
 func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error) {
 	return s.UpdateJobFrom(ctx, j, time.Time{})
 }
@@ -261,6 +262,13 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 			return err
 		}
 		ops := []any{checkOp(s.path(appsDir, j.AppName), -1), setOp(s.path(jobsDir, j.JobName), data, version)}
+		if cur.RestartsTasks(j) {
+			restart, err := s.restartOps(ctx, j.JobName)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, restart...)
+		}
 		if !from.IsZero() {
 			change, err := s.cronChangeOps(ctx, cur, j, from)
 			if err != nil {
@@ -302,8 +310,8 @@ func (s *Store) cronChangeOps(ctx context.Context, cur, next config.Job, from ti
 	return []any{setOp(s.path(firesDir, next.JobName), data, n.version)}, nil
 }
 
-// DeleteJob removes a job's config, ready entry, failover entries and disable marker in one
-// multi. Its running nodes stay until the caller's kills end the tasks (SPEC §5.9).
+// DeleteJob removes a job's config, ready entry, failover entries, disable marker and restart
+// list in one multi. Its running nodes stay until the caller's kills end the tasks (SPEC §5.9).
 func (s *Store) DeleteJob(ctx context.Context, name string) error {
 	return retry(ctx, func() error {
 		_, version, err := s.readJob(ctx, name)
@@ -324,7 +332,7 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 // deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
 func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
 	ops := []any{deleteOp(s.path(jobsDir, name), version)}
-	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name), s.path(firesDir, name)} {
+	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name), s.path(firesDir, name), s.path(restartsDir, name)} {
 		st, err := s.stat(ctx, p)
 		if err != nil {
 			return nil, err

@@ -200,6 +200,7 @@ func TestDecide(t *testing.T) {
 		{"a task that is not the shard's is killed", Facts{State: mesos.TASK_RUNNING, Job: transient}, Meaning{Kind: Kill}},
 		{"a task of a deleted job is killed", Facts{State: mesos.TASK_RUNNING, JobGone: true, Current: true}, Meaning{Kind: Kill}},
 		{"a task of a disabled job is killed", Facts{State: mesos.TASK_RUNNING, Job: transient, Disabled: true, Current: true}, Meaning{Kind: Kill}},
+		{"a task an update restarted is killed", Facts{State: mesos.TASK_RUNNING, Job: transient, Current: true, Restarted: true}, Meaning{Kind: Kill}},
 		{"finished ends", Facts{State: mesos.TASK_FINISHED}, Meaning{Kind: End}},
 		{"the job's own failure ends without relaunch", Facts{State: mesos.TASK_FAILED, JobFailed: true, Job: failover}, Meaning{Kind: End}},
 		{"an infrastructure failure without failover", Facts{State: mesos.TASK_FAILED, Job: transient}, Meaning{Kind: End, Failed: true}},

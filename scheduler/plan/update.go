@@ -15,6 +15,7 @@ type Facts struct {
 	JobGone   bool // the job was deleted
 	Disabled  bool // the job or its app is disabled
 	Current   bool // the task is its shard's running task (the running node holds its id)
+	Restarted bool // an update of its job that changes what a task is made of came after its launch
 }
 
 // Kind is what an update is, for the leader.
@@ -27,8 +28,8 @@ const (
 	Unreachable
 	// Running: the shard's running task runs; nothing to write.
 	Running
-	// Kill: a running task that is not (or no longer) its shard's, or whose job is gone or
-	// disabled.
+	// Kill: a running task that is not (or no longer) its shard's, whose job is gone or
+	// disabled, or that runs a config an update replaced.
 	Kill
 	// End: the task ended; its running node goes, with Follow.
 	End
@@ -43,9 +44,10 @@ type Meaning struct {
 	Failed bool
 }
 
-// Decide says what an update means. A running task whose job is gone or disabled is killed:
-// the kill that the delete or disable asked for may have been lost with a leader or a
-// subscription, and the reconciliation after every subscription brings each running task here.
+// Decide says what an update means. A running task whose job is gone or disabled, or that an
+// update restarts, is killed: the kill that the delete, disable or update asked for may have
+// been lost with a leader, a subscription or an unreachable agent, and the reconciliation
+// after every subscription brings each running task here.
 // FINISHED and the job's own failures end the task whatever the job says; a killed DAEMON task
 // is run again unless disabled; any other end (FAILED,
 // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN) is an infrastructure failure, and
@@ -58,7 +60,7 @@ func Decide(f Facts) Meaning {
 	case mesos.TASK_UNREACHABLE:
 		return Meaning{Kind: Unreachable}
 	case mesos.TASK_RUNNING:
-		if f.JobGone || f.Disabled || !f.Current {
+		if f.JobGone || f.Disabled || !f.Current || f.Restarted {
 			return Meaning{Kind: Kill}
 		}
 		return Meaning{Kind: Running}
