@@ -463,9 +463,12 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	// Recorded in the fire ledger like a cron fire, so that the run's task ids show there and a
 	// later launch is matched to the right slot; the ledger's last slot does not move. A full
 	// ready queue refuses it, and the operator is told (§4).
+	// A disable written since the check above fails the write (App).
 	now := time.Now()
-	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Refuse: true, Entries: []state.FireEntry{{
-		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); err != nil {
+	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Refuse: true, App: j.AppName, Entries: []state.FireEntry{{
+		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); errors.Is(err, state.ErrDisabled) {
+		return fmt.Errorf("%w: job %q or its app %q was disabled: enable it first", api.ErrConflictingState, job, j.AppName)
+	} else if err != nil {
 		return err
 	}
 	// The stop is cleared once the run is queued: a refused trigger changes nothing.

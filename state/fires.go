@@ -142,6 +142,11 @@ type Fires struct {
 	// Refuse: a full ready root fails the write with ErrQueueFull and nothing is written (an
 	// operator's trigger, answered 503). Otherwise the fired entries are recorded as skipped.
 	Refuse bool
+	// App, when set, is the job's app, and a write that queues a run requires that neither
+	// the job nor App is disabled: a disable written since the caller checked (which dropped
+	// the job's ready entry) fails it with ErrDisabled, and nothing is written. Without it, a
+	// run queued just after the disable would wait, and run the moment the job is enabled.
+	App string
 }
 
 // RecordFires writes a job's fires in one multi: the ready count grows by the runs they ask for
@@ -239,7 +244,20 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 	} else {
 		ops = append(ops, s.createOp(lp, data))
 	}
+	var markers []string
+	if f.App != "" && count > start {
+		// ZooKeeper has no "does not exist" check: a create and a delete of each disable
+		// marker, which fail the multi if the marker exists, stand in for one.
+		markers = []string{s.path(disableJobDir, job), s.path(disableAppDir, f.App)}
+		for _, p := range markers {
+			ops = append(ops, s.createOp(p, nil), deleteOp(p, -1))
+		}
+	}
 	if err := s.multi(ctx, ops...); err != nil {
+		var op *OpError
+		if errors.As(err, &op) && op.Op == "create" && errors.Is(err, ErrExists) && slices.Contains(markers, op.Path) {
+			return nil, fmt.Errorf("%w: %w", ErrDisabled, err)
+		}
 		return nil, conflictIfExists(err)
 	}
 	return entries, nil

@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -480,5 +481,50 @@ func TestUpdateJobFromRecordsACronChangeWithTheConfig(t *testing.T) {
 	must(t, err, "UpdateJobFrom (no ledger)")
 	if _, ok, _ := s.FireLedger(ctx, "new"); ok {
 		t.Fatal("a ledger was made for a job that had none")
+	}
+}
+
+// A write that names the job's app (an operator's trigger) queues nothing while the job or its
+// app is disabled: the disable may have come after the caller's check, and dropped the ready
+// entry the run would join. Enabled again, the same write queues the run.
+func TestRecordFiresWithTheAppRequiresTheJobEnabled(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	trigger := func() error {
+		_, err := s.RecordFires(ctx, "j", state.Fires{Accumulate: true, Refuse: true, App: "app",
+			Entries: []state.FireEntry{{Slot: slot0, Count: 1, Outcome: state.OutcomeFired, Triggered: true}}})
+		return err
+	}
+	nothingWritten := func(what string) {
+		t.Helper()
+		if r, _ := s.ReadyOf(ctx, "j"); r.Count != 0 {
+			t.Fatalf("%s: ready count %d; want 0", what, r.Count)
+		}
+		if _, ok, err := s.FireLedger(ctx, "j"); err != nil || ok {
+			t.Fatalf("%s: a fire ledger (%v); want none", what, err)
+		}
+	}
+	for _, tc := range []struct {
+		name            string
+		disable, enable func(context.Context, string) error
+		marked          string
+	}{
+		{"job disabled", s.DisableJob, s.EnableJob, "j"},
+		{"app disabled", s.DisableApp, s.EnableApp, "app"},
+	} {
+		must(t, tc.disable(ctx, tc.marked), tc.name)
+		if err := trigger(); !errors.Is(err, state.ErrDisabled) {
+			t.Fatalf("%s: %v; want ErrDisabled", tc.name, err)
+		}
+		nothingWritten(tc.name)
+		must(t, tc.enable(ctx, tc.marked), tc.name+": enable")
+	}
+	must(t, trigger(), "trigger of the enabled job")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 1 {
+		t.Fatalf("ready count %d; want 1", r.Count)
+	}
+	if apps, jobs, err := s.Disabled(ctx); err != nil || len(apps) != 0 || len(jobs) != 0 {
+		t.Fatalf("disabled after the checked write: apps %v, jobs %v (%v); want none", apps, jobs, err)
 	}
 }

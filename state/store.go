@@ -40,6 +40,7 @@ var (
 	ErrConflict       = errors.New("state: changed concurrently")
 	ErrNotLeader      = errors.New("state: not the leader (fenced write refused)")
 	ErrQueueFull      = errors.New("state: queue full")
+	ErrDisabled       = errors.New("state: job or app disabled")
 	ErrUnavailable    = errors.New("state: ZooKeeper unavailable")
 	ErrSessionExpired = errors.New("state: ZooKeeper session expired")
 	ErrCorrupt        = errors.New("state: unreadable node")
