@@ -146,6 +146,57 @@ func TestExecutionLifecycle(t *testing.T) {
 	})
 }
 
+// A task that ends without its executor reporting the end of its runs (the executor died, the
+// agent was lost) has its open executions completed by the scheduler: failed with the end's
+// cause, or succeeded when the run's end record said so. Executions already completed keep
+// what their executor said, and a repeated end changes nothing.
+func TestATaskEndCompletesItsOpenExecutions(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		w := NewWriter(db, WriterConfig{}, quiet())
+		defer w.Close()
+		died, done, other, fine := exec("e1", "job-a", 0, t0), exec("e2", "job-a", 0, t0), exec("e3", "job-a", 1, t0), exec("e4", "job-b", 0, t0)
+		done.TaskID = died.TaskID // a daemon's earlier run of the same task, completed by its executor
+		for _, e := range []taskdata.Execution{died, completed(done, t0.Add(time.Second), nil), other, fine} {
+			w.Execution(e)
+		}
+		flush(t, w)
+		const cause = "TASK_FAILED (REASON_EXECUTOR_TERMINATED): Executor terminated"
+		w.Ended(TaskEnd{TaskID: died.TaskID, At: t0.Add(5 * time.Second), Cause: cause})
+		w.Ended(TaskEnd{TaskID: fine.TaskID, At: t0.Add(6 * time.Second), Success: true})
+		flush(t, w)
+		w.Ended(TaskEnd{TaskID: died.TaskID, At: t0.Add(9 * time.Second), Success: true, Cause: "again"})
+		flush(t, w)
+
+		p, err := db.Executions(ctx, Query{Sort: "id", Order: "asc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			id       string
+			running  bool
+			success  bool
+			cause    string
+			complete time.Time
+		}{
+			{"e1", false, false, cause, t0.Add(5 * time.Second)},
+			{"e2", false, true, "", t0.Add(time.Second)},
+			{"e3", true, false, "", time.Time{}},
+			{"e4", false, true, "", t0.Add(6 * time.Second)},
+		}
+		if len(p.Rows) != len(want) {
+			t.Fatalf("%d rows: %+v", len(p.Rows), p.Rows)
+		}
+		for i, w := range want {
+			r := p.Rows[i]
+			if r.ID != w.id || r.Running != w.running || r.Success != w.success || r.FailureCause != w.cause ||
+				(r.CompleteTime == nil) != w.complete.IsZero() || (r.CompleteTime != nil && *r.CompleteTime != w.complete.UnixMilli()) {
+				t.Errorf("row %d: %+v; want %+v", i, r, w)
+			}
+		}
+	})
+}
+
 func TestStatusTraces(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *DB) {
 		ctx := context.Background()

@@ -31,11 +31,24 @@ type StatusTrace struct {
 	CreationTime   time.Time
 }
 
-// event is one write: a status trace, or an execution's start or completion.
+// event is one write: a status trace, an execution's start or completion, or the end of a
+// task whose executor could not report its executions' completions.
 type event struct {
 	trace *StatusTrace
 	exec  *taskdata.Execution
+	ended *TaskEnd
 	flush chan struct{} // a marker: closed once every event before it is written
+}
+
+// TaskEnd completes the executions of a task still open (no complete time) when the task
+// ended without its executor reporting their end: the executor died with it, its agent was
+// lost, or its report was lost and the scheduler learned the end another way. Without it
+// those rows would show as running for good.
+type TaskEnd struct {
+	TaskID  string
+	At      time.Time
+	Success bool
+	Cause   string // the failure cause of an unsuccessful end
 }
 
 // Writer writes events in batches from one goroutine, so that the scheduler's offer cycle and
@@ -97,6 +110,11 @@ func (w *Writer) Execution(ex taskdata.Execution) {
 		return // without an id the completion could not find its start
 	}
 	w.offer(event{exec: &ex})
+}
+
+// Ended queues the completion of a task's open executions (TaskEnd).
+func (w *Writer) Ended(end TaskEnd) {
+	w.offer(event{ended: &end})
 }
 
 func (w *Writer) offer(e event) {
@@ -253,6 +271,10 @@ func (t *DB) writeBatch(ctx context.Context, buf []event) error {
 			if err := t.writeExecution(ctx, tx, e.exec); err != nil {
 				return err
 			}
+		case e.ended != nil:
+			if err := t.endExecutions(ctx, tx, e.ended); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -305,6 +327,25 @@ func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execut
 		ex.ID, ex.JobName, ex.TaskID, ex.Hostname, ex.IP, ex.ShardingItem, ex.ExecutionSource, cause, success, t.ts(ex.StartTime), t.ts(*ex.CompleteTime))
 	if err != nil {
 		return fmt.Errorf("insert completed execution %s: %w", ex.ID, err)
+	}
+	return nil
+}
+
+// endExecutions completes the task's executions that have no complete time (through
+// EXECUTION_TASK_INDEX). Completed ones are left as their executor reported them, so that a
+// repeated end, or one after the executor's own completion, changes nothing.
+func (t *DB) endExecutions(ctx context.Context, tx *sql.Tx, end *TaskEnd) error {
+	success := 0
+	var cause any
+	if end.Success {
+		success = 1
+	} else if end.Cause != "" {
+		cause = cut(end.Cause)
+	}
+	_, err := tx.ExecContext(ctx, t.q(`UPDATE `+ExecutionLog+` SET is_success = ?, complete_time = ?, failure_cause = ? WHERE task_id = ? AND complete_time IS NULL`),
+		success, t.ts(end.At), cause, end.TaskID)
+	if err != nil {
+		return fmt.Errorf("end the open executions of task %s: %w", end.TaskID, err)
 	}
 	return nil
 }

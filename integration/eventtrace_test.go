@@ -98,3 +98,39 @@ func TestEventTraceThroughTheAPI(t *testing.T) {
 		t.Fatalf("after the shutdown the database holds %v; the API showed %v", after, before)
 	}
 }
+
+// A run whose executor is SIGKILLed cannot report its end: the agent's TASK_FAILED closes its
+// execution row, failed with the agent's reason, and the relaunch gets a row of its own. Before,
+// the row showed as running for good.
+func TestTheExecutionOfARunWhoseExecutorDiedEnds(t *testing.T) {
+	w := newWorld(t, 1)
+	s := startScheduler(t, w.zk, w.mesos, "--event-trace-db", "sqlite://"+filepath.Join(t.TempDir(), "trace.db"))
+	leaderOf(t, s)
+	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
+	w.triggerHeld(t, s, "died", 1, true)
+	executions := func() eventtrace.Page[eventtrace.Execution] {
+		var p eventtrace.Page[eventtrace.Execution]
+		json.Unmarshal([]byte(s.must(t, 200, "GET", "/api/job/events/executions?jobName=died&sort=startTime&order=asc", "")), &p)
+		return p
+	}
+	await.True(t, 30*time.Second, "the run's execution is running", func() bool { p := executions(); return p.Total == 1 && p.Rows[0].Running })
+	pids := w.mesos.executorPIDs(w.mesos.agents[0])
+	if len(pids) != 1 {
+		t.Fatalf("executors %v; want one", pids)
+	}
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	await.True(t, 30*time.Second, "the relaunch runs", func() bool { return len(w.runs("died")["0"]) == 2 })
+	w.release("died")
+	quiet(t, s, "died")
+	await.True(t, 30*time.Second, "both executions ended", func() bool {
+		p := executions()
+		return p.Total == 2 && !p.Rows[0].Running && !p.Rows[1].Running
+	})
+	p := executions()
+	if r := p.Rows[0]; r.Success || r.CompleteTime == nil || !strings.Contains(r.FailureCause, "TASK_FAILED (REASON_EXECUTOR_TERMINATED)") {
+		t.Errorf("the run whose executor died: %+v; want failed, completed, with the agent's reason", r)
+	}
+	if r := p.Rows[1]; !r.Success || r.CompleteTime == nil || r.TaskID == p.Rows[0].TaskID {
+		t.Errorf("the relaunch: %+v; want its own row, succeeded", r)
+	}
+}

@@ -95,8 +95,16 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: slave, Source: source,
 		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: st.GetState().String(), Message: st.GetMessage(), CreationTime: time.Now()})
 	d, _ := taskdata.DecodeStatus(st.Data) // undecodable data has no execution event; the trace row stands
-	if ex := d.Execution; ex != nil && ex.TaskID == id.String() {
+	ex := d.Execution
+	if ex != nil && ex.TaskID == id.String() {
 		t.w.Execution(*ex)
+	}
+	if ended(st.GetState()) && (ex == nil || ex.TaskID != id.String() || ex.CompleteTime == nil) {
+		// The end comes from the agent or the master (the executor died, the agent was lost)
+		// or from a run's end record: no completion of the executor's closes the run's
+		// execution row, which would show as running for good.
+		t.w.Ended(eventtrace.TaskEnd{TaskID: id.String(), At: time.Now(), Success: st.GetState() == mesos.TASK_FINISHED,
+			Cause: endCause(st)})
 	}
 	if !counts {
 		return
@@ -156,4 +164,27 @@ func (s traceSource) RunningCounts(ctx context.Context) (tasks, jobs int, err er
 func (s traceSource) RegisteredJobs(ctx context.Context) (int, error) {
 	jobs, err := s.store.Jobs(ctx)
 	return len(jobs), err
+}
+
+// ended says whether a task in state s has ended.
+func ended(s mesos.TaskState) bool {
+	switch s {
+	case mesos.TASK_FINISHED, mesos.TASK_FAILED, mesos.TASK_KILLED, mesos.TASK_ERROR, mesos.TASK_LOST, mesos.TASK_DROPPED,
+		mesos.TASK_GONE, mesos.TASK_GONE_BY_OPERATOR, mesos.TASK_UNKNOWN:
+		return true
+	}
+	return false
+}
+
+// endCause is the failure cause of an execution that a status update ended: its state, its
+// reason and its message, e.g. "TASK_FAILED (REASON_EXECUTOR_TERMINATED): Executor terminated".
+func endCause(st mesos.TaskStatus) string {
+	cause := st.GetState().String()
+	if st.Reason != nil {
+		cause += " (" + st.GetReason().String() + ")"
+	}
+	if m := st.GetMessage(); m != "" {
+		cause += ": " + m
+	}
+	return cause
 }
