@@ -39,3 +39,45 @@ func TestADaemonIsQueuedAtSubscribeOnlyWhenNothingOfItRunsOrWaits(t *testing.T) 
 		})
 	}
 }
+
+// A DAEMON job that could not be queued for a ZooKeeper fault is queued once ZooKeeper is back:
+// nothing else would queue it, and it would not run until the next subscription.
+func TestADaemonNotQueuedForAZooKeeperFaultIsQueuedWhenItIsBack(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := config.Job{JobName: "d", AppName: "app", JobType: config.Script, JobExecutionType: config.Daemon, Cron: "0 0 0 1 1 ? 2099",
+		TimeZone: "UTC", ShardingTotalCount: 1, CPUCount: 0.1, MemoryMB: 32, ScriptCommandLine: "true",
+		Placement: config.Binpack, JobShardingStrategyType: config.AvgAllocation, JobProperties: map[string]string{}}
+	if err := w.other.CreateJob(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	for { // the leader's model follows the registration
+		if _, err := w.ld.store.Job(ctx, "d"); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	queued := func() bool {
+		r, err := w.other.ReadyOf(ctx, "d")
+		return err == nil && r.Count == 1
+	}
+	w.proxy.Cut()
+	cut, stop := context.WithTimeout(ctx, 3*time.Second)
+	w.ld.ensureDaemons(cut)
+	stop()
+	if queued() {
+		t.Fatal("queued through a cut connection")
+	}
+	w.proxy.Restore()
+	serving(t, ctx, w.ld, func() {
+		for !queued() {
+			if ctx.Err() != nil {
+				t.Fatal("the DAEMON job was not queued once ZooKeeper was back")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}

@@ -47,6 +47,8 @@ type leader struct {
 	acks       *acknowledger // the subscription's ACKNOWLEDGE senders; nil without one (tests)
 	// master is the URL of the master subscribed at, read by the API's goroutines too.
 	master      atomic.Pointer[string]
+	// daemonsOwed: the last ensureDaemons failed (a ZooKeeper fault); the next tick tries again.
+	daemonsOwed atomic.Bool
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
@@ -404,6 +406,9 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 		case <-ld.due:
 			ld.wakeForWork(ctx)
 		case <-tick.C:
+			if ld.daemonsOwed.Swap(false) {
+				ld.ensureDaemons(ctx)
+			}
 			ld.replaceQueued(ctx)
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
@@ -515,21 +520,31 @@ func (ld *leader) loadJobs(ctx context.Context) error {
 }
 
 // ensureDaemons queues every DAEMON job that is neither running, nor waiting for a relaunch,
-// nor pending (SPEC §5.3).
+// nor pending (SPEC §5.3). Nothing else would queue them: on a failure it says so, and the next
+// tick of the event loop tries again.
 func (ld *leader) ensureDaemons(ctx context.Context) {
+	if err := ld.queueDaemons(ctx); err != nil {
+		if ctx.Err() == nil {
+			ld.log.WithError(err).Warn("cannot queue the DAEMON jobs that do not run; trying again in a second")
+		}
+		ld.daemonsOwed.Store(true)
+	}
+}
+
+func (ld *leader) queueDaemons(ctx context.Context) error {
 	jobs, err := ld.store.Jobs(ctx)
 	if err != nil {
-		return
+		return fmt.Errorf("read the jobs: %w", err)
 	}
 	running, err := ld.store.Running(ctx)
 	if err != nil {
-		return
+		return fmt.Errorf("read the running tasks: %w", err)
 	}
 	// A shard waiting for its relaunch is the daemon's, too: the relaunch runs it, and a ready
 	// entry beside it would stay queued behind it, shown pending for good.
 	failovers, err := ld.store.Failovers(ctx)
 	if err != nil {
-		return
+		return fmt.Errorf("read the failover queue: %w", err)
 	}
 	busy := map[string]bool{}
 	for _, r := range running {
@@ -542,15 +557,24 @@ func (ld *leader) ensureDaemons(ctx context.Context) {
 		if j.JobExecutionType != config.Daemon || busy[j.JobName] {
 			continue
 		}
-		if off, err := ld.store.JobOrAppDisabled(ctx, j); err != nil || off {
+		if off, err := ld.store.JobOrAppDisabled(ctx, j); err != nil {
+			return fmt.Errorf("read whether %q is disabled: %w", j.JobName, err)
+		} else if off {
 			continue
 		}
-		if r, err := ld.store.ReadyOf(ctx, j.JobName); err == nil && r.Count == 0 {
-			if err := ld.store.AddReady(ctx, j.JobName, false); err == nil {
-				ld.poke()
-			}
+		r, err := ld.store.ReadyOf(ctx, j.JobName)
+		if err != nil {
+			return fmt.Errorf("read the ready entry of %q: %w", j.JobName, err)
 		}
+		if r.Count > 0 {
+			continue
+		}
+		if err := ld.store.AddReady(ctx, j.JobName, false); err != nil {
+			return fmt.Errorf("queue DAEMON job %q: %w", j.JobName, err)
+		}
+		ld.poke()
 	}
+	return nil
 }
 
 func (s *instance) setLeaderState(ld *leader, apiHandler http.Handler) {
