@@ -235,12 +235,12 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	ld.waiting = waiting
 	ld.mu.Unlock()
 	for _, f := range w.StaleFailover {
-		if err := ld.store.RemoveFailover(ctx, f); err != nil {
+		if err := ld.store.RemoveStaleFailover(ctx, f); err != nil {
 			ld.log.WithError(err).WithField("shard", f.Meta.String()).Warn("cannot remove the failover entry of a deleted job")
 		}
 	}
 	for _, job := range w.StaleReady {
-		if err := ld.store.RemoveReady(ctx, job); err != nil {
+		if err := ld.store.RemoveStaleReady(ctx, job); err != nil {
 			ld.log.WithError(err).WithField("job", job).Warn("cannot remove the ready entry of a deleted job")
 		}
 	}

@@ -162,6 +162,31 @@ func (s *Store) ReadyOf(ctx context.Context, job string) (ReadyEntry, error) {
 	return ReadyEntry{JobName: job, Count: s.parseCount(p, n.data), Version: n.version}, nil
 }
 
+// RemoveStaleReady drops the pending runs of a deleted job, if the job is still deleted: a
+// job registered again under the name may have been fired since.
+func (s *Store) RemoveStaleReady(ctx context.Context, job string) error {
+	if err := s.removeStale(ctx, job, s.path(readyDir, job)); err != nil {
+		return fmt.Errorf("remove job %q from ready queue: %w", job, err)
+	}
+	return nil
+}
+
+// removeStale deletes a queue node of a deleted job in a multi that fails if the job's config
+// exists again (a create and a delete of it stand in for ZooKeeper's missing no-node check; a
+// version check would not do: a node created again starts again at version 0).
+func (s *Store) removeStale(ctx context.Context, job, p string) error {
+	cfg := s.path(jobsDir, job)
+	err := s.multi(ctx, s.createOp(cfg, nil), deleteOp(cfg, -1), deleteOp(p, -1))
+	var op *OpError
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound):
+		return nil
+	case errors.As(err, &op) && op.Path == cfg && errors.Is(err, ErrExists):
+		return nil // the job is back: its entry is its own
+	}
+	return err
+}
+
 // RemoveReady drops a job's pending runs.
 func (s *Store) RemoveReady(ctx context.Context, job string) error {
 	err := s.multi(ctx, deleteOp(s.path(readyDir, job), -1))
@@ -338,11 +363,11 @@ func (s *Store) failoverOps(ctx context.Context, id taskid.ID, byTask bool) (ops
 	return append(ops, s.createOp(item, []byte(id.String()))), false, nil
 }
 
-// RemoveFailover drops an entry from the failover queue.
-func (s *Store) RemoveFailover(ctx context.Context, f FailoverEntry) error {
+// RemoveStaleFailover drops a failover entry of a deleted job, if the job is still deleted:
+// a job registered again under the name may have failed anew.
+func (s *Store) RemoveStaleFailover(ctx context.Context, f FailoverEntry) error {
 	parent := s.path(failoverDir, f.Meta.JobName)
-	err := s.multi(ctx, deleteOp(parent+"/"+entryNode(f.Meta, f.Node), -1))
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err := s.removeStale(ctx, f.Meta.JobName, parent+"/"+entryNode(f.Meta, f.Node)); err != nil {
 		return fmt.Errorf("remove %s from failover queue: %w", f.Meta, err)
 	}
 	s.bestEffortDelete(ctx, parent)

@@ -325,3 +325,36 @@ func TestFrameworkID(t *testing.T) {
 		t.Fatalf("FrameworkID after delete: %v", err)
 	}
 }
+
+// The leader removes the queue entries of a job it found deleted, unless the job is back by
+// the time it removes them: a job registered again under the name, and fired or failed since,
+// owns the entries. (A version check would not tell: a node created again starts at 0.)
+func TestStaleEntriesGoOnlyWhileTheirJobIsDeleted(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("back", "app")), "CreateJob")
+	for _, job := range []string{"gone", "back"} {
+		must(t, s.AddReady(ctx, job, false), "AddReady "+job)
+		_, err := s.AddFailover(ctx, taskid.New(taskid.Meta{JobName: job, Item: 0}, taskid.Ready, "S0"))
+		must(t, err, "AddFailover "+job)
+	}
+	fo, err := s.Failovers(ctx)
+	must(t, err, "Failovers")
+	for _, f := range fo {
+		must(t, s.RemoveStaleFailover(ctx, f), "RemoveStaleFailover "+f.Meta.JobName)
+	}
+	for _, job := range []string{"gone", "back"} {
+		must(t, s.RemoveStaleReady(ctx, job), "RemoveStaleReady "+job)
+	}
+	ready, err := s.Ready(ctx)
+	must(t, err, "Ready")
+	fo, err = s.Failovers(ctx)
+	must(t, err, "Failovers")
+	if len(ready) != 1 || ready[0].JobName != "back" || len(fo) != 1 || fo[0].Meta.JobName != "back" {
+		t.Fatalf("ready %+v, failover %+v; want only the entries of the job that is back", ready, fo)
+	}
+	if _, err := s.Job(ctx, "gone"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("Job(gone) = %v; want ErrNotFound: the removal's guard must leave no config behind", err)
+	}
+}
