@@ -53,7 +53,7 @@ func (ld *leader) replace(ctx context.Context, job string) (decided bool) {
 		log.WithError(err).Warn("cannot read the running tasks of a job to replace; asking again")
 		return false
 	}
-	dropped, err := ld.store.DropWaiting(ctx, job)
+	dropped, err := ld.store.DropWaiting(ctx, job, ReasonReplaced)
 	if err != nil {
 		log.WithError(err).Warn("cannot drop the waiting shards of a job to replace")
 	}

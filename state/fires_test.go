@@ -286,6 +286,43 @@ func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
 	}
 }
 
+// A run given up while its shards wait for a relaunch (a Replace drops them) is marked failed
+// with the reason, and ended when none of its shards runs: nothing else would end it. With a
+// shard still running, it ends when that shard does.
+func TestARunGivenUpWhileItsShardsWaitIsFailedAndEnded(t *testing.T) {
+	for _, stillRunning := range []bool{false, true} {
+		t.Run(fmt.Sprintf("a shard still running: %v", stillRunning), func(t *testing.T) {
+			s := newStore(t)
+			ctx := ctxT(t)
+			withJob(t, s, "j")
+			_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+			must(t, err, "RecordFires")
+			r, _ := s.ReadyOf(ctx, "j")
+			a, b := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
+			must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
+			_, err = s.EndTask(ctx, b, state.Failover) // lost: waits for its relaunch
+			must(t, err, "EndTask b")
+			if !stillRunning {
+				_, err = s.EndTask(ctx, a, state.NoFollowUp)
+				must(t, err, "EndTask a")
+			}
+			n, err := s.DropWaiting(ctx, "j", "replaced by a newer fire")
+			must(t, err, "DropWaiting")
+			l, _, _ := s.FireLedger(ctx, "j")
+			if e := l.Fires[0]; n != 1 || e.Failed != "replaced by a newer fire" || e.Ended.IsZero() == !stillRunning {
+				t.Fatalf("dropped %d; entry %+v; want 1 dropped, the run failed, ended unless a shard runs", n, e)
+			}
+			if stillRunning {
+				_, err = s.EndTask(ctx, a, state.NoFollowUp)
+				must(t, err, "EndTask a")
+				if l, _, _ := s.FireLedger(ctx, "j"); l.Fires[0].Ended.IsZero() {
+					t.Fatalf("entry %+v; want ended with its last shard", l.Fires[0])
+				}
+			}
+		})
+	}
+}
+
 // A queued run skipped (its dependency failed) leaves the ready queue and the ledger says why.
 func TestSkipQueuedRun(t *testing.T) {
 	s := newStore(t)

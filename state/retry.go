@@ -134,8 +134,10 @@ func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ende
 }
 
 // DropWaiting removes a job's shards that wait for a relaunch (failover entries and retries),
-// in one multi: the run they belong to is given up (a Replace).
-func (s *Store) DropWaiting(ctx context.Context, job string) (int, error) {
+// in one multi: the run they belong to is given up (a Replace). The same multi marks that run
+// failed with reason in the fire ledger, and ended if none of the job's tasks runs: nothing
+// else would end it, and jobs that depend on it would wait for it.
+func (s *Store) DropWaiting(ctx context.Context, job, reason string) (int, error) {
 	var dropped int
 	err := retry(ctx, func() error {
 		dropped = 0
@@ -149,6 +151,13 @@ func (s *Store) DropWaiting(ctx context.Context, job string) (int, error) {
 			ops = append(ops, deleteOp(parent+"/"+n.name, n.version))
 		}
 		dropped = len(items)
+		if len(items) > 0 {
+			end, err := s.givenUpOps(ctx, job, items[0].data, reason)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, end...)
+		}
 		names, err := s.children(ctx, s.path(retryDir))
 		if err != nil {
 			return err
@@ -165,6 +174,24 @@ func (s *Store) DropWaiting(ctx context.Context, job string) (int, error) {
 	}
 	s.bestEffortDelete(ctx, s.path(failoverDir, job))
 	return dropped, nil
+}
+
+// givenUpOps returns the op that marks the run of the dropped failover entry holding failed
+// (its failed task's id) failed, and ended when the job has no running task.
+func (s *Store) givenUpOps(ctx context.Context, job string, failed []byte, reason string) ([]any, error) {
+	id, err := taskid.Parse(string(failed))
+	if err != nil {
+		return nil, nil // an entry of another version's making: its run is not in the ledger
+	}
+	running, err := s.RunningOf(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	var ended time.Time
+	if len(running) == 0 {
+		ended = time.Now().UTC()
+	}
+	return s.runEndOps(ctx, id, reason, ended)
 }
 
 // FailRun marks, once, the fire ledger entry of the run task belongs to as failed.
