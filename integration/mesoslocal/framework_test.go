@@ -94,23 +94,31 @@ func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
 	}
 }
 
-// Item 12: failover timeout expiry removes the framework and its executors.
+// Item 12: failover timeout expiry removes the framework and its executors; without a
+// failover_timeout (0, the default) the disconnection itself does.
 func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
-	c := newCluster(t)
-	info := paInfo()
-	info.FailoverTimeout = ptrTo(0.5)
-	s := subscribe(t, c.URL(), codec, info)
-	pid, _ := runPID(t, s, "t1", "e1")
-	s.Close()
-	await.True(t, wait, "executor process shut down", func() bool { return processGone(pid) })
-	resp, body := rawPost(t, c.URL()+"/api/v1/scheduler", "application/json", "", "any",
-		jsonCall(t, calls.Revive().With(calls.Framework(s.FrameworkID))))
-	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Framework cannot be found") {
-		t.Fatalf("call for a removed framework: %d %q; want 400", resp.StatusCode, body)
-	}
-	_, first := trySubscribe(t, c.URL(), codec, withID(paInfo(), s.FrameworkID))
-	if first.Type != scheduler.Event_ERROR || first.Error.Message != "Framework has been removed" {
-		t.Fatalf("re-subscribing a removed framework: %v", first.String())
+	for _, tc := range []struct {
+		name    string
+		timeout *float64
+	}{{"0.5 s", ptrTo(0.5)}, {"default 0", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			info := paInfo()
+			info.FailoverTimeout = tc.timeout
+			s := subscribe(t, c.URL(), codec, info)
+			pid, _ := runPID(t, s, "t1", "e1")
+			s.Close()
+			await.True(t, wait, "executor process shut down", func() bool { return processGone(pid) })
+			resp, body := rawPost(t, c.URL()+"/api/v1/scheduler", "application/json", "", "any",
+				jsonCall(t, calls.Revive().With(calls.Framework(s.FrameworkID))))
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Framework cannot be found") {
+				t.Fatalf("call for a removed framework: %d %q; want 400", resp.StatusCode, body)
+			}
+			_, first := trySubscribe(t, c.URL(), codec, withID(paInfo(), s.FrameworkID))
+			if first.Type != scheduler.Event_ERROR || first.Error.Message != "Framework has been removed" {
+				t.Fatalf("re-subscribing a removed framework: %v", first.String())
+			}
+		})
 	}
 }
 

@@ -165,6 +165,28 @@ func TestExecutorExitFailsItsTasks(t *testing.T) {
 	}
 }
 
+// Item 29: FAILURE comes on a clean exit too, with wait status 0, and fails no task.
+func TestFailureOnACleanExecutorExit(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
+	st := s.Update("t1", mesos.TASK_RUNNING)
+	s.Ack(st)
+	pid, _ := strconv.Atoi(string(st.Data))
+	s.MustCall(calls.Kill("t1", o.AgentID.Value))
+	s.Ack(s.Update("t1", mesos.TASK_KILLED))
+	// The basic executor exits 0 on SHUTDOWN.
+	s.MustCall(calls.Shutdown("e1", o.AgentID.Value))
+	f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure
+	if f.GetExecutorID().GetValue() != "e1" || f.GetAgentID().GetValue() != o.AgentID.Value || f.Status == nil || f.GetStatus() != 0 {
+		t.Fatalf("FAILURE %v; want executor e1 with wait status 0", f.String())
+	}
+	if !processGone(pid) {
+		t.Fatalf("executor %d still alive", pid)
+	}
+}
+
 // Item 30: SHUTDOWN, then SIGKILL after the grace period; leftover tasks fail.
 func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 	c := newCluster(t)
