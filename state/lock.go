@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -66,7 +67,7 @@ func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error)
 			return nil, fmt.Errorf("take latch %s: %w: the latch node is gone", dir, ErrSessionExpired)
 		case idx == 0:
 			held := me
-			return func() { s.roundTrips.Add(1); s.conn.Delete(held, -1) }, nil
+			return func() { s.releaseLatch(held) }, nil
 		}
 		s.roundTrips.Add(1)
 		exists, _, watch, err := s.conn.ExistsW(s.path(dir, names[idx-1]))
@@ -81,6 +82,27 @@ func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error)
 			case <-watch:
 			case <-ctx.Done():
 			}
+		}
+	}
+}
+
+// releaseLatch deletes a held latch node, again after a connection loss: the session outlives
+// a short one, and with it the node, which would hold the latch for every other instance for
+// as long as this process lives. A session that expires takes the node with it.
+func (s *Store) releaseLatch(p string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		s.roundTrips.Add(1)
+		err := translate(s.conn.Delete(p, -1))
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				s.log.WithError(err).WithField("path", p).Warn("cannot release a latch; it goes with the session")
+			}
+			return
+		}
+		if s.AwaitSession(ctx) != nil {
+			return
 		}
 	}
 }

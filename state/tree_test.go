@@ -101,3 +101,42 @@ func TestLockExcludesAndReleasesWithTheSession(t *testing.T) {
 		t.Fatal("c did not get the latch within 5s of the holder's session ending")
 	}
 }
+
+// A release made while the connection is down takes effect once it is back: the session
+// outlives a short loss, and with it the latch node, which would otherwise hold the latch for
+// every other instance for as long as the holder lives.
+func TestALatchReleasedDuringAConnectionLossIsReleased(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	ctx := ctxT(t)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	a, err := state.Dial(dctx, state.Config{Servers: []string{proxy.Addr}, Namespace: env.Namespace, SessionTimeout: 20 * time.Second, Logger: newLogger().Logger})
+	must(t, err, "Dial a")
+	t.Cleanup(a.Close)
+	b := dialTree(t, env)
+	release, err := a.Lock(ctx, "job/latch")
+	must(t, err, "a: Lock")
+	proxy.Cut()
+	released := make(chan struct{})
+	go func() {
+		release()
+		close(released)
+	}()
+	// The release waits for the connection; the node is still there meanwhile.
+	await.True(t, 5*time.Second, "the latch node still held while the connection is cut", func() bool {
+		names, err := b.Children(ctx, "job/latch")
+		return err == nil && len(names) == 1
+	})
+	proxy.Restore()
+	select {
+	case <-released:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the release did not return once the connection was back")
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer lcancel()
+	r, err := b.Lock(lctx, "job/latch")
+	must(t, err, "b: Lock after a's release (a's session still alive)")
+	r()
+}
