@@ -46,7 +46,7 @@ type leader struct {
 	sub        *subscription
 	acks       *acknowledger // the subscription's ACKNOWLEDGE senders; nil without one (tests)
 	// master is the URL of the master subscribed at, read by the API's goroutines too.
-	master      atomic.Pointer[string]
+	master atomic.Pointer[string]
 	// daemonsOwed: the last ensureDaemons failed (a ZooKeeper fault); the next tick tries again.
 	daemonsOwed atomic.Bool
 	suppressed  bool
