@@ -153,18 +153,41 @@ func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 }
 
 // CreateJob stores a new job. The job's app must exist, checked in the same transaction so
-// that a job can never be created for an app being deleted. Of concurrent creates of one name
-// exactly one succeeds; the others get ErrExists. An unknown app is ErrAppNotFound.
+// that a job can never be created for an app being deleted (appOps). Of concurrent creates of
+// one name exactly one succeeds; the others get ErrExists. An unknown app is ErrAppNotFound.
 func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
 	data, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
-	err = s.multi(ctx, checkOp(s.path(appsDir, j.AppName), -1), s.createOp(s.path(jobsDir, j.JobName), data))
+	return retry(ctx, func() error {
+		app, err := s.appOp(ctx, j.AppName)
+		if err != nil {
+			return fmt.Errorf("create job %q: %w", j.JobName, err)
+		}
+		if err := s.multi(ctx, app, s.createOp(s.path(jobsDir, j.JobName), data)); err != nil {
+			return fmt.Errorf("create job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
+		}
+		return nil
+	})
+}
+
+// appOp returns the op that holds a job's app in place while the job is written: the app's
+// node set again, as it is, at the version read. A check of its existence would not do:
+// DeleteApp reads the app's jobs and deletes them with the app in one multi, and a job written
+// after that read, under a mere check, would outlive its app (a job's node is not the app's
+// child, so writing it does not change the app's version). Setting the app does, and the
+// delete, checked against the version it read, fails and reads the jobs again.
+func (s *Store) appOp(ctx context.Context, app string) (any, error) {
+	p := s.path(appsDir, app)
+	n, err := s.get(ctx, p)
 	if err != nil {
-		return fmt.Errorf("create job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
+		return nil, err
 	}
-	return nil
+	if !n.exists {
+		return nil, &SubjectError{Kind: "app", Name: app, Err: ErrAppNotFound}
+	}
+	return setOp(p, n.data, n.version), nil
 }
 
 // appMissing turns a failed check of the app's node into ErrAppNotFound.
@@ -261,7 +284,11 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 		if err != nil {
 			return err
 		}
-		ops := []any{checkOp(s.path(appsDir, j.AppName), -1), setOp(s.path(jobsDir, j.JobName), data, version)}
+		app, err := s.appOp(ctx, j.AppName)
+		if err != nil {
+			return fmt.Errorf("update job %q: %w", j.JobName, err)
+		}
+		ops := []any{app, setOp(s.path(jobsDir, j.JobName), data, version)}
 		if cur.RestartsTasks(j) {
 			restart, err := s.restartOps(ctx, j.JobName)
 			if err != nil {

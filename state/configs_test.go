@@ -2,11 +2,13 @@ package state_test
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -219,6 +221,32 @@ func TestJobsNamed(t *testing.T) {
 			if got[n].JobName != n || got[n].AppName != "app" {
 				t.Fatalf("JobsNamed(%v)[%s] = %+v", c.names, n, got[n])
 			}
+		}
+	}
+}
+
+// A job registered while its app is deleted either goes with the app or is refused: never a
+// job whose app is gone. (DeleteApp reads the app's jobs before its multi; a mere check of
+// the app in the job's create let a job written in between outlive the app.)
+func TestAJobRegisteredDuringItsAppsDeletionNeverOutlivesIt(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	s, other := open(t, env), open(t, env)
+	ctx := ctxT(t)
+	for i := range 60 {
+		app, job := "app"+strconv.Itoa(i), "job"+strconv.Itoa(i)
+		must(t, s.CreateApp(ctx, testApp(app)), "CreateApp")
+		var wg sync.WaitGroup
+		var createErr, deleteErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); _, deleteErr = s.DeleteApp(ctx, app) }()
+		go func() { defer wg.Done(); createErr = other.CreateJob(ctx, testJob(job, app)) }()
+		wg.Wait()
+		must(t, deleteErr, "DeleteApp")
+		if createErr != nil && !errors.Is(createErr, state.ErrAppNotFound) {
+			t.Fatalf("CreateJob: %v; want success or ErrAppNotFound", createErr)
+		}
+		if _, err := s.Job(ctx, job); !errors.Is(err, state.ErrNotFound) {
+			t.Fatalf("round %d: job %s outlived its app (created: %v)", i, job, createErr == nil)
 		}
 	}
 }
