@@ -50,12 +50,15 @@ type FireEntry struct {
 	Outcome string    `json:"outcome"`                // fired, merged or skipped
 	Reason  string    `json:"reason,omitempty"`
 	// Triggered marks a run asked for through the API, not by the cron; its Slot is when.
-	Triggered bool      `json:"triggered,omitempty"`
-	Launched  time.Time `json:"launched,omitzero"`  // when its tasks were written ahead
-	Tasks     int       `json:"tasks,omitempty"`    // tasks launched for it, relaunches included
-	TaskIDs   []string  `json:"taskIds,omitempty"`  // the first LedgerTaskIDs of them
-	Attempts  int       `json:"attempts,omitempty"` // the highest attempt a shard of the run was launched as (retries)
-	Failed    string    `json:"failed,omitempty"`   // the run failed for good: why (set once)
+	Triggered bool `json:"triggered,omitempty"`
+	// CatchUp (not stored) makes a fired entry add a run even without Fires.Accumulate: a
+	// missed slot that misfirePolicy fireAll runs.
+	CatchUp  bool      `json:"-"`
+	Launched time.Time `json:"launched,omitzero"`  // when its tasks were written ahead
+	Tasks    int       `json:"tasks,omitempty"`    // tasks launched for it, relaunches included
+	TaskIDs  []string  `json:"taskIds,omitempty"`  // the first LedgerTaskIDs of them
+	Attempts int       `json:"attempts,omitempty"` // the highest attempt a shard of the run was launched as (retries)
+	Failed   string    `json:"failed,omitempty"`   // the run failed for good: why (set once)
 	// Run is the run id that all its task ids carry (taskid.ID.Run), relaunches included:
 	// it tells the run's tasks beyond the first LedgerTaskIDs. Empty in entries launched
 	// before run ids.
@@ -136,8 +139,9 @@ type Fires struct {
 	From time.Time
 	// Entries, in slot order: each fired one asks for one run.
 	Entries []FireEntry
-	// Accumulate: each run adds one to the ready count (misfire, fireAll). Otherwise the count
-	// becomes 1, and a fire that finds a run queued merges into it (2.1.5's misfire=false).
+	// Accumulate: each run adds one to the ready count (misfire). Otherwise the count becomes
+	// 1, and a fire that finds a run queued merges into it (2.1.5's misfire=false), unless the
+	// entry is a CatchUp.
 	Accumulate bool
 	// Refuse: a full ready root fails the write with ErrQueueFull and nothing is written (an
 	// operator's trigger, answered 503). Otherwise the fired entries are recorded as skipped.
@@ -205,7 +209,7 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 		switch {
 		case full:
 			e.Outcome, e.Reason = OutcomeSkipped, ReasonQueueFull
-		case f.Accumulate || count == 0:
+		case f.Accumulate || e.CatchUp || count == 0:
 			count++
 		default:
 			e.Outcome, e.Reason = OutcomeMerged, ReasonMergedQueued

@@ -323,6 +323,26 @@ func TestARunGivenUpWhileItsShardsWaitIsFailedAndEnded(t *testing.T) {
 	}
 }
 
+// Without Accumulate a fired slot finding a run queued merges into it, but a catch-up slot
+// (misfirePolicy fireAll) adds its run: each missed slot is one run, and the slot on time after
+// them merges as any would.
+func TestACatchUpEntryAddsARunWithoutAccumulate(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	up := func(e state.FireEntry) state.FireEntry { e.CatchUp = true; return e }
+	out, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(6 * time.Second), Entries: []state.FireEntry{up(fired(2)), up(fired(4)), fired(6)}})
+	must(t, err, "RecordFires")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 3 {
+		t.Fatalf("ready count %d; want 3: the queued run and the two catch-ups", r.Count)
+	}
+	if out[0].Outcome != state.OutcomeFired || out[1].Outcome != state.OutcomeFired || out[2].Outcome != state.OutcomeMerged {
+		t.Fatalf("written %+v; want fired, fired, merged", out)
+	}
+}
+
 // A queued run skipped (its dependency failed) leaves the ready queue and the ledger says why.
 func TestSkipQueuedRun(t *testing.T) {
 	s := newStore(t)

@@ -99,9 +99,6 @@ type due struct {
 	slots []schedule.Slots // in order
 }
 
-// accumulates says each of a job's fired slots adds a run (misfire, fireAll).
-func accumulates(j config.Job) bool { return j.Misfire || j.EffectiveMisfirePolicy() == config.FireAll }
-
 type entry struct {
 	job   config.Job
 	sched *cron.Schedule
@@ -393,7 +390,7 @@ func (p *Producer) pend(d due) {
 	if n := len(q); n > 0 {
 		prev := &q[n-1]
 		sameCron := prev.job.Cron == d.job.Cron && prev.job.TimeZone == d.job.TimeZone
-		if accumulates(prev.job) == accumulates(d.job) && (sameCron || !d.from.IsZero()) {
+		if prev.job.Misfire == d.job.Misfire && (sameCron || !d.from.IsZero()) {
 			prev.job, prev.slots = d.job, append(prev.slots, d.slots...)
 			if !d.last.IsZero() {
 				prev.last = d.last
@@ -506,7 +503,7 @@ func (p *Producer) writeFires(ctx context.Context, d due) bool {
 	}
 	entries := make([]state.FireEntry, len(d.slots))
 	for i, s := range d.slots {
-		e := state.FireEntry{Slot: s.First, Count: s.Count, AtLeast: s.AtLeast, Outcome: string(s.Outcome), Reason: s.Reason}
+		e := state.FireEntry{Slot: s.First, Count: s.Count, AtLeast: s.AtLeast, Outcome: string(s.Outcome), Reason: s.Reason, CatchUp: s.CatchUp}
 		if !s.Last.Equal(s.First) {
 			e.Through = s.Last
 		}
@@ -516,7 +513,7 @@ func (p *Producer) writeFires(ctx context.Context, d due) bool {
 		entries[i] = e
 	}
 	written, err := p.store.RecordFires(ctx, j.JobName, state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, From: d.from, Entries: entries,
-		Accumulate: accumulates(j)})
+		Accumulate: j.Misfire})
 	switch {
 	case errors.Is(err, state.ErrNotFound) && !errors.Is(err, state.ErrConflict):
 		// The job's config is gone. (A node gone since it was read is a conflict, which

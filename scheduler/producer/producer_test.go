@@ -70,9 +70,9 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.waiters = kept
 }
 
-// recorder is a Store that records the runs each write asks for ("job:add" with Accumulate,
-// "job:set" for the first fire of a write without it, whose later fires merge), keeps each
-// job's ledger in memory, and can hold writes at a gate or fail them.
+// recorder is a Store that records the runs each write asks for ("job:add" with Accumulate or
+// for a catch-up entry, "job:set" for the first fire of a write without either, whose later
+// fires merge), keeps each job's ledger in memory, and can hold writes at a gate or fail them.
 type recorder struct {
 	mu       sync.Mutex
 	adds     []string
@@ -117,7 +117,7 @@ func (r *recorder) RecordFires(_ context.Context, job string, f state.Fires) ([]
 	for i := range out {
 		switch {
 		case out[i].Outcome != state.OutcomeFired:
-		case f.Accumulate:
+		case f.Accumulate || out[i].CatchUp:
 			r.adds = append(r.adds, job+":add")
 		case !set:
 			r.adds = append(r.adds, job+":set")
@@ -373,6 +373,15 @@ func TestTakeoverAppliesTheMisfirePolicy(t *testing.T) {
 		s := rec.slots("skip")
 		return len(s) == 2 && s[1] == "fired@2s"
 	})
+	// fireAll is for the missed slots: without misfire, the slot on time sets the count to one
+	// run (merging into one queued) instead of adding a run to the catch-up ones.
+	await.True(t, 5*time.Second, "all's slot on time sets the count", func() bool {
+		adds := map[string]int{}
+		for _, a := range rec.got() {
+			adds[a]++
+		}
+		return adds["all:add"] == 10 && adds["all:set"] == 1
+	})
 }
 
 // A takeover between two slots misses none: the first slot after it falls while the new
@@ -408,7 +417,8 @@ func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
 	j := job("j", "*/10 * * * * ?", "UTC", false)
 	j.MisfirePolicy = config.FireAll
 	p.Put(context.Background(), j)
-	step(t, clock, rec, 10*time.Second, []string{"j:add"}) // 10 s
+	// Without misfire a slot on time sets the count to one run (fireAll is for missed slots).
+	step(t, clock, rec, 10*time.Second, []string{"j:set"}) // 10 s
 	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
 	clock.advance(3 * time.Second) // 13 s: the change
 	j.Cron = "*/2 * * * * ?"
@@ -417,7 +427,7 @@ func TestCronChangeFiresTheNewCronFromTheChange(t *testing.T) {
 		l := rec.ledger("j")
 		return l.Cron == j.Cron && l.From.Equal(t0.Add(13*time.Second)) && l.Last.Equal(t0.Add(10*time.Second))
 	})
-	step(t, clock, rec, time.Second, []string{"j:add", "j:add"}) // 14 s, the new cron's first slot after the change
+	step(t, clock, rec, time.Second, []string{"j:set", "j:set"}) // 14 s, the new cron's first slot after the change
 	if got, want := rec.slots("j"), []string{"fired@10s", "fired@14s"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("ledger %v; want %v (not the new cron's 12 s, before the change)", got, want)
 	}

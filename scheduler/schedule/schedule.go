@@ -77,6 +77,9 @@ type Slots struct {
 	AtLeast     bool // Count is a lower bound: the run had more than CountLimit slots
 	Outcome     Outcome
 	Reason      string
+	// CatchUp marks a missed slot fireAll runs: it adds a run even where a slot on time would
+	// merge into one already queued (misfire off).
+	CatchUp bool
 }
 
 // Decision is what Plan decided for the slots in (from, now].
@@ -155,7 +158,7 @@ func (d *Decision) missed(c Cron, first, last, now time.Time, o Options, onTime 
 			d.add(span(c, first, Before(c, oldest), Skipped, ReasonCap))
 		}
 		for i := len(fire) - 1; i >= 0; i-- {
-			d.add(Slots{First: fire[i], Last: fire[i], Count: 1, Outcome: Fired})
+			d.add(Slots{First: fire[i], Last: fire[i], Count: 1, Outcome: Fired, CatchUp: true})
 			d.Fires = append(d.Fires, fire[i])
 		}
 	case FireOnce:
