@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -186,5 +187,37 @@ func TestANewLeaderKillsTheTasksAnUpdateRestarted(t *testing.T) {
 	}
 	if restarted, err := w.base.Restarted(ctx, gone); err != nil || restarted {
 		t.Fatalf("after the prune, Restarted(%v) = %v, %v; want false", gone, restarted, err)
+	}
+}
+
+// TASK_STARTING and TASK_KILLING (2.1.5 crashed on them) are heard: acknowledged, and nothing
+// else changes — the task stays its shard's running task, nothing is killed or relaunched.
+func TestStartingAndKillingUpdatesAreAcknowledgedAndChangeNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newReplaceWorld(t, ctx, nil)
+	ld := w.leader(t, ctx)
+	w.firstRun(t, ctx, ld)
+	running, err := w.base.RunningOf(ctx, w.job)
+	if err != nil || len(running) != 2 {
+		t.Fatalf("%d tasks running (%v); want 2", len(running), err)
+	}
+	launched, killed := w.fake.launchesAndKills()
+	for i, s := range []mesos.TaskState{mesos.TASK_STARTING, mesos.TASK_KILLING} {
+		id, _ := taskid.Parse(running[0].TaskID)
+		ld.update(ctx, mesos.TaskStatus{TaskID: mesos.TaskID{Value: running[0].TaskID}, State: s.Enum(), AgentID: &mesos.AgentID{Value: id.AgentID},
+			Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: []byte(fmt.Sprintf("u%015d", i))})
+		if n := w.fake.count(); n != i+1 {
+			t.Fatalf("%v: %d updates acknowledged; want %d", s, n, i+1)
+		}
+	}
+	if l, k := w.fake.launchesAndKills(); l != launched || k != killed {
+		t.Fatalf("%d launches and %d kills after the updates; want %d and %d", l, k, launched, killed)
+	}
+	if r, err := w.base.RunningOf(ctx, w.job); err != nil || len(r) != 2 || r[0].TaskID != running[0].TaskID {
+		t.Fatalf("running %v (%v); want the same two tasks", r, err)
+	}
+	if f, err := w.base.Failovers(ctx); err != nil || len(f) != 0 {
+		t.Fatalf("failover queue %v (%v); want empty", f, err)
 	}
 }

@@ -194,6 +194,7 @@ func TestDecide(t *testing.T) {
 		want Meaning
 	}{
 		{"staging is heard", Facts{State: mesos.TASK_STAGING}, Meaning{Kind: Heard}},
+		{"starting is heard", Facts{State: mesos.TASK_STARTING}, Meaning{Kind: Heard}},
 		{"killing is heard", Facts{State: mesos.TASK_KILLING}, Meaning{Kind: Heard}},
 		{"unreachable", Facts{State: mesos.TASK_UNREACHABLE}, Meaning{Kind: Unreachable}},
 		{"the shard's running task runs", Facts{State: mesos.TASK_RUNNING, Job: transient, Current: true}, Meaning{Kind: Running}},
