@@ -318,3 +318,32 @@ func TestStoredFormRoundTrips(t *testing.T) {
 		t.Fatalf("the stored form must be accepted by the API again: %+v, %v", again, err)
 	}
 }
+
+// A task's sharding parameter is read as 2.1.5 read it: for what ParseShardingItemParameters
+// accepts, the same value; for what only a 2.1.5 scheduler stored (an item twice, an item out
+// of range, a malformed entry), the other items keep theirs and the last entry wins.
+func TestShardingItemParameterAgreesWithTheParseAndToleratesStoredLegacy(t *testing.T) {
+	for _, s := range []string{"0=a, 1 = b ,", "1=x,0=y,2=", "", "0=a=b"} {
+		p, err := ParseShardingItemParameters(s, 3)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		for item := range 3 {
+			if got := ShardingItemParameter(s, item); got != p[item] {
+				t.Errorf("%q item %d: %q; the parse says %q", s, item, got, p[item])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		s    string
+		item int
+		want string
+	}{
+		{"0=a,0=b,1=c", 0, "b"}, {"0=a,0=b,1=c", 1, "c"},
+		{"0=a,7=z,1=c", 1, "c"}, {"0=a,junk,1=c", 0, "a"}, {"x=1,1=c", 1, "c"},
+	} {
+		if got := ShardingItemParameter(tc.s, tc.item); got != tc.want {
+			t.Errorf("%q item %d: %q; want %q", tc.s, tc.item, got, tc.want)
+		}
+	}
+}

@@ -369,6 +369,23 @@ func ParseShardingItemParameters(s string, total int) (map[int]string, error) {
 	return out, nil
 }
 
+// ShardingItemParameter is item's parameter in s as Elastic-Job 2.1.5 read it when it ran a
+// job: the last entry for the item wins, and entries that are not item=parameter, or whose
+// item is not an integer, are passed over. A job registered here passed
+// ParseShardingItemParameters, and gets the same; a job node a 2.1.5 scheduler stored may hold
+// what that refuses (an item given twice, one out of range), and its other items must not
+// lose their parameters for it.
+func ShardingItemParameter(s string, item int) string {
+	param := ""
+	for _, entry := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if n, err := strconv.Atoi(strings.TrimSpace(k)); ok && err == nil && n == item {
+			param = strings.TrimSpace(v)
+		}
+	}
+	return param
+}
+
 // ParseJob reads a job as stored in ZooKeeper, tolerating fields it does not know.
 func ParseJob(data []byte) (Job, error) {
 	var j Job

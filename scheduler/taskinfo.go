@@ -36,10 +36,9 @@ func executorInfo(frameworkID string, app config.App, agentID string, resources 
 
 // taskInfo is the TaskInfo of one shard, with its resources (taken from the offers).
 func taskInfo(id taskid.ID, job config.Job, exec mesos.ExecutorInfo, resources []mesos.Resource) mesos.TaskInfo {
-	params, _ := config.ParseShardingItemParameters(job.ShardingItemParameters, job.ShardingTotalCount)
 	p := taskdata.Payload{Job: job, ShardingContext: taskdata.ShardingContext{
 		TaskID: id.String(), JobName: job.JobName, ShardingTotalCount: job.ShardingTotalCount,
-		JobParameter: job.JobParameter, ShardingItem: id.Item, ShardingParameter: params[id.Item],
+		JobParameter: job.JobParameter, ShardingItem: id.Item, ShardingParameter: config.ShardingItemParameter(job.ShardingItemParameters, id.Item),
 	}}
 	return mesos.TaskInfo{
 		Name:      strings.Join([]string{job.JobName, itoa(id.Item)}, "@-@"),
