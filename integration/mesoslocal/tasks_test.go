@@ -170,7 +170,11 @@ func TestFailureOnACleanExecutorExit(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
-	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "pid"))
+	// A grace period far longer than the executor takes to exit, even on a loaded machine: at
+	// its end the executor would be SIGKILLed (status 9).
+	exec := testExecutor("e1", "basic")
+	exec.ShutdownGracePeriod = &mesos.DurationInfo{Nanoseconds: int64(30 * time.Second)}
+	s.Launch(o, task("t1", o, exec, "pid"))
 	st := s.Update("t1", mesos.TASK_RUNNING)
 	s.Ack(st)
 	pid, _ := strconv.Atoi(string(st.Data))
