@@ -485,3 +485,42 @@ func TestRole(t *testing.T) {
 		}
 	}
 }
+
+// A write a browser sends for another site's page is refused (CSRF: the browser would attach
+// the operator's Basic credentials), whatever the credentials; the console's own requests, and
+// tools that say nothing of origins, are served; reads are never refused.
+func TestCrossSiteWritesAreRefused(t *testing.T) {
+	for _, cfg := range []Config{{Root: "root:secret"}, {}} {
+		f := newFixture(cfg)
+		f.do("POST", "/api/app", appBody, "root", "secret")
+		for _, tc := range []struct {
+			name         string
+			method, path string
+			headers      map[string]string
+			want         int
+		}{
+			{"a cross-site form POST", "POST", "/api/app/app/disable", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+			{"a same-site page's POST", "POST", "/api/app/app/disable", map[string]string{"Sec-Fetch-Site": "same-site"}, 403},
+			{"a foreign Origin without Sec-Fetch-Site", "POST", "/api/app/app/disable", map[string]string{"Origin": "https://evil.example"}, 403},
+			{"a cross-site DELETE", "DELETE", "/api/app/app", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+			{"the console's own POST", "POST", "/api/app/app/disable", map[string]string{"Sec-Fetch-Site": "same-origin"}, 204},
+			{"the same Origin", "POST", "/api/app/app/enable", map[string]string{"Origin": "http://example.com"}, 204},
+			{"curl", "POST", "/api/app/app/disable", nil, 204},
+			{"a cross-site read", "GET", "/api/app/list", map[string]string{"Sec-Fetch-Site": "cross-site"}, 200},
+		} {
+			req := httptest.NewRequest(tc.method, tc.path, nil)
+			req.SetBasicAuth("root", "secret")
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			f.h.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("root %q: %s: %d %s; want %d", cfg.Root, tc.name, rec.Code, rec.Body, tc.want)
+			}
+		}
+		if apps := f.do("GET", "/api/app/list", "", "root", "secret").Body.String(); !strings.Contains(apps, `"app"`) {
+			t.Fatalf("the app is gone after refused deletes: %s", apps)
+		}
+	}
+}
