@@ -7,7 +7,22 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
+
+// serverTimeouts bound how long a connection may hold the server's resources: a client that
+// sends nothing, or reads nothing, cannot keep connections (and their goroutines) open for
+// good. Whole requests are small (1 MiB bodies); the longest answer is the stock executor
+// binary, which agents may fetch over a slow link.
+type serverTimeouts struct {
+	header, read, write, idle time.Duration
+}
+
+var httpTimeouts = serverTimeouts{header: 10 * time.Second, read: time.Minute, write: 10 * time.Minute, idle: 2 * time.Minute}
+
+func newHTTPServer(h http.Handler, t serverTimeouts) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
+}
 
 func (s *instance) routes() http.Handler {
 	mux := http.NewServeMux()

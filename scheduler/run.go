@@ -109,7 +109,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		return err
 	}
 	s := &instance{cfg: cfg, log: log, store: store, advertised: net.JoinHostPort(cfg.Hostname, strconv.Itoa(port)), metrics: met, hooks: h, trace: trace, console: con}
-	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(s.routes(), httpTimeouts)
 
 	ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
