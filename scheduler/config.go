@@ -91,7 +91,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.Hostname, "hostname", osHostname(), "advertised host name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8899", "REST API and console address")
 	fs.StringVar(&c.AuthRoot, "auth-root", "", "user:password of the administrator (HTTP Basic)")
-	fs.StringVar(&c.AuthGuest, "auth-guest", "", "user:password of the read-only guest (HTTP Basic)")
+	fs.StringVar(&c.AuthGuest, "auth-guest", "", "user:password of the read-only guest (HTTP Basic; needs --auth-root)")
 	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
@@ -130,9 +130,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--failover-backoff-min must be positive and at most --failover-backoff-max, got %v and %v", c.FailoverBackoffMin, c.FailoverBackoffMax)
 	}
 	for name, cred := range map[string]string{"--auth-root": c.AuthRoot, "--auth-guest": c.AuthGuest, "--zk-digest": c.ZKDigest} {
-		if cred != "" && !strings.Contains(cred, ":") {
-			return fmt.Errorf("%s must be user:password", name)
+		// An empty user or password would let "Authorization: Basic Og==" (":") in.
+		if user, pass, ok := strings.Cut(cred, ":"); cred != "" && (!ok || user == "" || pass == "") {
+			return fmt.Errorf("%s must be user:password, with neither empty", name)
 		}
+	}
+	if c.AuthGuest != "" && c.AuthRoot == "" {
+		// Without a root user every request is root's: the guest's limits would not hold.
+		return fmt.Errorf("--auth-guest needs --auth-root: without a root user every request may write")
 	}
 	if c.EventTraceDB != "" {
 		if err := eventtrace.CheckDSN(c.EventTraceDB); err != nil {
@@ -181,6 +186,10 @@ func (c *Config) parseMesosURL() error {
 		p, err := url.Parse(u)
 		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
 			return fmt.Errorf("--mesos-url: %q is not a zk://, http:// or https:// master URL", u)
+		}
+		if p.User != nil {
+			// It would be logged, and shown to guests as the master subscribed at.
+			return fmt.Errorf("--mesos-url: a master URL may not carry credentials (%s://…@%s): give them with --mesos-principal and --mesos-secret-file", p.Scheme, p.Host)
 		}
 	}
 	return nil

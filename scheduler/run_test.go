@@ -167,7 +167,10 @@ func TestConfigValidation(t *testing.T) {
 		{"non-loopback with credentials is fine (over plain HTTP only with --insecure-http: tls_test.go)", func(c *Config) {
 			c.HTTPAddr, c.AuthRoot, c.InsecureHTTP = "0.0.0.0:8899", "root:pw", true
 		}, ""},
-		{"credentials need a colon", func(c *Config) { c.AuthGuest = "guest" }, "--auth-guest"},
+		{"credentials need a colon", func(c *Config) { c.AuthRoot, c.AuthGuest = "root:pw", "guest" }, "--auth-guest"},
+		{"an empty password", func(c *Config) { c.AuthRoot = "admin:" }, "--auth-root"},
+		{"an empty user", func(c *Config) { c.AuthRoot = ":pw" }, "--auth-root"},
+		{"a guest without a root user", func(c *Config) { c.AuthGuest = "guest:look" }, "--auth-guest needs --auth-root"},
 		{"queue size must be positive", func(c *Config) { c.JobStateQueueSize = 0 }, "--job-state-queue-size"},
 		{"start-up timeout must not be negative", func(c *Config) { c.MesosStartupTimeout = -time.Second }, "--mesos-startup-timeout"},
 		{"a task lease shorter than the unreachable timeout", func(c *Config) { c.TaskLease, c.UnreachableTimeout = 6*time.Second, 10*time.Second }, ""},
@@ -175,6 +178,7 @@ func TestConfigValidation(t *testing.T) {
 		{"a negative task lease", func(c *Config) { c.TaskLease = -time.Second }, "--task-lease"},
 		{"a list of masters", func(c *Config) { c.MesosURL = "http://m1:5050, https://m2:5050" }, ""},
 		{"a master without a scheme", func(c *Config) { c.MesosURL = "m1:5050" }, "--mesos-url"},
+		{"a master URL with credentials", func(c *Config) { c.MesosURL = "http://m1:5050,http://principal:s3cret@m2:5050" }, "--mesos-principal and --mesos-secret-file"},
 		{"masters in ZooKeeper", func(c *Config) { c.MesosURL = "zk://z1:2181,z2:2181/mesos" }, ""},
 		{"masters in ZooKeeper with credentials", func(c *Config) { c.MesosURL = "zk://u:p@z1:2181/mesos" }, ""},
 		{"zk:// without a path", func(c *Config) { c.MesosURL = "zk://z1:2181" }, "--mesos-url"},
@@ -197,6 +201,9 @@ func TestConfigValidation(t *testing.T) {
 			err := c.Validate()
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Validate() = %v; want %q", err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("Validate() = %v: it shows the secret", err)
 			}
 			if c.MesosSecretFile == secret && tc.wantErr == "" && c.mesosSecret != "s3cret" {
 				t.Fatalf("secret %q; want s3cret", c.mesosSecret)
