@@ -124,17 +124,32 @@ func mysqlConfig(rest string) (*mysqldrv.Config, error) {
 	return cfg, nil
 }
 
-// redact hides a DSN's password in messages.
+// redact hides a DSN's password in messages: the user information's, and a query parameter
+// that carries one (PostgreSQL's password and sslpassword).
 func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
+	if u, err := url.Parse(dsn); err == nil {
+		if u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			}
 		}
+		q := u.Query()
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "pass") {
+				q.Set(k, "xxxxx")
+			}
+		}
+		if len(q) > 0 {
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
 	}
-	if at := strings.LastIndexByte(dsn, '@'); at > 0 {
-		if colon := strings.LastIndexByte(dsn[:at], ':'); colon > strings.Index(dsn, "://")+2 {
-			return dsn[:colon+1] + "xxxxx" + dsn[at:]
+	// Not a URL to Go (MySQL's tcp(host:port) address): the user information runs from the
+	// scheme to the last '@', and the password from its first ':' (a user has none).
+	start := strings.Index(dsn, "://") + 3
+	if at := strings.LastIndexByte(dsn, '@'); start >= 3 && at > start {
+		if colon := strings.IndexByte(dsn[start:at], ':'); colon >= 0 {
+			return dsn[:start+colon+1] + "xxxxx" + dsn[at:]
 		}
 	}
 	return dsn

@@ -660,3 +660,22 @@ func TestAnElasticJobExecutionTableTakesRunningRuns(t *testing.T) {
 		}
 	}
 }
+
+// redact hides every form of a DSN's password that the drivers take: in the user information
+// (also where Go cannot parse the DSN as a URL, and where the password has a colon) and in a
+// PostgreSQL query parameter.
+func TestRedactHidesThePassword(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://u:secret@h/db", "postgres://u:xxxxx@h/db"},
+		{"postgres://u@h/db?password=secret&sslmode=disable", "postgres://u@h/db?password=xxxxx&sslmode=disable"},
+		{"postgres://u@h/db?sslpassword=secret", "postgres://u@h/db?sslpassword=xxxxx"},
+		{"mysql://u:secret@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},
+		{"mysql://u:sec:ret@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},
+		{"mysql://u:s@cret@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},
+		{"sqlite:///var/lib/trace.db", "sqlite:///var/lib/trace.db"},
+	} {
+		if got := redact(tc.dsn); got != tc.want {
+			t.Errorf("redact(%q) = %q; want %q", tc.dsn, got, tc.want)
+		}
+	}
+}
