@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -122,15 +123,28 @@ type goRunner struct {
 }
 
 func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
+	if ctx.Err() != nil {
+		return errKilled // killed before it started: the job is not run at all
+	}
 	done := make(chan error, 1)
 	go func() {
+		returned := false
 		defer func() {
-			if p := recover(); p != nil {
-				r.recordEnd(ctx, 2)
-				done <- &jobFailure{cause: fmt.Sprintf("panic: %v", p)}
+			if returned {
+				return
 			}
+			// A panic, or runtime.Goexit (recover gives nil): either way the job did not
+			// return, and its task must still end.
+			cause := "the job's goroutine ended without returning (runtime.Goexit)"
+			if p := recover(); p != nil {
+				cause = fmt.Sprintf("panic: %v", p)
+				fmt.Fprintf(os.Stderr, "ejcloud executor: job of task %s panicked: %v\n%s", r.sc.TaskID, p, debug.Stack())
+			}
+			r.recordEnd(ctx, 2)
+			done <- &jobFailure{cause: cause}
 		}()
 		err := r.f(ctx)
+		returned = true
 		r.recordEnd(ctx, map[bool]int{true: 0, false: 1}[err == nil])
 		if err != nil {
 			done <- &jobFailure{cause: err.Error()}

@@ -45,6 +45,9 @@ type DataflowJob interface {
 // until a fetch returns nothing (or ctx ends).
 func RunDataflow(ctx context.Context, j DataflowJob, sc ShardingContext, streaming bool) error {
 	for {
+		if ctx.Err() != nil {
+			return nil // killed: no further round
+		}
 		data, err := j.Fetch(ctx, sc)
 		if err != nil {
 			return fmt.Errorf("fetch: %w", err)

@@ -46,3 +46,27 @@ func TestRegistry(t *testing.T) {
 		}()
 	}
 }
+
+type counting struct{ fetches, processes int }
+
+func (c *counting) Fetch(context.Context, ShardingContext) ([]any, error) {
+	c.fetches++
+	return []any{1}, nil
+}
+
+func (c *counting) Process(context.Context, ShardingContext, []any) error {
+	c.processes++
+	return nil
+}
+
+// A DATAFLOW job killed before its first round fetches nothing, streaming or not.
+func TestAKilledDataflowJobFetchesNothing(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var c counting
+		if err := RunDataflow(ctx, &c, ShardingContext{}, streaming); err != nil || c.fetches != 0 || c.processes != 0 {
+			t.Errorf("streaming %v: %v, %d fetches, %d processes; want none", streaming, err, c.fetches, c.processes)
+		}
+	}
+}
