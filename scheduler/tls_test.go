@@ -67,7 +67,7 @@ func TestTLSConfigValidation(t *testing.T) {
 			c.HTTPAddr, c.AuthRoot, c.TLSCertFile, c.TLSKeyFile = "0.0.0.0:8899", "root:pw", cert, key
 		}, "", "https"},
 		{"Basic auth over plain HTTP on 127.0.0.1", func(c *Config) { c.AuthRoot = "root:pw" }, "", "http"},
-		{"Basic auth over plain HTTP on localhost", func(c *Config) { c.HTTPAddr, c.AuthGuest = "localhost:8899", "guest:pw" }, "", "http"},
+		{"Basic auth over plain HTTP on localhost", func(c *Config) { c.HTTPAddr, c.AuthRoot = "localhost:8899", "root:pw" }, "", "http"},
 		{"Basic auth over plain HTTP on ::1", func(c *Config) { c.HTTPAddr, c.AuthRoot = "[::1]:8899", "root:pw" }, "", "http"},
 		{"no credentials beyond loopback: the older rule names --auth-root", func(c *Config) { c.HTTPAddr, c.InsecureHTTP = "0.0.0.0:8899", true }, "--auth-root", ""},
 	} {
