@@ -802,7 +802,7 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	m.writeMu.Lock()
 	events := make(chan string, 4096)
 	overflow := &atomic.Bool{}
-	s.watchers.Store(&watchFunc{f: func(ev zk.Event) {
+	wf := &watchFunc{f: func(ev zk.Event) {
 		if !m.covered(ev.Path) {
 			return
 		}
@@ -811,7 +811,8 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		default:
 			overflow.Store(true) // handled below by reading every watched directory again
 		}
-	}})
+	}}
+	s.watchers.Store(wf)
 	if r, err := s.openLoadReaders(ctx, loadReaderCount); err != nil {
 		// Slower, not wrong: every read then goes over the store's own session.
 		s.log.WithError(err).Warn("load the leader's model over one session")
@@ -833,13 +834,13 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	m.loading = nil
 	m.writeMu.Unlock()
 	if err != nil {
-		s.watchers.Store(nil)
+		s.watchers.CompareAndSwap(wf, nil)
 		return nil, fmt.Errorf("load the leader's model: %w", err)
 	}
 	if h := loadedHook.Load(); h != nil {
 		(*h)()
 	}
-	go v.follow(ctx, events, overflow, onChange)
+	go v.follow(ctx, wf, events, overflow, onChange)
 	go func() {
 		defer close(m.armed)
 		v.arm(ctx, armNow, events)
@@ -903,9 +904,11 @@ type watchFunc struct{ f func(zk.Event) }
 // burst is read once; well within the second in which others' changes must be seen.
 const followCoalesce = 20 * time.Millisecond
 
-// follow reads again what the watches report, until ctx ends.
-func (s *Store) follow(ctx context.Context, events <-chan string, overflow *atomic.Bool, onChange func(Change)) {
-	defer s.watchers.Store(nil)
+// follow reads again what the watches report, until ctx ends. It then stops wf, its mirror's
+// watcher, from being told of events, unless a later mirror of the Store (the next term's) has
+// put its own in place already: that one must go on being told.
+func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string, overflow *atomic.Bool, onChange func(Change)) {
+	defer s.watchers.CompareAndSwap(wf, nil)
 	m := s.mv.m
 	dirs := []string{appsDir, jobsDir, disableAppDir, disableJobDir, stoppedDir, readyDir, failoverDir}
 	for {
