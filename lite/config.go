@@ -86,8 +86,13 @@ func (c JobConfig) parse() (*parsed, error) {
 	if p.schedule, err = cron.Parse(c.Cron); err != nil {
 		return nil, fmt.Errorf("lite: cron: %w", err)
 	}
-	if p.loc, err = time.LoadLocation(c.TimeZone); err != nil {
-		return nil, fmt.Errorf("lite: timeZone: %w", err)
+	// time.LoadLocation("") is UTC, not the process's zone that an unset timeZone means (as
+	// the JVM's default zone in Elastic-Job-Lite).
+	p.loc = time.Local
+	if c.TimeZone != "" {
+		if p.loc, err = time.LoadLocation(c.TimeZone); err != nil {
+			return nil, fmt.Errorf("lite: timeZone: %w", err)
+		}
 	}
 	if p.params, err = config.ParseShardingItemParameters(c.ShardingItemParameters, c.ShardingTotalCount); err != nil {
 		return nil, fmt.Errorf("lite: shardingItemParameters: %w", err)
