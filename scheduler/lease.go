@@ -2,12 +2,14 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 
 	"github.com/ejcloud/ejcloud/executor"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -30,24 +32,56 @@ func leaseMessage(d time.Duration) []byte { return []byte(executor.LeaseMessage 
 
 // keepLeases renews the lease until ctx ends (the subscription's), or, without a lease, sends
 // "LEASE 0s" once. It runs beside the event loop, not on it: a loop blocked on ZooKeeper (a
-// write waiting for the reconnect) must not let the leases lapse, and it reads the running
-// tasks from the model, which the API reads too.
+// write waiting for the reconnect) must not let the leases lapse. It reads the running tasks
+// from the model, and that read can wait for ZooKeeper too (the model settles a node a failed
+// call left in doubt first, whatever the read's context): a read not back within a renewal
+// period is left to finish, and the executors read last are renewed meanwhile.
 func (ld *leader) keepLeases(ctx context.Context, out *acknowledger) {
+	ld.renewLeases(ctx, out, ld.leasedExecutors)
+}
+
+type leased struct {
+	execs []taskid.Executor
+	err   error
+}
+
+func (ld *leader) renewLeases(ctx context.Context, out *acknowledger, read func(context.Context) ([]taskid.Executor, error)) {
 	lease := ld.cfg.TaskLease
 	every := leaseRenewal(lease)
 	var execs []taskid.Executor
+	var reading chan leased // the read in flight, if any: its goroutine ends with the read
+	heldUp := false
 	for {
 		// At once first: the executors may have waited through a leaderless gap.
-		rctx, cancel := context.WithTimeout(ctx, every)
-		now, err := ld.leasedExecutors(rctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if reading == nil {
+			reading = make(chan leased, 1)
+			go func(got chan<- leased) {
+				now, err := read(ctx)
+				got <- leased{now, err}
+			}(reading)
+		}
+		var late <-chan time.Time
+		if lease > 0 { // "LEASE 0s" goes once, to the executors read: it waits for the read
+			late = time.After(every)
+		}
+		select {
+		case r := <-reading:
+			reading, heldUp = nil, false
+			if r.err != nil && ctx.Err() == nil {
+				ld.log.WithError(r.err).Warn("cannot read the running tasks; renewing the task lease of the executors read last")
+			} else if r.err == nil {
+				execs = r.execs
+			}
+		case <-late:
+			if !heldUp {
+				heldUp = true
+				ld.log.Warn("the read of the running tasks is held up (the model waits for ZooKeeper); renewing the task lease of the executors read last")
+			}
+		case <-ctx.Done():
 			return
-		case err != nil:
-			ld.log.WithError(err).Warn("cannot read the running tasks; renewing the task lease of the executors read last")
-		default:
-			execs = now
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		msg := leaseMessage(lease)
 		for _, ex := range execs {
@@ -77,9 +111,14 @@ func (ld *leader) leasedExecutors(ctx context.Context) ([]taskid.Executor, error
 		app, ok := apps[r.Meta.JobName]
 		if !ok {
 			// A job deleted while its tasks run: they are being killed, and a KILL does not
-			// wait for the lease.
-			if j, err := ld.store.Job(ctx, r.Meta.JobName); err == nil {
+			// wait for the lease. Any other failure fails the read: a partial list would
+			// leave executors out of the renewals that follow.
+			j, err := ld.store.Job(ctx, r.Meta.JobName)
+			switch {
+			case err == nil:
 				app = j.AppName
+			case !errors.Is(err, state.ErrNotFound):
+				return nil, err
 			}
 			apps[r.Meta.JobName] = app
 		}
