@@ -136,3 +136,79 @@ func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *te
 	p.Cut()
 	p.Restore()
 }
+
+// An instance whose runs were stopped because the server stopped hearing from it, and whose
+// connection comes back before its session expires, carries on with the same session: the
+// running markers of the stopped runs (ephemeral, the session's) must go with the runs, or the
+// resharding its return asks for waits on them for as long as the process lives, and no item
+// of the job runs anywhere.
+func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	p := statetest.NewProxy(t, env.Servers[0])
+	const name = "stall"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	const aSession = 9 * time.Second
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
+	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	start(t, env.Servers, env.Namespace, b, cfg, j)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	owner := func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n, err := tr.Get(ctx, name+"/instances/"+a)
+		if err != nil || !n.Exists {
+			return 0
+		}
+		return n.Owner
+	}
+	session := owner()
+	j.mu.Lock()
+	j.holdInst, j.holdItem = a, 1
+	j.mu.Unlock()
+	var key string
+	await.True(t, 5*time.Second, "a runs item 1 until cancelled", func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for k := range j.held {
+			if strings.HasPrefix(k, a+"/1/") {
+				if _, done := j.stopped[k]; !done && exists(t, tr, name+"/sharding/1/running") {
+					key = k
+					return true
+				}
+			}
+		}
+		return false
+	})
+	p.DropRequests()
+	p.DropReplies()
+	await.True(t, aSession, "a's run of item 1 is cancelled", func() bool { _, ok := j.earliest(j.stopped, key); return ok })
+	p.Restore() // before the server expires a's session (two thirds of it have passed)
+	j.mu.Lock()
+	j.holdItem = -1
+	j.mu.Unlock()
+	back := time.Now()
+	ranSince := func(prefix string) bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for k, at := range j.starts {
+			if strings.HasPrefix(k, prefix) && at.After(back) {
+				return true
+			}
+		}
+		return false
+	}
+	await.True(t, 3*aSession, "both items run again, a's session having lived on", func() bool {
+		return ranSince(a+"/") && ranSince(b+"/") && !exists(t, tr, name+"/leader/sharding/processing")
+	})
+	if now := owner(); now != session {
+		t.Fatalf("a's instance node is owned by session %x, was %x: the session expired, and the test did not test a return within it", now, session)
+	}
+	p.Cut()
+	p.Restore()
+}

@@ -197,6 +197,39 @@ func (in *Instance) Run(ctx context.Context) error {
 	}
 }
 
+// dropStaleRunning deletes the running markers of this session's runs that no longer run. A
+// session goes on when the instance stopped its runs because the server had not heard from it
+// for two thirds of a session timeout (watchLease) and the connection came back in time: the
+// runs were cancelled, and their markers, ephemeral, would stay for as long as the process
+// lives, holding every resharding (which waits for them to go) and the items themselves. No
+// run of this instance is in progress here: the last session's ended with it. The items'
+// records still say their fires were not done, and they are run again as interrupted ones.
+func (in *Instance) dropStaleRunning(ctx context.Context) {
+	t := in.tree
+	items, err := t.Children(ctx, in.p("sharding"))
+	if err != nil {
+		in.log.WithError(err).Warn("cannot look for the running markers of runs the last session stopped")
+		return
+	}
+	sid := t.SessionID()
+	for _, item := range items {
+		p := in.p("sharding/" + item + "/running")
+		n, err := t.Get(ctx, p)
+		if err != nil {
+			in.log.WithError(err).Warn("cannot look for the running markers of runs the last session stopped")
+			return
+		}
+		if !n.Exists || n.Owner != sid {
+			continue
+		}
+		if err := t.Do(ctx, t.Delete(p, n.Version)); err != nil && !errors.Is(err, state.ErrNotFound) {
+			in.log.WithError(err).WithField("item", item).Warn("cannot delete the running marker of a run the last session stopped")
+			continue
+		}
+		in.log.WithField("item", item).Info("deleted the running marker of a run stopped when the server stopped hearing from this instance")
+	}
+}
+
 // resign gives up the leadership at once, rather than at the session's end.
 func (in *Instance) resign() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -221,6 +254,7 @@ func (in *Instance) session(ctx context.Context) error {
 		return err
 	}
 	in.recordUnrecorded(ctx)
+	in.dropStaleRunning(ctx)
 	sid := in.tree.SessionID()
 	shutdown := make(chan struct{})
 	var once sync.Once
