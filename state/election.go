@@ -15,6 +15,7 @@ import (
 var (
 	ErrResigned            = errors.New("state: leadership resigned")
 	ErrElectionNodeGone    = errors.New("state: election node deleted")
+	ErrElectionNodeChanged = errors.New("state: election node changed by someone else")
 	ErrDisconnectedTooLong = errors.New("state: disconnected from ZooKeeper for longer than the session timeout")
 )
 
@@ -86,7 +87,9 @@ func (l *Leadership) Confirm(ctx context.Context) error {
 		return nil
 	}
 	if len(res) == 1 && res[0].Error != nil {
-		return fmt.Errorf("%w: election node %s is gone or changed: %w", ErrNotLeader, l.path, res[0].Error)
+		err := fmt.Errorf("%w: election node %s is gone or changed: %w", ErrNotLeader, l.path, res[0].Error)
+		l.end(err)
+		return err
 	}
 	return fmt.Errorf("confirm the election node %s: %w", l.path, translate(err))
 }
@@ -270,12 +273,12 @@ func (s *Store) Leader(ctx context.Context) (string, error) {
 func (s *Store) lead(path string, version int32, expiries int) *Leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Leadership{
-		store:  s.Fenced(Fence{Path: path, Version: version}),
 		path:   path,
 		cancel: cancel,
 		done:   make(chan struct{}),
 		lost:   make(chan struct{}),
 	}
+	l.store = s.Fenced(Fence{Path: path, Version: version, refused: l.end})
 	go l.watch(ctx, expiries)
 	return l
 }
@@ -307,7 +310,7 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 		}
 		if watch == nil {
 			start := s.begin()
-			exists, _, w, err := s.conn.ExistsW(l.path)
+			exists, st, w, err := s.conn.ExistsW(l.path)
 			s.end("exists", start)
 			switch {
 			case err != nil:
@@ -315,6 +318,10 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 				continue
 			case !exists:
 				l.end(ErrElectionNodeGone)
+				return
+			case st.Version != l.store.fence.Version:
+				// Set by someone (an operator): every fenced write is refused from now on.
+				l.end(ErrElectionNodeChanged)
 				return
 			}
 			watch = w

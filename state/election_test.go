@@ -170,6 +170,64 @@ func TestDeposedLeaderWhoseNodeWasDeletedIsFenced(t *testing.T) {
 	must(t, lb.Store().AddReady(ctx, "job", true), "fenced write of the new leader")
 }
 
+// A leader whose election node an operator set, or whose write receipt was deleted, is fenced:
+// every write is refused. It must know it is no longer the leader, so that it campaigns again
+// (and leads on a fresh fence) instead of leading on, stuck, with every write refused.
+func TestALeaderRefusedByItsFenceLosesTheLeadership(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	must(t, err, "zk.Connect")
+	defer raw.Close()
+	lost := func(t *testing.T, l *state.Leadership, want error) {
+		t.Helper()
+		select {
+		case <-l.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("leadership not lost")
+		}
+		if !errors.Is(l.Err(), want) {
+			t.Fatalf("leadership ended with %v; want %v", l.Err(), want)
+		}
+	}
+	t.Run("election node set", func(t *testing.T) {
+		a := open(t, env, withTimeout)
+		ctx := ctxT(t)
+		l := lead(t, ctx, a, "a:1")
+		await.True(t, 10*time.Second, "operator's set of the election node", func() bool {
+			_, err := raw.Set(l.Path(), []byte("someone:1"), -1)
+			return err == nil
+		})
+		lost(t, l, state.ErrElectionNodeChanged)
+		mustIs(t, l.Store().AddReady(ctx, "job", true), state.ErrNotLeader, "fenced write")
+		again := lead(t, ctx, a, "a:1") // the same session's node, on a fresh fence
+		must(t, again.Store().AddReady(ctx, "job", true), "write after campaigning again")
+		again.Resign(ctx)
+	})
+	t.Run("write receipt deleted", func(t *testing.T) {
+		a := open(t, env, withTimeout)
+		ctx := ctxT(t)
+		l := lead(t, ctx, a, "a:2")
+		m, err := l.Store().Mirror(ctx, nil)
+		must(t, err, "Mirror")
+		must(t, m.AddReady(ctx, "job2", true), "write through the model")
+		children, _, err := raw.Children("/" + env.Namespace + "/ha")
+		must(t, err, "list /ha")
+		deleted := 0
+		for _, c := range children {
+			if len(c) > 8 && c[:8] == "receipt-" {
+				must(t, raw.Delete("/"+env.Namespace+"/ha/"+c, -1), "delete "+c)
+				deleted++
+			}
+		}
+		if deleted != 1 {
+			t.Fatalf("%d write receipts under /ha (%v); want 1", deleted, children)
+		}
+		mustIs(t, m.AddReady(ctx, "job2", true), state.ErrNotLeader, "write without its receipt")
+		lost(t, l, state.ErrNotLeader)
+		l.Resign(ctx)
+	})
+}
+
 func TestCampaignStopsWithItsContext(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	a, b := open(t, env, withTimeout), open(t, env, withTimeout)

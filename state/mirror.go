@@ -392,7 +392,9 @@ func (s *Store) sendMirrored(ctx context.Context, ops []any) error {
 		m.committed(ops)
 		return nil
 	case errors.As(err, &opErr) && m.receipt != nil && opErr.Path == m.receipt.path:
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		err = fmt.Errorf("%w: the write receipt: %w", ErrNotLeader, err)
+		s.fence.fenceRefused(err)
+		return err
 	case errors.As(err, &opErr):
 		// The mirror said ZooKeeper would take it: the mirror was behind (a change by
 		// someone else that no watch covers). Read the node again, and say "changed

@@ -102,6 +102,17 @@ type shared struct {
 type Fence struct {
 	Path    string
 	Version int32
+	// refused, if set (a Leadership's), is told when ZooKeeper refuses a write for the fence:
+	// the election node changed or went, or the write receipt is gone. The leadership is over
+	// then, whatever its watch has seen, and must end so that the instance campaigns again
+	// rather than lead on with every write refused.
+	refused func(error)
+}
+
+func (f *Fence) fenceRefused(err error) {
+	if f != nil && f.refused != nil {
+		f.refused(err)
+	}
 }
 
 // Connect opens a session and creates the layout's parent nodes. It fails if no session is
@@ -471,7 +482,9 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 			continue
 		}
 		if i == 0 && s.fence != nil {
-			return fmt.Errorf("%w: election node %s: %w", ErrNotLeader, s.fence.Path, r.Error)
+			err := fmt.Errorf("%w: election node %s: %w", ErrNotLeader, s.fence.Path, r.Error)
+			s.fence.fenceRefused(err)
+			return err
 		}
 		return refused(ops[i], r.Error)
 	}
