@@ -10,6 +10,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/executor/job"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -68,6 +69,48 @@ func (j *leaseJob) earliest(m map[string]time.Time, prefix string) (time.Time, b
 	return first, !first.IsZero()
 }
 
+// startPair starts instance a of a two-item job through the proxy, with session timeout
+// aSession, and b directly, and waits until a leads and holds item 1, b item 0.
+func startPair(t *testing.T, env statetest.Env, tr *state.Tree, p *statetest.Proxy, name, a, b string, aSession time.Duration) *leaseJob {
+	t.Helper()
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
+	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	start(t, env.Servers, env.Namespace, b, cfg, j)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	return j
+}
+
+// heldRun holds inst's runs of item until they are cancelled, and returns the key of one
+// that is held now, with the item's running marker in place. Only a held run: a run that
+// started before the hold is a 50 ms run that never records a cancellation.
+func (j *leaseJob) heldRun(t *testing.T, tr *state.Tree, name, inst string, item int) string {
+	t.Helper()
+	j.mu.Lock()
+	j.holdInst, j.holdItem = inst, item
+	j.mu.Unlock()
+	prefix := fmt.Sprintf("%s/%d/", inst, item)
+	var key string
+	await.True(t, 5*time.Second, fmt.Sprintf("%s runs item %d until cancelled", inst, item), func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for k := range j.held {
+			if strings.HasPrefix(k, prefix) {
+				if _, done := j.stopped[k]; !done && exists(t, tr, fmt.Sprintf("%s/sharding/%d/running", name, item)) {
+					key = k
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return key
+}
+
 // An instance cut off silently (the network drops everything, so its client notices only
 // when its reads time out) stops its runs before the server can expire its session, so that
 // the survivor that takes its items over never runs one at the same time: the run is
@@ -80,34 +123,8 @@ func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *te
 	const name = "lease"
 	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
 	const aSession = 3 * time.Second
-	cfg := simpleJob(name, "* * * * * ?", 2)
-	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
-	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
-	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
-	start(t, env.Servers, env.Namespace, b, cfg, j)
-	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
-		got := assignment(t, tr, name, 2)
-		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
-	})
-	j.mu.Lock()
-	j.holdInst, j.holdItem = a, 1
-	j.mu.Unlock()
-	var key string
-	// Only a held run: a run of item 1 that started before the hold is a 50 ms run that never
-	// records a cancellation.
-	await.True(t, 5*time.Second, "a runs item 1 until cancelled", func() bool {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		for k := range j.held {
-			if strings.HasPrefix(k, a+"/1/") {
-				if _, done := j.stopped[k]; !done && exists(t, tr, name+"/sharding/1/running") {
-					key = k
-					return true
-				}
-			}
-		}
-		return false
-	})
+	j := startPair(t, env, tr, p, name, a, b, aSession)
+	key := j.heldRun(t, tr, name, a, 1)
 	p.DropRequests()
 	p.DropReplies()
 	cut := time.Now()
@@ -149,15 +166,7 @@ func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *test
 	const name = "stall"
 	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
 	const aSession = 9 * time.Second
-	cfg := simpleJob(name, "* * * * * ?", 2)
-	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
-	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
-	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
-	start(t, env.Servers, env.Namespace, b, cfg, j)
-	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
-		got := assignment(t, tr, name, 2)
-		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
-	})
+	j := startPair(t, env, tr, p, name, a, b, aSession)
 	owner := func() int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -168,23 +177,7 @@ func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *test
 		return n.Owner
 	}
 	session := owner()
-	j.mu.Lock()
-	j.holdInst, j.holdItem = a, 1
-	j.mu.Unlock()
-	var key string
-	await.True(t, 5*time.Second, "a runs item 1 until cancelled", func() bool {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		for k := range j.held {
-			if strings.HasPrefix(k, a+"/1/") {
-				if _, done := j.stopped[k]; !done && exists(t, tr, name+"/sharding/1/running") {
-					key = k
-					return true
-				}
-			}
-		}
-		return false
-	})
+	key := j.heldRun(t, tr, name, a, 1)
 	p.DropRequests()
 	p.DropReplies()
 	await.True(t, aSession, "a's run of item 1 is cancelled", func() bool { _, ok := j.earliest(j.stopped, key); return ok })

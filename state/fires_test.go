@@ -254,18 +254,26 @@ func TestTheLedgerIsBounded(t *testing.T) {
 	}
 }
 
-// A run's entry records when its last shard ended; a run whose shards still run or wait for a
-// relaunch has not ended.
-func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
-	s := newStore(t)
+// launchedRun registers job "j", fires it once and launches the run's two shards.
+func launchedRun(t *testing.T, s *state.Store) (a, b taskid.ID) {
+	t.Helper()
 	ctx := ctxT(t)
 	withJob(t, s, "j")
 	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
 	must(t, err, "RecordFires")
 	r, _ := s.ReadyOf(ctx, "j")
-	a, b := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
+	a, b = taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
 	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
-	_, err = s.EndTask(ctx, a, state.NoFollowUp)
+	return a, b
+}
+
+// A run's entry records when its last shard ended; a run whose shards still run or wait for a
+// relaunch has not ended.
+func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	a, b := launchedRun(t, s)
+	_, err := s.EndTask(ctx, a, state.NoFollowUp)
 	must(t, err, "EndTask a")
 	if l, _, _ := s.FireLedger(ctx, "j"); !l.Fires[0].Ended.IsZero() {
 		t.Fatal("the run ended with a shard still running")
@@ -294,13 +302,8 @@ func TestARunGivenUpWhileItsShardsWaitIsFailedAndEnded(t *testing.T) {
 		t.Run(fmt.Sprintf("a shard still running: %v", stillRunning), func(t *testing.T) {
 			s := newStore(t)
 			ctx := ctxT(t)
-			withJob(t, s, "j")
-			_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
-			must(t, err, "RecordFires")
-			r, _ := s.ReadyOf(ctx, "j")
-			a, b := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, "S0"), taskid.New(taskid.Meta{JobName: "j", Item: 1}, taskid.Ready, "S0")
-			must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{a, b}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
-			_, err = s.EndTask(ctx, b, state.Failover) // lost: waits for its relaunch
+			a, b := launchedRun(t, s)
+			_, err := s.EndTask(ctx, b, state.Failover) // lost: waits for its relaunch
 			must(t, err, "EndTask b")
 			if !stillRunning {
 				_, err = s.EndTask(ctx, a, state.NoFollowUp)
