@@ -250,11 +250,9 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 	}
 	var markers []string
 	if f.App != "" && count > start {
-		// ZooKeeper has no "does not exist" check: a create and a delete of each disable
-		// marker, which fail the multi if the marker exists, stand in for one.
 		markers = []string{s.path(disableJobDir, job), s.path(disableAppDir, f.App)}
 		for _, p := range markers {
-			ops = append(ops, s.createOp(p, nil), deleteOp(p, -1))
+			ops = append(ops, s.absentOps(p)...)
 		}
 	}
 	if err := s.multi(ctx, ops...); err != nil {

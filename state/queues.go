@@ -172,11 +172,11 @@ func (s *Store) RemoveStaleReady(ctx context.Context, job string) error {
 }
 
 // removeStale deletes a queue node of a deleted job in a multi that fails if the job's config
-// exists again (a create and a delete of it stand in for ZooKeeper's missing no-node check; a
-// version check would not do: a node created again starts again at version 0).
+// exists again (absentOps; a version check would not do: a node created again starts again at
+// version 0).
 func (s *Store) removeStale(ctx context.Context, job, p string) error {
 	cfg := s.path(jobsDir, job)
-	err := s.multi(ctx, s.createOp(cfg, nil), deleteOp(cfg, -1), deleteOp(p, -1))
+	err := s.multi(ctx, append(s.absentOps(cfg), deleteOp(p, -1))...)
 	var op *OpError
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):

@@ -187,13 +187,13 @@ func (t *Tree) Check(rel string, version int32) Op {
 	return Op{[]any{checkOp(t.abs(rel), version)}}
 }
 
-// Absent requires a node not to exist: ZooKeeper has no such check, so it creates the node and
-// deletes it again within the transaction, which fails with ErrExists when the node is there.
-// The parent must exist.
-func (t *Tree) Absent(rel string) Op {
-	p := t.abs(rel)
-	return Op{[]any{t.s.createOp(p, nil), deleteOp(p, -1)}}
-}
+// Absent requires a node not to exist (absentOps). The parent must exist.
+func (t *Tree) Absent(rel string) Op { return Op{t.s.absentOps(t.abs(rel))} }
+
+// absentOps require node p not to exist: ZooKeeper has no such check, so they create the node
+// and delete it again within the transaction, which fails with ErrExists (an *OpError of the
+// create, on p) when the node is there.
+func (s *Store) absentOps(p string) []any { return []any{s.createOp(p, nil), deleteOp(p, -1)} }
 
 // Multi runs ops as one transaction: all or nothing. A failed op is an *OpError wrapping its
 // sentinel (ErrExists, ErrNotFound, ErrConflict).
