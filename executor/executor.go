@@ -78,6 +78,7 @@ type Executor struct {
 	inFlight     int                       // UPDATE calls under way (at most maxInFlight)
 	sampling     int
 	stopping     bool
+	stopOnce     sync.Once     // stopAll's work is done once: a second call would wait out a new grace
 	leaseTerm    time.Duration // 0: no lease (lease.go)
 	leaseGen     int           // renewals so far: a timer set before the latest one is stale
 	leaseTimer   *time.Timer
@@ -283,12 +284,21 @@ func (e *Executor) setConnected(v bool) {
 }
 
 // stopAll kills every task and waits until the agent has their final updates, at most for the
-// shutdown grace period the agent gives us before it kills the whole container.
-func (e *Executor) stopAll() {
+// shutdown grace period the agent gives us before it kills the whole container. Only the first
+// call does it: Run stops again on its way out after SHUTDOWN or MESSAGE STOP, and that second
+// wait would outlast the agent's grace.
+func (e *Executor) stopAll() { e.stopOnce.Do(e.stopTasks) }
+
+func (e *Executor) stopTasks() {
 	deadline := time.Now().Add(e.cfg.ShutdownGracePeriod)
+	// A task's own grace (its kill policy, default 3 s) is cut so that its SIGKILL comes before
+	// the agent's, with time left to report it, as Mesos's command executor cuts it: otherwise
+	// a script that ignores SIGTERM outlives the grace, and its end is the agent's TASK_FAILED
+	// instead of this executor's TASK_KILLED.
+	killBy := time.Until(deadline) - shutdownMargin(e.cfg.ShutdownGracePeriod)
 	e.mu.Lock()
 	for _, t := range e.tasks {
-		t.kill(t.killGrace()) // a lease lapse may set the grace meanwhile (fence)
+		t.kill(max(0, min(t.killGrace(), killBy))) // a lease lapse may set the grace meanwhile (fence)
 	}
 	e.mu.Unlock()
 	done := make(chan struct{})
@@ -300,6 +310,11 @@ func (e *Executor) stopAll() {
 	}
 	e.flush(deadline)
 }
+
+// shutdownMargin is the part of the agent's shutdown grace kept for after the tasks' SIGKILL:
+// their processes' end and the last updates. Mesos's command executor keeps two seconds of
+// its five; a short grace keeps a quarter.
+func shutdownMargin(grace time.Duration) time.Duration { return min(2*time.Second, grace/4) }
 
 // flush waits until the agent has taken every update, the subscription is lost, or deadline.
 func (e *Executor) flush(deadline time.Time) {

@@ -403,6 +403,32 @@ func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
 	}
 }
 
+// A task whose kill policy outlasts the agent's shutdown grace is SIGKILLed by the executor
+// in time to report it: its end is the executor's TASK_KILLED, not the agent's, and the
+// executor exits before the agent kills it.
+func TestShutdownCutsAKillGraceLongerThanTheAgents(t *testing.T) {
+	e := newEnv(t, func(o *mesoslocal.Options) { o.ExecutorShutdownGracePeriod = 4 * time.Second })
+	o := e.offer()
+	execID := "app@-@" + o.AgentID.Value
+	tk := shard(o, executorInfo(stockExecutor, execID, 0), scriptJob("stubborn", `trap '' TERM; sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; wait`), 0, "")
+	tk.KillPolicy = &mesos.KillPolicy{GracePeriod: &mesos.DurationInfo{Nanoseconds: int64(time.Minute)}}
+	e.s.Launch(o, tk)
+	e.s.Ack(e.s.Update(tk.TaskID.Value, mesos.TASK_RUNNING))
+	pids := scriptPIDs(t, sandboxDir(t, e.c, execID))
+	e.s.MustCall(calls.Shutdown(execID, o.AgentID.Value))
+	if st := e.s.Terminal(tk.TaskID.Value); *st.State != mesos.TASK_KILLED || *st.Source != mesos.SOURCE_EXECUTOR {
+		t.Fatalf("%v; want KILLED from the executor, within the agent's grace period", st.String())
+	}
+	if f := e.s.Await("FAILURE", mesostest.IsType(scheduler.Event_FAILURE)).Failure; f.GetStatus() != 0 {
+		t.Fatalf("FAILURE %v; want a clean exit (status 0), not the agent's SIGKILL", f.String())
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d survived the shutdown", pid)
+		}
+	}
+}
+
 // A scheduler with --task-lease renews its lease on the executor's tasks with MESSAGE LEASE.
 // While renewals come, a long script runs on; once the agent is cut off from the master they
 // stop coming, and within the lease the script and its children are dead, before the
