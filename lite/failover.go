@@ -50,7 +50,10 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) {
 // rather than one run after another.
 func (in *Instance) failover(ctx context.Context) {
 	for ctx.Err() == nil && in.config().Failover {
-		var taken []int
+		in.mu.Lock()
+		taken := in.retake
+		in.retake = nil
+		in.mu.Unlock()
 		for {
 			i, ok := in.take(ctx)
 			if !ok {
@@ -194,6 +197,46 @@ func (in *Instance) runTaken(ctx context.Context, i int) {
 		return // the taker's session ends: the item stays taken by it, and is taken again
 	}
 	in.release(ctx, i)
+}
+
+// findRetakes looks for the items whose failover node names this instance: an earlier session
+// took them over and stopped before it gave them back, because the server stopped hearing
+// from it for too long (watchLease), or because it expired. Nobody else runs such an item: the
+// survivors flag only the items of instances that are gone, and its owner skips an item taken
+// by a live instance. Left alone, it would wait for this instance to die; it is run again, as
+// runTaken would have, and given back.
+func (in *Instance) findRetakes(ctx context.Context) {
+	if !in.config().Failover {
+		return
+	}
+	items, err := in.tree.Children(ctx, in.p("sharding"))
+	if err != nil {
+		in.log.WithError(err).Warn("cannot look for the items an earlier session took over")
+		return
+	}
+	var held []int
+	for _, name := range items {
+		i, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		n, err := in.tree.Get(ctx, in.p("sharding/"+name+"/failover"))
+		if err != nil {
+			in.log.WithError(err).Warn("cannot look for the items an earlier session took over")
+			return
+		}
+		if n.Exists && string(n.Data) == in.id {
+			held = append(held, i)
+		}
+	}
+	sort.Ints(held)
+	if len(held) > 0 {
+		in.log.WithField("items", held).Info("items an earlier session took over and did not give back: running them again")
+	}
+	in.mu.Lock()
+	in.retake = held
+	in.mu.Unlock()
+	in.wake()
 }
 
 // release gives a taken item back to its owner: its failover node goes. A deletion whose

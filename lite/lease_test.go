@@ -56,6 +56,18 @@ func (j *leaseJob) Execute(ctx context.Context, sc job.ShardingContext) error {
 	return ctx.Err()
 }
 
+// ranSince reports whether a run whose key starts with prefix started after since.
+func (j *leaseJob) ranSince(prefix string, since time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for k, at := range j.starts {
+		if strings.HasPrefix(k, prefix) && at.After(since) {
+			return true
+		}
+	}
+	return false
+}
+
 // earliest returns the earliest time in m of a key with the prefix.
 func (j *leaseJob) earliest(m map[string]time.Time, prefix string) (time.Time, bool) {
 	j.mu.Lock()
@@ -186,22 +198,67 @@ func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *test
 	j.holdItem = -1
 	j.mu.Unlock()
 	back := time.Now()
-	ranSince := func(prefix string) bool {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		for k, at := range j.starts {
-			if strings.HasPrefix(k, prefix) && at.After(back) {
-				return true
-			}
-		}
-		return false
-	}
 	await.True(t, 3*aSession, "both items run again, a's session having lived on", func() bool {
-		return ranSince(a+"/") && ranSince(b+"/") && !exists(t, tr, name+"/leader/sharding/processing")
+		return j.ranSince(a+"/", back) && j.ranSince(b+"/", back) && !exists(t, tr, name+"/leader/sharding/processing")
 	})
 	if now := owner(); now != session {
 		t.Fatalf("a's instance node is owned by session %x, was %x: the session expired, and the test did not test a return within it", now, session)
 	}
 	p.Cut()
 	p.Restore()
+}
+
+// An item an instance took over from a dead one, and whose run it stopped because the server
+// had not heard from it (its session living on), is run again and given back when the
+// connection returns: nobody else would run it while its failover node names a live
+// instance, not even the owner the next resharding gives it to.
+func TestAnItemTakenOverIsRunAgainWhenTheTakersSessionLivesOn(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	pa := statetest.NewProxy(t, env.Servers[0])
+	pb := statetest.NewProxy(t, env.Servers[0])
+	const name = "retake"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	const aSession = 9 * time.Second
+	cfg := simpleJob(name, "* * * * * ?", 2)
+	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
+	startWith(t, []string{pa.Addr}, env.Namespace, a, cfg, j, aSession, nil)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	startWith(t, []string{pb.Addr}, env.Namespace, b, cfg, j, sessionTimeout, nil)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	// b's run of item 0 is interrupted by its death, so that a, taking the item over, runs it
+	// for that fire; no fire follows, so that only failover runs item 0.
+	j.heldRun(t, tr, name, b, 0)
+	setCron(t, tr, cfg, never)
+	j.mu.Lock()
+	j.holdInst = a // b's held run waits for its cancellation still
+	j.mu.Unlock()
+	pb.Cut()
+	await.True(t, 3*sessionTimeout, "b's session expires", func() bool { return !exists(t, tr, name+"/instances/"+b) })
+	key := j.heldRun(t, tr, name, a, 0)
+	if f, _ := data(t, tr, name+"/sharding/0/failover"); f != a {
+		t.Fatalf("item 0's failover node names %q; want a, which took it over", f)
+	}
+	pa.DropRequests()
+	pa.DropReplies()
+	await.True(t, aSession, "a's run of item 0 is cancelled", func() bool { _, ok := j.earliest(j.stopped, key); return ok })
+	pa.Restore() // before the server expires a's session
+	j.mu.Lock()
+	j.holdItem = -1
+	j.mu.Unlock()
+	back := time.Now()
+	await.True(t, 3*aSession, "a runs item 0 again and gives it back", func() bool {
+		_, taken := data(t, tr, name+"/sharding/0/failover")
+		return !taken && j.ranSince(a+"/0/", back)
+	})
+	setCron(t, tr, cfg, "* * * * * ?")
+	startWith(t, env.Servers, env.Namespace, b, cfg, j, sessionTimeout, nil)
+	returned := time.Now()
+	await.True(t, 20*time.Second, "b is back and both items run", func() bool {
+		return (j.ranSince(a+"/0/", returned) || j.ranSince(b+"/0/", returned)) &&
+			(j.ranSince(a+"/1/", returned) || j.ranSince(b+"/1/", returned))
+	})
 }

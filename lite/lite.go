@@ -91,6 +91,9 @@ type Instance struct {
 	// unrecorded: runs that ended while the session was being lost, before their completion
 	// could be written, by item; the next session records them (recordUnrecorded).
 	unrecorded map[int]claim
+	// retake: items an earlier session of this instance took over and did not give back
+	// (findRetakes); the runner's next failover runs them before it takes new ones.
+	retake []int
 }
 
 // New checks the config and prepares an instance; j is a job.SimpleJob for SIMPLE, a
@@ -255,6 +258,7 @@ func (in *Instance) session(ctx context.Context) error {
 	}
 	in.recordUnrecorded(ctx)
 	in.dropStaleRunning(ctx)
+	in.findRetakes(ctx)
 	sid := in.tree.SessionID()
 	shutdown := make(chan struct{})
 	var once sync.Once
