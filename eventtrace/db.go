@@ -48,6 +48,7 @@ type dialect struct {
 	stamp       string // a timestamp column type
 	text        string // a long text column type
 	dollar      bool   // placeholders are $1, $2… rather than ?
+	tableOpts   string // after CREATE TABLE's columns
 	deleteLimit bool   // DELETE … LIMIT n (MySQL); else DELETE … WHERE id IN (SELECT … LIMIT n)
 }
 
@@ -84,7 +85,10 @@ func parseDSN(dsn string) (dialect, error) {
 			return dialect{}, fmt.Errorf("mysql DSN %q: %w", redact(dsn), err)
 		}
 		return dialect{name: "mysql", driver: "mysql", dsn: cfg.FormatDSN(), serial: "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
-			stamp: "DATETIME(3)", text: "VARCHAR(4000)", deleteLimit: true}, nil
+			stamp: "DATETIME(3)", text: "VARCHAR(4000)", deleteLimit: true,
+			// Whatever the server's default (latin1 on older ones), so that a message in any
+			// language, or U+FFFD where cut cleaned one, is not refused.
+			tableOpts: " DEFAULT CHARSET=utf8mb4"}, nil
 	}
 	return dialect{}, fmt.Errorf("%q: unknown database %q: want sqlite:///path/file.db, postgres://… or mysql://…", redact(dsn), scheme)
 }
@@ -211,7 +215,7 @@ func (t *DB) createSchema(ctx context.Context) error {
 			failure_cause ` + d.text + ` NULL,
 			is_success INT NULL,
 			start_time ` + d.stamp + ` NULL,
-			complete_time ` + d.stamp + ` NULL)`,
+			complete_time ` + d.stamp + ` NULL)` + d.tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + StatusTraceLog + ` (
 			id VARCHAR(40) NOT NULL PRIMARY KEY,
 			job_name VARCHAR(100) NOT NULL,
@@ -221,9 +225,9 @@ func (t *DB) createSchema(ctx context.Context) error {
 			source VARCHAR(50) NOT NULL,
 			execution_type VARCHAR(20) NOT NULL,
 			sharding_item VARCHAR(100) NOT NULL,
-			state VARCHAR(20) NOT NULL,
+			state VARCHAR(` + strconv.Itoa(stateWidth) + `) NOT NULL,
 			message ` + d.text + ` NULL,
-			creation_time ` + d.stamp + ` NULL)`,
+			creation_time ` + d.stamp + ` NULL)` + d.tableOpts,
 	}
 	for _, iv := range intervals {
 		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+iv.table()+` (
@@ -231,14 +235,14 @@ func (t *DB) createSchema(ctx context.Context) error {
 			success_count INT,
 			failed_count INT,
 			statistics_time `+d.stamp+` NOT NULL,
-			creation_time `+d.stamp+` NOT NULL)`)
+			creation_time `+d.stamp+` NOT NULL)`+d.tableOpts)
 	}
 	for table, col := range map[string]string{TaskRunningStats: "running_count", JobRunningStats: "running_count", JobRegisterStats: "registered_count"} {
 		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+table+` (
 			id `+d.serial+`,
 			`+col+` INT,
 			statistics_time `+d.stamp+` NOT NULL,
-			creation_time `+d.stamp+` NOT NULL)`)
+			creation_time `+d.stamp+` NOT NULL)`+d.tableOpts)
 	}
 	// The searches filter on these and order by time; the purge deletes by time.
 	indexes := [][3]string{
@@ -260,6 +264,9 @@ func (t *DB) createSchema(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", firstLine(s), err)
 		}
 	}
+	if err := t.widenState(ctx); err != nil {
+		return err
+	}
 	for _, ix := range indexes {
 		s := "CREATE INDEX IF NOT EXISTS " + ix[0] + " ON " + ix[1] + " (" + ix[2] + ")"
 		if d.name == "mysql" {
@@ -273,6 +280,41 @@ func (t *DB) createSchema(ctx context.Context) error {
 			}
 			return fmt.Errorf("%s: %w", s, err)
 		}
+	}
+	return nil
+}
+
+// stateWidth fits every Mesos task state: Elastic-Job's VARCHAR(20) refuses
+// TASK_GONE_BY_OPERATOR, and with it the whole batch the trace was written in.
+const stateWidth = 32
+
+// widenState widens the state column of a status trace table made narrower, by Elastic-Job or
+// an older ejcloud. SQLite does not enforce a VARCHAR's length.
+func (t *DB) widenState(ctx context.Context) error {
+	var find, alter string
+	switch t.d.name {
+	case "postgres":
+		find = `SELECT character_maximum_length FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'state'`
+		alter = `ALTER TABLE ` + StatusTraceLog + ` ALTER COLUMN state TYPE VARCHAR(` + strconv.Itoa(stateWidth) + `)`
+	case "mysql":
+		find = `SELECT character_maximum_length FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'state'`
+		alter = `ALTER TABLE ` + StatusTraceLog + ` MODIFY state VARCHAR(` + strconv.Itoa(stateWidth) + `) NOT NULL`
+	default:
+		return nil
+	}
+	name := StatusTraceLog
+	if t.d.name == "postgres" {
+		name = strings.ToLower(name) // unquoted names are folded to lower case
+	}
+	var width sql.NullInt64
+	if err := t.db.QueryRowContext(ctx, find, name).Scan(&width); err != nil {
+		return fmt.Errorf("read the width of %s.state: %w", StatusTraceLog, err)
+	}
+	if !width.Valid || width.Int64 >= stateWidth {
+		return nil
+	}
+	if _, err := t.db.ExecContext(ctx, alter); err != nil {
+		return fmt.Errorf("widen %s.state from %d: %w", StatusTraceLog, width.Int64, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
@@ -677,5 +678,84 @@ func TestRedactHidesThePassword(t *testing.T) {
 		if got := redact(tc.dsn); got != tc.want {
 			t.Errorf("redact(%q) = %q; want %q", tc.dsn, got, tc.want)
 		}
+	}
+}
+
+// Every Mesos task state fits the state column, also in a table Elastic-Job 2.1.5 made with
+// VARCHAR(20), which opening widens; and a message that is not valid UTF-8, or holds a NUL
+// byte, is written cleaned rather than failing its batch.
+func TestEveryStateAndAnyMessageAreWritten(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := b.dsn(t)
+			db, err := Open(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{`DROP TABLE JOB_STATUS_TRACE_LOG`, `CREATE TABLE JOB_STATUS_TRACE_LOG (id VARCHAR(40) NOT NULL, job_name VARCHAR(100) NOT NULL,
+				original_task_id VARCHAR(255) NOT NULL, task_id VARCHAR(255) NOT NULL, slave_id VARCHAR(1000) NOT NULL, source VARCHAR(50) NOT NULL,
+				execution_type VARCHAR(20) NOT NULL, sharding_item VARCHAR(100) NOT NULL, state VARCHAR(20) NOT NULL, message VARCHAR(4000) NULL,
+				creation_time TIMESTAMP NULL, PRIMARY KEY (id))` + db.d.tableOpts} { // as on a server whose default is utf8mb4
+				if _, err := db.db.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			db.Close()
+			if db, err = Open(ctx, dsn); err != nil { // finds 2.1.5's table and widens its state
+				t.Fatal(err)
+			}
+			defer db.Close()
+			w := NewWriter(db, WriterConfig{}, quiet())
+			defer w.Close()
+			for i, st := range mesos.TaskState_name {
+				w.Trace(StatusTrace{JobName: "job-a", TaskID: tid, SlaveID: "agent-S0", Source: "CLOUD_SCHEDULER", ExecutionType: "READY",
+					ShardingItems: "[0]", State: st, Message: fmt.Sprintf("state %d", i), CreationTime: t0})
+			}
+			w.Trace(StatusTrace{JobName: "job-b", TaskID: tid, SlaveID: "agent-S0", Source: "CLOUD_EXECUTOR", ExecutionType: "READY",
+				ShardingItems: "[0]", State: "TASK_FAILED", Message: "job failed: \xff\xfe bad\x00bytes", CreationTime: t0})
+			w.Execution(completed(exec("e1", "job-b", 0, t0), t0.Add(time.Second), errors.New("exit \x00 \xc3")))
+			flush(t, w)
+			p, err := db.StatusTraces(ctx, Query{PerPage: 100})
+			if err != nil || p.Total != len(mesos.TaskState_name)+1 {
+				t.Fatalf("%d traces (%v); want %d", p.Total, err, len(mesos.TaskState_name)+1)
+			}
+			q, err := db.StatusTraces(ctx, Query{Filters: map[string]string{"jobName": "job-b"}})
+			if err != nil || len(q.Rows) != 1 || q.Rows[0].Message != "job failed: \uFFFD bad\uFFFDbytes" {
+				t.Fatalf("%+v (%v); want the message cleaned", q.Rows, err)
+			}
+		})
+	}
+}
+
+// An event the database refuses whatever is done to it costs that event only, not its batch.
+// SQLite takes a value of any length, so only the servers have such an event.
+func TestAnEventTheDatabaseRefusesCostsOnlyItself(t *testing.T) {
+	for _, b := range backends[1:] {
+		t.Run(b.name, func(t *testing.T) {
+			db, err := Open(context.Background(), b.dsn(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			w := NewWriter(db, WriterConfig{Batch: 20}, quiet())
+			defer w.Close()
+			for i := range 10 {
+				job := "job-a"
+				if i == 4 {
+					job = strings.Repeat("j", 300) // longer than job_name's VARCHAR(100)
+				}
+				w.Trace(StatusTrace{JobName: job, TaskID: tid, SlaveID: "agent-S0", Source: "CLOUD_SCHEDULER", ExecutionType: "READY",
+					ShardingItems: "[0]", State: "TASK_RUNNING", CreationTime: t0})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := w.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if s := w.Stats(); s.Written != 9 || s.Failed != 1 {
+				t.Fatalf("writer stats %+v; want 9 written and the refused one failed", s)
+			}
+		})
 	}
 }

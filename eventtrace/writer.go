@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,8 +237,7 @@ func (w *Writer) write(buf []event) {
 			}
 		}
 		if err != nil {
-			w.failed.Add(int64(n))
-			w.log.WithError(err).WithField("events", n).Error("event trace: events could not be written")
+			w.writeEach(buf, err)
 		} else {
 			w.written.Add(int64(n))
 		}
@@ -246,6 +246,39 @@ func (w *Writer) write(buf []event) {
 		if e.flush != nil {
 			close(e.flush)
 		}
+	}
+}
+
+// writeEach writes a batch that failed as a whole one event at a time, so that one event the
+// database refuses (a value too long for its column, say) costs that event only. A database
+// that refuses several in a row is taken to be down, and the rest are not tried.
+func (w *Writer) writeEach(buf []event, batchErr error) {
+	const downAfter = 3
+	var failed, refusedInARow int
+	var last error
+	for _, e := range buf {
+		if e.flush != nil {
+			continue
+		}
+		if refusedInARow < downAfter {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			last = w.db.writeBatch(ctx, []event{e})
+			cancel()
+			if last == nil {
+				w.written.Add(1)
+				refusedInARow = 0
+				continue
+			}
+			refusedInARow++
+		}
+		failed++
+	}
+	if failed > 0 {
+		if last == nil {
+			last = batchErr
+		}
+		w.failed.Add(int64(failed))
+		w.log.WithError(last).WithField("events", failed).Error("event trace: events could not be written")
 	}
 }
 
@@ -350,9 +383,14 @@ func (t *DB) endExecutions(ctx context.Context, tx *sql.Tx, end *TaskEnd) error 
 	return nil
 }
 
-// cut bounds a message to the 4,000 bytes of Elastic-Job's columns, never leaving half a UTF-8
-// sequence (PostgreSQL refuses one).
+// cut makes a message one that every database takes: valid UTF-8 without NUL bytes
+// (PostgreSQL refuses both, MySQL invalid UTF-8; a script's error, or a message Mesos passed on
+// unchecked, can hold them), bounded to the 4,000 bytes of Elastic-Job's columns without
+// leaving half a UTF-8 sequence.
 func cut(s string) string {
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	}
 	if len(s) <= taskdata.MaxFailureCause {
 		return s
 	}
