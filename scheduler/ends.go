@@ -58,17 +58,19 @@ func endUnknown(st mesos.TaskStatus) bool {
 
 // checkEnds takes out of sts the updates whose run's end must be read first, and starts the
 // reads; it returns the rest, to be recorded now. Updates of a task whose end is being read
-// are dropped unacknowledged.
+// for this subscription are dropped unacknowledged.
 func (ld *leader) checkEnds(ctx context.Context, sts []mesos.TaskStatus) []mesos.TaskStatus {
 	var now, check []mesos.TaskStatus
 	for _, st := range sts {
 		tid := st.TaskID.Value
 		switch {
-		case ld.checking[tid]:
+		case ld.checking[tid] != nil && ld.checking[tid] == ld.sub:
 			ld.log.WithFields(logrus.Fields{"task": tid, "state": st.GetState().String()}).
 				Debug("update of a task whose run's end is being read; left for Mesos to send again")
 		case endUnknown(st) && ld.holdsRunning(ctx, tid):
-			ld.checking[tid] = true
+			// A read started for an earlier subscription was given up with its stream (ctx):
+			// it never hands its update back, and this one is checked afresh.
+			ld.checking[tid] = ld.sub
 			check = append(check, st)
 		default:
 			now = append(now, st)
@@ -94,6 +96,7 @@ func (ld *leader) holdsRunning(ctx context.Context, tid string) bool {
 // startEndCheck reads the end records of sts off the loop and hands the updates to record back
 // to it.
 func (ld *leader) startEndCheck(ctx context.Context, sts []mesos.TaskStatus) {
+	sub := ld.sub
 	go func() {
 		select {
 		case ld.endChecks <- struct{}{}:
@@ -107,7 +110,9 @@ func (ld *leader) startEndCheck(ctx context.Context, sts []mesos.TaskStatus) {
 		select {
 		case ld.exec <- func(ctx context.Context) {
 			for _, st := range sts {
-				delete(ld.checking, st.TaskID.Value)
+				if ld.checking[st.TaskID.Value] == sub { // not a later subscription's read
+					delete(ld.checking, st.TaskID.Value)
+				}
 			}
 			ld.recordAll(ctx, out, 0)
 		}:

@@ -1,10 +1,14 @@
 package scheduler
 
 import (
+	"context"
+	"slices"
 	"testing"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskdata"
 	"github.com/ejcloud/ejcloud/taskend"
 )
@@ -62,5 +66,41 @@ func TestEndedAsSaysWhatTheRunDidAndIsAcknowledgedAsTheAgentsUpdate(t *testing.T
 	}
 	if agentSaid.GetState() != mesos.TASK_FAILED || agentSaid.GetReason() != mesos.REASON_EXECUTOR_TERMINATED {
 		t.Errorf("endedAs changed the agent's update: %v", agentSaid.String())
+	}
+}
+
+// A read of a run's end given up because its subscription's stream ended does not keep the
+// task's updates from being recorded on the next subscription: Mesos sends the agent's
+// update again, and it is checked afresh, recorded and acknowledged.
+func TestAnEndCheckGivenUpWithItsStreamDoesNotHoldTheTasksUpdates(t *testing.T) {
+	w := newGroupWorld(t)
+	id := w.tasks[0]
+	st := upd(id, mesos.TASK_FAILED, "u-agent")
+	st.Source, st.Reason = mesos.SOURCE_AGENT.Enum(), mesos.REASON_EXECUTOR_TERMINATED.Enum()
+
+	// Every read slot is taken, so the check waits for one until its stream ends.
+	for range cap(w.ld.endChecks) {
+		w.ld.endChecks <- struct{}{}
+	}
+	stream, end := context.WithCancel(context.Background())
+	w.ld.updates(stream, []mesos.TaskStatus{st})
+	end()
+	for range cap(w.ld.endChecks) {
+		<-w.ld.endChecks
+	}
+
+	// The next subscription; Mesos resends the update.
+	w.ld.sub = &subscription{caller: w.mesos, frameworkID: "fw-test"}
+	ctx := context.Background()
+	w.ld.updates(ctx, []mesos.TaskStatus{st})
+	select {
+	case f := <-w.ld.exec: // the check hands the update back to the event loop
+		f(ctx)
+	case <-time.After(2 * endCheckTimeout):
+		t.Fatalf("the resent update of %s was not checked: it is dropped for good", id)
+	}
+	await.True(t, 10*time.Second, "the update acknowledged", func() bool { return w.mesos.count() == 1 })
+	if running, failover := w.queues(t); slices.Contains(running, id.String()) || len(failover) != 1 {
+		t.Fatalf("running %v, failover %v; want the task failed over", running, failover)
 	}
 }
