@@ -60,8 +60,9 @@ type leader struct {
 	// running again (its agent back) is killed again (killAgain).
 	killed map[string]string
 	// checking holds the tasks whose run's end record is being read before their executor's
-	// death is recorded (ends.go); endChecks bounds the reads under way.
-	checking  map[string]bool
+	// death is recorded (ends.go), each with the subscription the read serves; endChecks
+	// bounds the reads under way.
+	checking  map[string]*subscription
 	endChecks chan struct{}
 	stale     staleTasks
 	lastRecon time.Time
@@ -162,7 +163,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
 		executors: map[string]mesos.ExecutorInfo{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{}, killed: map[string]string{},
-		checking: map[string]bool{}, endChecks: make(chan struct{}, maxEndChecks),
+		checking: map[string]*subscription{}, endChecks: make(chan struct{}, maxEndChecks),
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),
 	}
@@ -423,10 +424,16 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 }
 
 // drain handles the events read before the stream ended, so no update is dropped unrecorded.
+// Offers are dropped: Mesos rescinded them when the stream ended (MESOS.md §2.4), and a launch
+// on them would be recorded running, refused, and its shard's run failed as a lost task.
 func (ld *leader) drain(ctx context.Context) {
 	for {
 		select {
 		case ev := <-ld.events:
+			if ev.Type == scheduler.Event_OFFERS {
+				ld.log.WithField("offers", len(ev.Offers.GetOffers())).Debug("offers of an ended subscription dropped")
+				continue
+			}
 			ld.handle(ctx, ev)
 		default:
 			return

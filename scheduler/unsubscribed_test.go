@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
 	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/internal/await"
@@ -81,4 +82,31 @@ func TestOperationsBetweenSubscriptions(t *testing.T) {
 	await.True(t, 10*time.Second, "the disable's two kills made", func() bool { _, killed := fake.launchesAndKills(); return killed == 3 })
 	stop()
 	<-served
+}
+
+// Offers read before the stream ended are not used: Mesos rescinded them with the stream, so
+// a launch on them would be recorded running and then refused, its run lost.
+func TestOffersOfAnEndedStreamAreNotUsed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2)
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.inst.ld = ld
+	if err := ld.inst.Trigger(ctx, jobs[0]); err != nil {
+		t.Fatal(err)
+	}
+	ld.events <- scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: burstOffers(0)}}
+	ld.drain(ctx)
+	running, err := base.RunningOf(ctx, jobs[0])
+	fake.mu.Lock()
+	launched := fake.launched
+	fake.mu.Unlock()
+	if err != nil || len(running) != 0 || launched != 0 {
+		t.Fatalf("%d tasks running (%v), %d launched; want the ended stream's offers unused", len(running), err, launched)
+	}
+	ld.cycle(ctx, burstOffers(1)) // the next subscription's offers launch the run
+	if running, err := base.RunningOf(ctx, jobs[0]); err != nil || len(running) != 2 {
+		t.Fatalf("%d tasks running (%v) after the next offers; want 2", len(running), err)
+	}
 }
