@@ -147,6 +147,8 @@ func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
 		{"unknown jobExecutionType", "jobExecutionType", `"ONCE"`, "jobExecutionType"},
 		{"invalid cron", "cron", `"0 0 25 * * ?"`, "cron"},
 		{"Unix cron", "cron", `"*/5 * * * *"`, "cron"},
+		{"cron of 30 February", "cron", `"0 0 0 30 2 ?"`, "cron"},
+		{"cron of a past year", "cron", `"0 0 0 1 1 ? 2020"`, "cron"},
 		{"unknown time zone", "timeZone", `"Mars/Olympus"`, "timeZone"},
 		{"zero shards", "shardingTotalCount", `0`, "shardingTotalCount"},
 		{"too many shards", "shardingTotalCount", `10001`, "shardingTotalCount"},
@@ -345,5 +347,29 @@ func TestShardingItemParameterAgreesWithTheParseAndToleratesStoredLegacy(t *test
 		if got := ShardingItemParameter(tc.s, tc.item); got != tc.want {
 			t.Errorf("%q item %d: %q; want %q", tc.s, tc.item, got, tc.want)
 		}
+	}
+}
+
+// A job node as Elastic-Job 2.1.5 wrote it reads with the defaults of a registration without
+// the fields it lacks: it fires in the scheduler's zone, and its config, as read, is accepted
+// by PUT /api/job/update.
+func TestAJobStoredBy215ReadsWithTheDefaults(t *testing.T) {
+	t.Setenv("TZ", "Asia/Shanghai")
+	stored := `{"jobName":"legacy","jobClass":"","jobType":"SCRIPT","cron":"0 0 10 * * ?","shardingTotalCount":3,
+	 "shardingItemParameters":"","jobParameter":"","failover":true,"misfire":true,"description":"",
+	 "jobProperties":{"job_exception_handler":"com.dangdang.ddframe.job.executor.handler.impl.DefaultJobExceptionHandler",
+	 "executor_service_handler":"com.dangdang.ddframe.job.executor.handler.impl.DefaultExecutorServiceHandler"},
+	 "scriptCommandLine":"/bin/true","appName":"app","cpuCount":0.5,"memoryMB":128.0,"jobExecutionType":"TRANSIENT"}`
+	j, err := ParseJob([]byte(stored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.TimeZone != "Asia/Shanghai" || j.Placement != Spread || j.JobShardingStrategyType != AvgAllocation || j.ConcurrencyPolicy != Forbid {
+		t.Errorf("timeZone %q, placement %q, strategy %q, concurrency %q; want the scheduler's zone and the defaults",
+			j.TimeZone, j.Placement, j.JobShardingStrategyType, j.ConcurrencyPolicy)
+	}
+	data, _ := json.Marshal(j)
+	if _, err := DecodeJob(data, "UTC"); err != nil {
+		t.Errorf("the job as read is refused by the API: %v", err)
 	}
 }

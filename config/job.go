@@ -174,6 +174,13 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	if err := j.Validate(); err != nil {
 		return Job{}, err
 	}
+	// Quartz refuses to schedule a trigger that will never fire (SPEC §12: an invalid cron is not
+	// stored). Only here, at registration: a job whose last fire has just come still runs it.
+	if s, _ := j.Schedule(); s != nil {
+		if loc, err := j.Location(); err == nil && s.Next(time.Now().In(loc)).IsZero() {
+			return Job{}, fieldErr("cron", "%q never fires after now", j.Cron)
+		}
+	}
 	return j, nil
 }
 
@@ -386,11 +393,31 @@ func ShardingItemParameter(s string, item int) string {
 	return param
 }
 
-// ParseJob reads a job as stored in ZooKeeper, tolerating fields it does not know.
+// ParseJob reads a job as stored in ZooKeeper, tolerating fields it does not know. A job that
+// Elastic-Job 2.1.5 stored has no timeZone, placement or jobShardingStrategyType: it gets the
+// defaults a registration without them gets (SPEC §3.2), the scheduler's zone among them, so
+// that it fires in that zone rather than in UTC, and its config, as read, registers again.
 func ParseJob(data []byte) (Job, error) {
 	var j Job
-	err := json.Unmarshal(data, &j)
-	return j, err
+	if err := json.Unmarshal(data, &j); err != nil {
+		return j, err
+	}
+	if j.TimeZone == "" {
+		j.TimeZone = LocalZone()
+	}
+	if j.Placement == "" {
+		j.Placement = Spread
+	}
+	if j.JobShardingStrategyType == "" {
+		j.JobShardingStrategyType = AvgAllocation
+	}
+	if j.JobProperties == nil {
+		j.JobProperties = map[string]string{}
+	}
+	if j.ConcurrencyPolicy == "" && j.JobExecutionType == Transient {
+		j.ConcurrencyPolicy = Forbid
+	}
+	return j, nil
 }
 
 // RestartsTasks reports whether replacing j by next must kill j's running tasks (SPEC §3.2):
