@@ -66,6 +66,7 @@ type leader struct {
 	endChecks chan struct{}
 	stale     staleTasks
 	lastRecon time.Time
+	recon     reconRun // the explicit reconciliation under way (reconcile.go)
 
 	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
@@ -413,6 +414,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.replaceQueued(ctx)
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
+			ld.retryReconcile(ctx, time.Now())
 			ld.wakeForWork(ctx)
 			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {
 				ld.reconcile(ctx)

@@ -42,6 +42,9 @@ func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 			seen(st)
 		}
 	}
+	for _, st := range sts {
+		ld.recon.heard(st.TaskID.Value)
+	}
 	ld.recordAll(ctx, ld.checkEnds(ctx, sts), 0)
 }
 
@@ -431,4 +434,5 @@ func (ld *leader) reconcileExplicit(ctx context.Context) {
 		}
 	}
 	ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(tasks)))
+	ld.recon.start(tasks, time.Now())
 }
