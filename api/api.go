@@ -232,6 +232,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		id := errorID()
 		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Warn("Mesos could not be read")
 		writeError(w, http.StatusServiceUnavailable, me.Which+" could not be read; retry later (the scheduler's log has the details under error_id="+id+")", "")
+	case errors.As(err, new(traceDBError)):
+		id := errorID()
+		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Warn("the event trace database could not be read")
+		writeError(w, http.StatusServiceUnavailable, "the event trace database could not be read; retry later (the scheduler's log has the details under error_id="+id+")", "")
 	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
 		writeError(w, http.StatusServiceUnavailable, "this scheduler instance is not (or no longer) the leader; retry, and follow the redirect to the leader", "")
 	default:

@@ -39,7 +39,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		}
 		p, err := s.cfg.Trace.DB.Executions(r.Context(), q)
 		if err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, traceDBError{err})
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
@@ -55,7 +55,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		}
 		p, err := s.cfg.Trace.DB.StatusTraces(r.Context(), q)
 		if err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, traceDBError{err})
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
@@ -83,7 +83,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		}
 		rows, err := s.cfg.Trace.DB.TaskResults(r.Context(), iv, since)
 		if err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, traceDBError{err})
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
@@ -106,7 +106,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 			res, err := t.DB.LatestTaskResult(r.Context(), iv, now)
 			if err != nil {
-				s.fail(w, r, err)
+				s.fail(w, r, traceDBError{err})
 				return
 			}
 			writeJSON(w, http.StatusOK, res)
@@ -122,7 +122,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 			succ, fail, err := t.DB.SumTaskResults(r.Context(), iv, since)
 			if err != nil {
-				s.fail(w, r, err)
+				s.fail(w, r, traceDBError{err})
 				return
 			}
 			ps, pf := t.Results.Pending(iv)
@@ -155,7 +155,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 			rows, err := p.read(s.cfg.Trace, r, eventtrace.Day.Truncate(s.cfg.Now()).Add(-7*24*time.Hour))
 			if err != nil {
-				s.fail(w, r, err)
+				s.fail(w, r, traceDBError{err})
 				return
 			}
 			writeJSON(w, http.StatusOK, rows)
@@ -172,7 +172,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		}
 		rows, err := s.cfg.Trace.DB.JobRegister(r.Context(), online) // 2.1.5: since online, whatever since says
 		if err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, traceDBError{err})
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
@@ -286,3 +286,10 @@ func parseTime(v string) (time.Time, error) {
 	}
 	return time.Time{}, last
 }
+
+// traceDBError is a failed read of the event trace database: a dependency that cannot serve
+// (503, as for ZooKeeper and Mesos), not a fault of this scheduler.
+type traceDBError struct{ err error }
+
+func (e traceDBError) Error() string { return "event trace database: " + e.err.Error() }
+func (e traceDBError) Unwrap() error { return e.err }

@@ -149,3 +149,21 @@ func TestTraceEndpointsWithoutDatabase(t *testing.T) {
 		}
 	}
 }
+
+// A database that cannot be read is a dependency that cannot serve: 503, as for ZooKeeper and
+// Mesos, not an internal fault; parameters are still checked first.
+func TestTraceEndpointsWhenTheDatabaseFails(t *testing.T) {
+	f, db := traced(t)
+	db.Close()
+	for _, p := range []string{"/api/job/events/executions", "/api/job/events/statusTraces?jobName=job",
+		"/api/job/statistics/tasks/results/online", "/api/job/statistics/tasks/results?since=last24hours",
+		"/api/job/statistics/tasks/running?since=lastWeek", "/api/job/statistics/jobs/register"} {
+		rec := f.do("GET", p, "")
+		if rec.Code != 503 || !strings.Contains(rec.Body.String(), "event trace database") {
+			t.Errorf("GET %s: %d %s; want 503 naming the event trace database", p, rec.Code, rec.Body)
+		}
+	}
+	if rec := f.do("GET", "/api/job/events/executions?sort=1%3BSELECT", ""); rec.Code != 400 {
+		t.Errorf("an injection with the database down: %d %s; want 400", rec.Code, rec.Body)
+	}
+}

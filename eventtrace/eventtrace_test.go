@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/eventtrace/eventtracetest"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/state/statetest"
 	"github.com/ejcloud/ejcloud/taskdata"
 )
 
@@ -758,4 +760,42 @@ func TestAnEventTheDatabaseRefusesCostsOnlyItself(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A database that hangs does not hold the writer's close past its grace: what is left is
+// counted failed, instead of each batch waiting out its retries and timeouts.
+func TestCloseWithinGivesUpOnAHungDatabase(t *testing.T) {
+	dsn := eventtracetest.Postgres(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := statetest.NewProxy(t, u.Host)
+	u.Host = p.Addr
+	db, err := Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	w := NewWriter(db, WriterConfig{Batch: 10}, quiet())
+	p.DropRequests() // the database hangs: nothing it is sent arrives
+	const n = 50
+	for i := range n {
+		w.Trace(StatusTrace{JobName: "job-a", TaskID: tid, SlaveID: "agent-S0", Source: "CLOUD_SCHEDULER", ExecutionType: "READY",
+			ShardingItems: "[0]", State: "TASK_RUNNING", Message: fmt.Sprint(i), CreationTime: t0})
+	}
+	closed := make(chan struct{})
+	go func() {
+		w.CloseWithin(200 * time.Millisecond)
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second): // one batch's first attempt alone would wait this long
+		t.Fatal("CloseWithin(200ms) still waits for the hung database after 30 s")
+	}
+	if s := w.Stats(); s.Written != 0 || s.Failed != n {
+		t.Fatalf("writer stats %+v; want all %d events failed", s, n)
+	}
+	p.Restore()
 }

@@ -56,14 +56,18 @@ type TaskEnd struct {
 // status acknowledgements never wait for the database. Offer never blocks: when the queue is
 // full the event is dropped, counted and logged. Close writes everything queued before it.
 type Writer struct {
-	db      *DB
-	log     logrus.FieldLogger
-	in      chan event
-	batch   int
-	linger  time.Duration
-	mu      sync.RWMutex // guards closed against Offer racing Close
-	closed  bool
-	done    chan struct{}
+	db     *DB
+	log    logrus.FieldLogger
+	in     chan event
+	batch  int
+	linger time.Duration
+	mu     sync.RWMutex // guards closed against Offer racing Close
+	closed bool
+	done   chan struct{}
+	// ctx bounds every write; abandon ends it when CloseWithin's grace is over, so that what is
+	// left fails at once instead of each batch waiting out its timeouts.
+	ctx     context.Context
+	abandon context.CancelFunc
 	dropped atomic.Int64
 	failed  atomic.Int64
 	written atomic.Int64
@@ -90,6 +94,7 @@ func NewWriter(db *DB, cfg WriterConfig, log logrus.FieldLogger) *Writer {
 		cfg.Linger = 50 * time.Millisecond
 	}
 	w := &Writer{db: db, log: log, in: make(chan event, cfg.Queue), batch: cfg.Batch, linger: cfg.Linger, done: make(chan struct{})}
+	w.ctx, w.abandon = context.WithCancel(context.Background())
 	go w.run()
 	return w
 }
@@ -172,14 +177,24 @@ func (w *Writer) Flush(ctx context.Context) error {
 }
 
 // Close writes everything queued, then stops the writer. Later events are dropped.
-func (w *Writer) Close() {
+func (w *Writer) Close() { w.CloseWithin(-1) }
+
+// CloseWithin is Close for at most grace (none if negative): a database that is down or hangs
+// would hold a scheduler's shutdown for each queued batch's retries and timeouts, for half an
+// hour with a full queue. What is not written by then is counted failed.
+func (w *Writer) CloseWithin(grace time.Duration) {
 	w.mu.Lock()
 	if !w.closed {
 		w.closed = true
 		close(w.in)
 	}
 	w.mu.Unlock()
+	if grace >= 0 {
+		t := time.AfterFunc(grace, w.abandon)
+		defer t.Stop()
+	}
 	<-w.done
+	w.abandon()
 }
 
 func (w *Writer) run() {
@@ -225,16 +240,19 @@ func (w *Writer) write(buf []event) {
 	}
 	if n > 0 {
 		var err error
-		for attempt := 0; attempt < 3; attempt++ {
+		for attempt := 0; attempt < 3 && w.ctx.Err() == nil; attempt++ {
 			if attempt > 0 {
 				time.Sleep(time.Duration(attempt) * 200 * time.Millisecond) // backoff between retries of a failed transaction
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
 			err = w.db.writeBatch(ctx, buf)
 			cancel()
 			if err == nil {
 				break
 			}
+		}
+		if err == nil && w.ctx.Err() != nil {
+			err = fmt.Errorf("abandoned at the end of the writer's grace: %w", w.ctx.Err())
 		}
 		if err != nil {
 			w.writeEach(buf, err)
@@ -260,8 +278,8 @@ func (w *Writer) writeEach(buf []event, batchErr error) {
 		if e.flush != nil {
 			continue
 		}
-		if refusedInARow < downAfter {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if refusedInARow < downAfter && w.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
 			last = w.db.writeBatch(ctx, []event{e})
 			cancel()
 			if last == nil {

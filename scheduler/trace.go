@@ -49,11 +49,15 @@ func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*trace
 }
 
 // close writes every queued event, then closes the database.
+// traceCloseGrace bounds the writing of the queued events at shutdown: a database that is down
+// must not hold the process past its supervisor's patience (SIGKILL loses them anyway).
+const traceCloseGrace = 10 * time.Second
+
 func (t *tracer) close() {
 	if t == nil {
 		return
 	}
-	t.w.Close()
+	t.w.CloseWithin(traceCloseGrace)
 	if s := t.w.Stats(); s.Dropped > 0 || s.Failed > 0 {
 		t.log.WithFields(logrus.Fields{"written": s.Written, "dropped": s.Dropped, "failed": s.Failed}).Warn("event trace: not every event was written")
 	}
