@@ -251,6 +251,9 @@ func TestValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"failover":"maybe","jobName"`, 1), "failover"},
 		{"/api/job/register", strings.Replace(jobBody, `"jobName"`, `"jobProperties":{"a":1},"jobName"`, 1), "jobProperties"},
 		{"/api/job/register", `[1,2]`, "body"},
+		{"/api/job/register", strings.Replace(jobBody, `"job"`, `"jobs"`, 1), "jobName"},  // /api/job/jobs/{jobName} takes its paths
+		{"/api/app", `{"appName":"list","appURL":"/x","bootstrapScript":"s"}`, "appName"}, // GET /api/app/list lists the apps
+		{"/api/job/register", strings.Replace(jobBody, `"0/5 * * * * ?"`, `"0 0 0 30 2 ?"`, 1), "cron"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","appCacheEnable":"sometimes"}`, "appCacheEnable"},
 		{"/api/app", `{"appName":"` + strings.Repeat("a", 101) + `","appURL":"/x","bootstrapScript":"s"}`, "appName"},
 	} {

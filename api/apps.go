@@ -28,6 +28,9 @@ func (s *Server) createApp(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := config.DecodeApp(b)
 	if err == nil {
+		err = config.CheckNewName("appName", a.AppName)
+	}
+	if err == nil {
 		err = s.store.CreateApp(r.Context(), a)
 	}
 	if err != nil {

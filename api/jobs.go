@@ -43,7 +43,11 @@ func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.store.CreateJob(r.Context(), j); err != nil {
+	err := config.CheckNewName("jobName", j.JobName)
+	if err == nil {
+		err = s.store.CreateJob(r.Context(), j)
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}

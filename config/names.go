@@ -46,3 +46,17 @@ func LocalZone() string {
 	}
 	return "UTC"
 }
+
+// reserved are the names the REST API's fixed paths take (SPEC §7): GET /api/app/list lists
+// the apps rather than showing an app named "list", and /api/job/jobs/{jobName} takes
+// /api/job/{jobName}/disable (next, failure, fires) of a job named "jobs".
+var reserved = map[string]string{"appName": "list", "jobName": "jobs"}
+
+// CheckNewName refuses, at registration, a name that the REST API could not address. Configs
+// stored before (by 2.1.5, say) are read and updated as they are.
+func CheckNewName(field, name string) error {
+	if reserved[field] == name {
+		return fieldErr(field, "%q is reserved: the REST API's fixed paths use it", name)
+	}
+	return nil
+}

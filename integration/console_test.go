@@ -45,7 +45,7 @@ func TestConsole(t *testing.T) {
 	}
 
 	// An app through the form.
-	b.open(t, root, "#/apps/new")
+	b.open(t, root, "#/apps/+new")
 	b.fill(t, root, "appName", "my app") // refused by the form itself, in the server's words
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, `input[name=appName] ~ small`, "appName may contain only letters, digits")
@@ -58,7 +58,7 @@ func TestConsole(t *testing.T) {
 	b.waitText(t, root, "main h1", "App app")
 
 	// A job through the form: a bad cron first, whose 400 shows beside the cron field.
-	b.open(t, root, "#/jobs/new")
+	b.open(t, root, "#/jobs/+new")
 	b.waitText(t, root, `select[name=appName] option[value="app"]`, "app") // the apps have loaded
 	b.fill(t, root, "jobName", "console-job")
 	b.fill(t, root, "cron", "0/2 * * * * nonsense")
@@ -156,7 +156,7 @@ func TestConsole(t *testing.T) {
 
 	if shots != "" {
 		for _, p := range []struct{ hash, wait, text string }{
-			{"#/apps", "main table", "app"}, {"#/apps/app", "main h1", "App app"}, {"#/apps/new", "main h1", "Add an app"},
+			{"#/apps", "main table", "app"}, {"#/apps/app", "main h1", "App app"}, {"#/apps/+new", "main h1", "Add an app"},
 			{"#/operations", "main table", "app"},
 		} {
 			b.open(t, root, p.hash)
@@ -170,12 +170,16 @@ func TestConsole(t *testing.T) {
 		b.run(t, root, chromedp.EmulateViewport(1280, 900))
 	}
 
-	// The guest sees every page and no write control; the server refuses its writes anyway.
+	// The guest sees every page and no write control; the server refuses its writes anyway. An
+	// app named "new" opens like any other, not as the add form's route.
+	s.must(t, 204, "POST", "/api/app", strings.Replace(w.appJSON(""), `"appName":"app"`, `"appName":"new"`, 1))
+	b.open(t, root, "#/apps/new")
+	b.waitText(t, root, "main h1", "App new")
 	guest := b.tab(t, "guest:look", true)
 	for _, p := range []struct{ hash, wait, text string }{
 		{"#/jobs", "main table", "console-job"}, {"#/jobs/console-job", "main h1", "Job console-job"},
-		{"#/apps", "main table", "app"}, {"#/apps/app", "main h1", "App app"},
-		{"#/status", "main", "Running ("}, {"#/operations", "main table", "app"}, {"#/jobs/new", "main", "The guest may only read"},
+		{"#/apps", "main table", "app"}, {"#/apps/app", "main h1", "App app"}, {"#/apps/new", "main h1", "App new"},
+		{"#/status", "main", "Running ("}, {"#/operations", "main table", "app"}, {"#/jobs/+new", "main", "The guest may only read"},
 	} {
 		b.open(t, guest, p.hash)
 		b.waitText(t, guest, p.wait, p.text)

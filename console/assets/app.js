@@ -236,7 +236,7 @@ function AppsPage({ canWrite }) {
   const states = useApi(names.map((n) => '/api/app/' + enc(n) + '/disable'));
   const [msg, run] = useAction(() => { apps.reload(); states.reload(); });
   return html`<section>
-    <div class="toolbar"><h1>Apps</h1>${canWrite ? html`<a href="#/apps/new" role="button">Add app</a>` : ''}</div>
+    <div class="toolbar"><h1>Apps</h1>${canWrite ? html`<a href=${"#/apps/" + NEW} role="button">Add app</a>` : ''}</div>
     <${Banner} error=${apps.error || states.error || msg.error} ok=${msg.ok} />
     ${apps.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">App</th><th scope="col">URL</th><th scope="col">CPU</th><th scope="col">Memory (MB)</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
@@ -385,7 +385,7 @@ function JobsPage({ canWrite }) {
   const next = useApi(pg.rows.map((j) => (j.cron ? '/api/job/' + enc(j.jobName) + '/next?count=1' : null)), 5000);
   const [msg, run] = useAction(() => { jobs.reload(); states.reload(); });
   return html`<section>
-    <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href="#/jobs/new" role="button">Add job</a>` : ''}
+    <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href=${"#/jobs/" + NEW} role="button">Add job</a>` : ''}
       <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => { setQ(e.target.value); pg.setPage(1); }} /></div>
     <${Banner} error=${jobs.error || states.error || next.error || msg.error} ok=${msg.ok} />
     ${jobs.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
@@ -709,6 +709,10 @@ function OperationsPage({ canWrite }) {
 
 // ---------------------------------------------------------------- the frame
 
+// NEW is the route name of the add forms: '+' is in no valid app or job name, so an app or a
+// job named "new" still opens.
+const NEW = '+new';
+
 function parseRoute() {
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   return { page: parts[0] || 'jobs', name: parts[1] || '', sub: parts[2] || '' };
@@ -730,10 +734,10 @@ function App() {
   const { page, name, sub } = route;
   let body;
   if (!session) body = html`<p aria-busy="true">Loading…</p>`;
-  else if ((name === 'new' || sub === 'edit') && !canWrite) body = html`<${Banner} error=${new Error('The guest may only read: signed in as ' + session.role + '.')} />`;
-  else if (page === 'apps') body = name === 'new' && canWrite ? html`<${AppForm} />` : name && sub === 'edit' && canWrite ? html`<${AppForm} name=${name} key=${name} />`
+  else if ((name === NEW || sub === 'edit') && !canWrite) body = html`<${Banner} error=${new Error('The guest may only read: signed in as ' + session.role + '.')} />`;
+  else if (page === 'apps') body = name === NEW && canWrite ? html`<${AppForm} />` : name && sub === 'edit' && canWrite ? html`<${AppForm} name=${name} key=${name} />`
     : name ? html`<${AppDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${AppsPage} canWrite=${canWrite} />`;
-  else if (page === 'jobs') body = name === 'new' && canWrite ? html`<${JobForm} />` : name && sub === 'edit' && canWrite ? html`<${JobForm} name=${name} key=${name} />`
+  else if (page === 'jobs') body = name === NEW && canWrite ? html`<${JobForm} />` : name && sub === 'edit' && canWrite ? html`<${JobForm} name=${name} key=${name} />`
     : name ? html`<${JobDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${JobsPage} canWrite=${canWrite} />`;
   else if (page === 'status') body = html`<${StatusPage} />`;
   else if (page === 'history') body = html`<${HistoryPage} />`;
