@@ -339,7 +339,10 @@ func (s *Store) cronChangeOps(ctx context.Context, cur, next config.Job, from ti
 
 // DeleteJob removes a job's config, ready entry, failover entries, disable marker and restart
 // list in one multi. Its running nodes stay until the caller's kills end the tasks (SPEC §5.9).
-func (s *Store) DeleteJob(ctx context.Context, name string) error {
+func (s *Store) DeleteJob(ctx context.Context, name string) error { return s.deleteJob(ctx, name, nil) }
+
+// deleteJob is DeleteJob; a test's between runs after each attempt's reads.
+func (s *Store) deleteJob(ctx context.Context, name string, between func()) error {
 	return retry(ctx, func() error {
 		_, version, err := s.readJob(ctx, name)
 		if err != nil {
@@ -348,6 +351,9 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error {
 		ops, err := s.deleteJobOps(ctx, name, version)
 		if err != nil {
 			return err
+		}
+		if between != nil {
+			between()
 		}
 		if err := s.multi(ctx, ops...); err != nil {
 			return fmt.Errorf("delete job %q: %w", name, err)
@@ -368,13 +374,25 @@ func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([
 			ops = append(ops, deleteOp(p, st.Version))
 		}
 	}
+	// Each deletion is checked against the version read, so that an entry a launch or a retry
+	// took meanwhile fails the multi as a conflict, which is read again, rather than as the
+	// job's being gone (404 for a job that exists).
+	versioned := func(p string) error {
+		st, err := s.stat(ctx, p)
+		if err == nil && st != nil {
+			ops = append(ops, deleteOp(p, st.Version))
+		}
+		return err
+	}
 	retries, err := s.children(ctx, s.path(retryDir))
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range retries {
 		if m, err := taskid.ParseMeta(r); err == nil && m.JobName == name {
-			ops = append(ops, deleteOp(s.path(retryDir, r), -1))
+			if err := versioned(s.path(retryDir, r)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	parent := s.path(failoverDir, name)
@@ -383,10 +401,14 @@ func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([
 		return nil, err
 	}
 	for _, item := range items {
-		ops = append(ops, deleteOp(parent+"/"+item, -1))
+		if err := versioned(parent + "/" + item); err != nil {
+			return nil, err
+		}
 	}
 	if items != nil {
-		ops = append(ops, deleteOp(parent, -1))
+		if err := versioned(parent); err != nil {
+			return nil, err
+		}
 		s.parents.Delete(parent)
 	}
 	return ops, nil

@@ -250,3 +250,36 @@ func TestAJobRegisteredDuringItsAppsDeletionNeverOutlivesIt(t *testing.T) {
 		}
 	}
 }
+
+// A failover entry a launch takes between a deletion's reads and its multi makes the deletion
+// read again, not answer that the job does not exist.
+func TestDeleteJobReadsAgainWhenALaunchTakesAFailoverEntry(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	for item := range 2 {
+		_, err := s.AddFailover(ctx, taskid.New(taskid.Meta{JobName: "job", Item: item}, taskid.Ready, "S0"))
+		must(t, err, "AddFailover")
+	}
+	attempts := 0
+	err := s.DeleteJobAfter(ctx, "job", func() {
+		attempts++
+		if attempts > 1 {
+			return
+		}
+		fo, err := s.Failovers(ctx)
+		must(t, err, "Failovers")
+		relaunch := taskid.New(fo[0].Meta, taskid.Failover, "S1")
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{relaunch}, Failover: fo[:1]}), "RecordLaunch")
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("DeleteJob after a launch took a failover entry: %v after %d attempts; want done on the second", err, attempts)
+	}
+	if _, err := s.Job(ctx, "job"); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("Job after DeleteJob: %v; want ErrNotFound", err)
+	}
+	if fo, err := s.Failovers(ctx); err != nil || len(fo) != 0 {
+		t.Fatalf("failover entries after DeleteJob: %v (%v); want none", fo, err)
+	}
+}

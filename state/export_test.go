@@ -73,3 +73,9 @@ func (s *Store) createAllOps(prefix string, datas [][]byte) []any {
 	}
 	return ops
 }
+
+// DeleteJobAfter is DeleteJob with between called after each attempt's reads and before its
+// multi, so that a test can change what was read.
+func (s *Store) DeleteJobAfter(ctx context.Context, name string, between func()) error {
+	return s.deleteJob(ctx, name, between)
+}
