@@ -324,12 +324,17 @@ func (ld *leader) clearStop(ctx context.Context, job, by string) error {
 	if err != nil {
 		return err
 	}
+	ld.stopCleared(job, by, cleared)
+	return nil
+}
+
+// stopCleared is the leader's side of a cleared stop mark (cleared false: there was none).
+func (ld *leader) stopCleared(job, by string, cleared bool) {
 	ld.relaunch.forgetJob(job)
 	if cleared {
 		ld.log.WithFields(logrus.Fields{"job": job, "by": by}).Info("job's stop cleared; its shards are launched again")
 	}
 	ld.poke()
-	return nil
 }
 
 // Failure answers GET /api/job/{jobName}/failure: the job's stop mark and its shards waiting

@@ -464,17 +464,20 @@ func (s *instance) Trigger(ctx context.Context, job string) error {
 	// later launch is matched to the right slot; the ledger's last slot does not move. A full
 	// ready queue refuses it, and the operator is told (§4).
 	// A disable written since the check above fails the write (App).
+	// The job's stop mark goes in the same write: a refused trigger keeps it, and a trigger
+	// whose answer the client lost (and sends again) cannot have queued a run and failed.
+	_, stopped, err := ld.store.Stopped(ctx, job)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
-	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Refuse: true, App: j.AppName, Entries: []state.FireEntry{{
+	if _, err := ld.store.RecordFires(ctx, job, state.Fires{Accumulate: true, Refuse: true, App: j.AppName, ClearStop: true, Entries: []state.FireEntry{{
 		Slot: now, Count: 1, Outcome: state.OutcomeFired, Triggered: true, Reason: "triggered through the API"}}}); errors.Is(err, state.ErrDisabled) {
 		return fmt.Errorf("%w: job %q or its app %q was disabled: enable it first", api.ErrConflictingState, job, j.AppName)
 	} else if err != nil {
 		return err
 	}
-	// The stop is cleared once the run is queued: a refused trigger changes nothing.
-	if err := ld.clearStop(ctx, job, "job trigger"); err != nil {
-		return err
-	}
+	ld.stopCleared(job, "job trigger", stopped)
 	if j.ConcurrencyPolicy == config.Replace {
 		ld.replacing.add(job)
 	}

@@ -151,6 +151,10 @@ type Fires struct {
 	// the job's ready entry) fails it with ErrDisabled, and nothing is written. Without it, a
 	// run queued just after the disable would wait, and run the moment the job is enabled.
 	App string
+	// ClearStop: the job's stop mark, if any, goes in the same multi (an operator's trigger is
+	// how a stopped job is told to try again), so that a refused write keeps it and a written
+	// one cannot leave it behind.
+	ClearStop bool
 }
 
 // RecordFires writes a job's fires in one multi: the ready count grows by the runs they ask for
@@ -247,6 +251,16 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 		ops = append(ops, setOp(lp, data, ln.version))
 	} else {
 		ops = append(ops, s.createOp(lp, data))
+	}
+	if f.ClearStop {
+		sp := s.path(stoppedDir, job)
+		st, err := s.stat(ctx, sp)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			ops = append(ops, deleteOp(sp, st.Version))
+		}
 	}
 	var markers []string
 	if f.App != "" && count > start {

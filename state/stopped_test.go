@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -78,5 +79,42 @@ func TestStopMark(t *testing.T) {
 	must(t, s.DeleteJob(ctx, "job"), "DeleteJob")
 	if names, _ := s.StoppedJobs(ctx); len(names) != 0 {
 		t.Fatalf("StoppedJobs after DeleteJob = %v; want none", names)
+	}
+}
+
+// A write of fires that clears the stop mark (an operator's trigger) does it in the same multi:
+// a refused write keeps the mark, a written one removes it with the run it queues.
+func TestFiresThatClearTheStopMark(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	id := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
+	_, err := s.EndTaskAndStop(ctx, id, state.Stop{Reason: "unknown jobClass", TaskID: id.String()})
+	must(t, err, "EndTaskAndStop")
+	trigger := state.Fires{Accumulate: true, Refuse: true, App: "app", ClearStop: true,
+		Entries: []state.FireEntry{{Slot: time.Now(), Count: 1, Outcome: state.OutcomeFired, Triggered: true}}}
+
+	must(t, s.DisableJob(ctx, "job"), "DisableJob")
+	if _, err := s.RecordFires(ctx, "job", trigger); !errors.Is(err, state.ErrDisabled) {
+		t.Fatalf("trigger of a disabled job: %v; want ErrDisabled", err)
+	}
+	if _, ok, err := s.Stopped(ctx, "job"); err != nil || !ok {
+		t.Fatalf("stop mark after a refused trigger: %v, %v; want kept", ok, err)
+	}
+	must(t, s.EnableJob(ctx, "job"), "EnableJob")
+	_, err = s.RecordFires(ctx, "job", trigger)
+	must(t, err, "RecordFires")
+	if _, ok, err := s.Stopped(ctx, "job"); err != nil || ok {
+		t.Fatalf("stop mark after the trigger: %v, %v; want cleared", ok, err)
+	}
+	if r, err := s.ReadyOf(ctx, "job"); err != nil || r.Count != 1 {
+		t.Fatalf("ready %+v (%v); want the triggered run", r, err)
+	}
+	_, err = s.RecordFires(ctx, "job", trigger) // no mark: nothing to clear, the run is queued
+	must(t, err, "RecordFires without a mark")
+	if r, err := s.ReadyOf(ctx, "job"); err != nil || r.Count != 2 {
+		t.Fatalf("ready %+v (%v); want two runs", r, err)
 	}
 }
