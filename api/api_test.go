@@ -100,6 +100,8 @@ func TestEndpoints(t *testing.T) {
 		{name: "update without appName", method: "PUT", path: "/api/app", body: `{"memoryMB":256}`, wantCode: 400, wantBody: `"field":"appName"`},
 		{name: "update with an invalid value", method: "PUT", path: "/api/app", body: `{"appName":"app","memoryMB":1}`, wantCode: 400, wantBody: `"field":"memoryMB"`},
 		{name: "update with malformed JSON", method: "PUT", path: "/api/app", body: `{"appName":"app","cpuCount":}`, wantCode: 400, wantBody: `"field":"body"`},
+		{name: "update naming the app in another case", method: "PUT", path: "/api/app", body: `{"appName":"app","appname":"zzz"}`, wantCode: 400, wantBody: `"field":"appname"`},
+		{name: "update with a null body", method: "PUT", path: "/api/app", body: `null`, wantCode: 400, wantBody: `"field":"body"`},
 		{name: "app disabled?", method: "GET", path: "/api/app/app/disable", wantCode: 200, wantBody: "false"},
 		{name: "disable an app", method: "POST", path: "/api/app/app/disable", wantCode: 204, wantOps: []string{"disable-app app"}},
 		{name: "enable an app", method: "POST", path: "/api/app/app/enable", wantCode: 204, wantOps: []string{"enable-app app"}},

@@ -47,15 +47,19 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var named struct {
-		AppName json.RawMessage `json:"appName"`
-	}
+	// A map, not a struct: encoding/json matches a struct's keys case-insensitively, and
+	// "appname" would name the app that PatchApp then refuses the key of.
+	var fields map[string]json.RawMessage
 	var name string
-	if err := json.Unmarshal(b, &named); err != nil {
-		s.fail(w, r, &config.FieldError{Field: "body", Message: "body is not a JSON object: " + err.Error()})
+	if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
+		msg := "body is not a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		s.fail(w, r, &config.FieldError{Field: "body", Message: msg})
 		return
 	}
-	if json.Unmarshal(named.AppName, &name) != nil || name == "" {
+	if json.Unmarshal(fields["appName"], &name) != nil || name == "" {
 		s.fail(w, r, &config.FieldError{Field: "appName", Message: "appName is required and names the app to update"})
 		return
 	}
