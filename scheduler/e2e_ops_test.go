@@ -46,3 +46,24 @@ func TestDisableEnableAndDeleteApp(t *testing.T) {
 		t.Fatalf("jobs left after deleting their app: %v", jobs)
 	}
 }
+
+// An app deleted without its executors being told (behind the leader's back here; a STOP that
+// Mesos dropped, or a deletion between subscriptions, alike) has its idle executors stopped
+// by the next sweep: Mesos never stops an idle executor, which would hold its resources.
+func TestExecutorsOfAnAppDeletedBehindTheLeadersBackAreStopped(t *testing.T) {
+	s := newSystem(t, 1, func(c *Config) { c.ReconcileInterval = time.Second })
+	ctx := context.Background()
+	s.register(s.scriptJob("idle", 1, ""))
+	s.trigger("idle")
+	await.True(t, 30*time.Second, "the shard ran and ended", func() bool {
+		return len(s.runs("idle")["0"]) == 1 && s.runningCount("idle") == 0
+	})
+	pids := s.executorPIDs(s.runs("idle")["0"][0])
+	if len(pids) != 1 {
+		t.Fatalf("executors: %v", pids)
+	}
+	if _, err := s.store.DeleteApp(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 30*time.Second, "the deleted app's idle executor stopped", func() bool { return syscall.Kill(pids[0], 0) != nil })
+}

@@ -6,7 +6,9 @@ import (
 	"slices"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 
+	"github.com/ejcloud/ejcloud/executor"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -105,4 +107,49 @@ func (ld *leader) pruneExecutors(ctx context.Context) {
 		ld.log.WithField("executors", len(gone)).Info("forgetting the executors the master no longer lists")
 	}
 	ld.forgetExecutors(ctx, gone...)
+}
+
+// sweepOrphans tells this framework's executors whose app no longer exists to stop (MESSAGE
+// STOP), off the event loop. DeleteApp tells them once, but Mesos drops a message to an agent
+// or executor it cannot reach, and a deletion between subscriptions or written behind the
+// leader's back tells none; Mesos never stops an idle executor, so such an executor would hold
+// its resources for ever. Every subscription, and every reconciliation interval, looks again.
+func (ld *leader) sweepOrphans(ctx context.Context) {
+	if !ld.sweeping.CompareAndSwap(false, true) {
+		return // the last sweep is still under way
+	}
+	go func() {
+		defer ld.sweeping.Store(false)
+		live, err := ld.masterExecutors(ctx)
+		if err != nil {
+			ld.log.WithError(err).Debug("cannot read the master's executors: no sweep of the deleted apps' executors this time")
+			return
+		}
+		apps, err := ld.store.Apps(ctx)
+		if err != nil {
+			ld.log.WithError(err).Debug("cannot read the apps: no sweep of the deleted apps' executors this time")
+			return
+		}
+		exists := map[string]bool{}
+		for _, a := range apps {
+			exists[a.AppName] = true
+		}
+		var orphans []string
+		for _, id := range slices.Sorted(maps.Keys(live)) {
+			if ex, err := taskid.ParseExecutor(id); err == nil && !exists[ex.AppName] {
+				orphans = append(orphans, id)
+			}
+		}
+		if len(orphans) == 0 {
+			return
+		}
+		ld.onLoop(ctx, func(ctx context.Context) {
+			ld.log.WithField("executors", orphans).Info("executors of deleted apps are still up: telling them to stop")
+			for _, id := range orphans {
+				ex, _ := taskid.ParseExecutor(id)
+				ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
+			}
+			ld.forgetExecutors(ctx, orphans...)
+		})
+	}()
 }

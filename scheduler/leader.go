@@ -66,7 +66,8 @@ type leader struct {
 	endChecks chan struct{}
 	stale     staleTasks
 	lastRecon time.Time
-	recon     reconRun // the explicit reconciliation under way (reconcile.go)
+	recon     reconRun    // the explicit reconciliation under way (reconcile.go)
+	sweeping  atomic.Bool // a sweep of the deleted apps' executors is under way (sweepOrphans)
 
 	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
@@ -377,6 +378,7 @@ func (ld *leader) subscribed(ctx context.Context, sub *subscription, knownID str
 	ld.inst.setSubscribed(true)
 	ld.log.WithField("framework_id", sub.frameworkID).Info("subscribed to Mesos")
 	ld.pruneExecutors(ctx)
+	ld.sweepOrphans(ctx)
 	ld.ensureDaemons(ctx)
 	ld.resumeReplacements(ctx)
 	ld.reconcile(ctx)
@@ -418,6 +420,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.wakeForWork(ctx)
 			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {
 				ld.reconcile(ctx)
+				ld.sweepOrphans(ctx)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
