@@ -304,6 +304,28 @@ func TestRestartsTasks(t *testing.T) {
 			t.Errorf("%s: RestartsTasks = %v; want %v", tc.name, got, tc.want)
 		}
 	}
+	// A DAEMON task runs its cron in its executor, with what it was launched with.
+	d := j
+	d.JobExecutionType = Daemon
+	for _, tc := range []struct {
+		name   string
+		change func(*Job)
+		want   bool
+	}{
+		{"a daemon's cron change restarts it", func(j *Job) { j.Cron = "0 0 * * * ?" }, true},
+		{"a daemon's zone change restarts it", func(j *Job) { j.TimeZone = "Asia/Tokyo" }, true},
+		{"a daemon's shard total change restarts it", func(j *Job) { j.ShardingTotalCount = 9 }, true},
+		{"a daemon's parameters change restarts it", func(j *Job) { j.JobParameter = "p" }, true},
+		{"a daemon's item parameters change restarts it", func(j *Job) { j.ShardingItemParameters = "0=a" }, true},
+		{"a daemon's properties change restarts it", func(j *Job) { j.JobProperties = map[string]string{"k": "v"} }, true},
+		{"a daemon's description change does not", func(j *Job) { j.Description = "d" }, false},
+	} {
+		next := d
+		tc.change(&next)
+		if got := d.RestartsTasks(next); got != tc.want {
+			t.Errorf("%s: RestartsTasks = %v; want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestStoredFormRoundTrips(t *testing.T) {

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -422,9 +423,18 @@ func ParseJob(data []byte) (Job, error) {
 
 // RestartsTasks reports whether replacing j by next must kill j's running tasks (SPEC §3.2):
 // only changes to what a running task is made of do; cron and zone changes only reschedule.
+// A DAEMON job's task is its schedule too: its executor runs the cron, in the zone, with the
+// sharding and parameters the task was launched with, so rescheduling it, or changing what
+// its runs are given, is restarting its tasks (as 2.1.5 did on any update).
 func (j Job) RestartsTasks(next Job) bool {
-	return j.AppName != next.AppName || j.JobType != next.JobType ||
+	if j.AppName != next.AppName || j.JobType != next.JobType ||
 		j.JobExecutionType != next.JobExecutionType || j.CPUCount != next.CPUCount ||
 		j.MemoryMB != next.MemoryMB || j.ScriptCommandLine != next.ScriptCommandLine ||
-		j.JobClass != next.JobClass
+		j.JobClass != next.JobClass {
+		return true
+	}
+	return j.JobExecutionType == Daemon && (j.Cron != next.Cron || j.TimeZone != next.TimeZone ||
+		j.ShardingTotalCount != next.ShardingTotalCount || j.ShardingItemParameters != next.ShardingItemParameters ||
+		j.JobParameter != next.JobParameter || j.StreamingProcess != next.StreamingProcess ||
+		!maps.Equal(j.JobProperties, next.JobProperties))
 }
