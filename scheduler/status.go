@@ -165,8 +165,15 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 				return true
 			}
 			if _, seen := ld.unreachable[tid]; !seen {
-				ld.unreachable[tid] = now
-				log.Warn("task unreachable; it counts as running until the unreachable timeout")
+				// The timeout counts from when Mesos found the task unreachable, not from when
+				// this leader heard of it: a leader taking over must not start it again, or
+				// leaders changing more often than the timeout would never end the task.
+				since := now
+				if ut := st.GetUnreachableTime(); ut != nil && ut.GetNanoseconds() > 0 && time.Unix(0, ut.GetNanoseconds()).Before(now) {
+					since = time.Unix(0, ut.GetNanoseconds())
+				}
+				ld.unreachable[tid] = since
+				log.WithField("since", since).Warn("task unreachable; it counts as running until the unreachable timeout")
 			}
 			return true
 		}, nil
@@ -258,7 +265,7 @@ func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j c
 // every running node of the job: a 1,000-shard job must not make each update cost 1,000) and
 // whether an update restarts it (its job's restart list).
 func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus) (plan.Facts, error) {
-	f := plan.Facts{State: st.GetState()}
+	f := plan.Facts{State: st.GetState(), Item: id.Item}
 	if f.State == mesos.TASK_FAILED {
 		d, _ := taskdata.DecodeStatus(st.Data)
 		f.JobFailed = d.JobFailed
@@ -371,6 +378,7 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 	ld.reachable(tid)
 	delete(ld.killed, tid)
 	ld.stale.ended(tid)
+	ld.setIdle(tid, false, true)
 	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 	// Traced and counted as the TASK_LOST it stands for (SPEC §5.7), from the scheduler.
 	ld.inst.trace.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: mesos.TASK_LOST.Enum(),

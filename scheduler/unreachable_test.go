@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
@@ -78,5 +79,38 @@ func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	defer w.mesos.mu.Unlock()
 	if len(w.mesos.reconciled) != 2 {
 		t.Errorf("reconciliations asked after both were settled: %v; want no more", w.mesos.reconciled[2:])
+	}
+}
+
+// The unreachable timeout counts from when Mesos found the task unreachable (its
+// unreachable_time), not from when this leader first heard of it: a leader taking over 20
+// minutes into a partition asks about the task at once, and one that ends as lost forgets it
+// (its DAEMON heartbeat state among the rest).
+func TestTheUnreachableTimeoutCountsFromMesossUnreachableTime(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	w.ld.cfg.UnreachableTimeout = 15 * time.Minute
+	old := fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED)
+	old.UnreachableTime = &mesos.TimeInfo{Nanoseconds: time.Now().Add(-20 * time.Minute).UnixNano()}
+	fresh := fromMaster(w.tasks[1], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED)
+	fresh.UnreachableTime = &mesos.TimeInfo{Nanoseconds: time.Now().Add(-time.Minute).UnixNano()}
+	w.ld.setIdle(w.tasks[0].String(), true, false)
+	w.ld.updates(ctx, []mesos.TaskStatus{old, fresh})
+	w.ld.timeUnreachable(ctx)
+	w.mesos.mu.Lock()
+	asked := slices.Clone(w.mesos.reconciled)
+	w.mesos.mu.Unlock()
+	if want := []string{w.tasks[0].String()}; !slices.Equal(asked, want) {
+		t.Fatalf("asked Mesos about %v; want only the task unreachable for 20 minutes, %v", asked, want)
+	}
+	w.ld.updates(ctx, []mesos.TaskStatus{fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_RECONCILIATION)})
+	if running, failover := w.queues(t); slices.Contains(running, w.tasks[0].String()) || fmt.Sprint(failover) != "[fo@-@0]" {
+		t.Fatalf("running %v, failover %v; want task 0 lost and failed over", running, failover)
+	}
+	w.ld.mu.Lock()
+	idle := len(w.ld.idle)
+	w.ld.mu.Unlock()
+	if idle != 0 {
+		t.Errorf("%d heartbeat states kept after the task was lost; want none", idle)
 	}
 }

@@ -74,7 +74,9 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 		}
 		j, ok := usable(f.Meta.JobName)
 		overlap := j.ConcurrencyPolicy == config.Allow
-		if !ok || (runningShard[f.Meta] && !overlap) {
+		// A shard queued before an update lowered the job's shardingTotalCount no longer
+		// exists: run with its old item, it would take a slice the others take.
+		if !ok || (runningShard[f.Meta] && !overlap) || f.Meta.Item >= j.ShardingTotalCount {
 			continue
 		}
 		if !overlap {

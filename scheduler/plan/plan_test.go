@@ -83,6 +83,8 @@ func TestEligible(t *testing.T) {
 			snap: Snapshot{Ready: ready("a", "b", "c"), OffJobs: map[string]bool{"a": true}, Stopped: map[string]bool{"c": true}},
 			want: []string{"b*:[0 1 2]"}},
 		{name: "a disabled app leaves all its jobs out", snap: Snapshot{Ready: ready("a", "b"), OffApps: map[string]bool{"app": true}}},
+		{name: "a failover item beyond the job's shardingTotalCount (lowered since) is not relaunched",
+			snap: Snapshot{Failovers: fo(meta("b", 3), meta("b", 1))}, want: []string{"b:[1]"}},
 		{name: "entries of deleted jobs are stale", snap: Snapshot{Ready: ready("gone", "a"), Failovers: fo(meta("gone", 3))},
 			want: []string{"a*:[0 1]"}, staleReady: []string{"gone"}, staleFailover: fo(meta("gone", 3))},
 	} {
@@ -212,6 +214,9 @@ func TestDecide(t *testing.T) {
 		{"a killed daemon runs again", Facts{State: mesos.TASK_KILLED, Job: daemon}, Meaning{Kind: End, Follow: state.Rerun}},
 		{"a killed disabled daemon does not", Facts{State: mesos.TASK_KILLED, Job: daemon, Disabled: true}, Meaning{Kind: End}},
 		{"a killed transient task just ends", Facts{State: mesos.TASK_KILLED, Job: failover}, Meaning{Kind: End}},
+		{"a lost shard beyond the lowered total is not relaunched", Facts{State: mesos.TASK_LOST, Job: failover, Item: 1}, Meaning{Kind: End, Failed: true}},
+		{"a killed daemon shard beyond the lowered total does not run again", Facts{State: mesos.TASK_KILLED, Job: daemon, Item: 1}, Meaning{Kind: End}},
+		{"a running shard beyond the lowered total is killed", Facts{State: mesos.TASK_RUNNING, Job: daemon, Current: true, Item: 1}, Meaning{Kind: Kill}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Decide(tc.f); got != tc.want {

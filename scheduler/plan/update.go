@@ -16,7 +16,12 @@ type Facts struct {
 	Disabled  bool // the job or its app is disabled
 	Current   bool // the task is its shard's running task (the running node holds its id)
 	Restarted bool // an update of its job that changes what a task is made of came after its launch
+	Item      int  // the task's shard
 }
+
+// gone reports whether the task's shard no longer exists: an update lowered the job's
+// shardingTotalCount (SPEC §1: a shard is in [0, shardingTotalCount)).
+func (f Facts) gone() bool { return f.Item >= f.Job.ShardingTotalCount }
 
 // Kind is what an update is, for the leader.
 type Kind int
@@ -52,7 +57,8 @@ type Meaning struct {
 // is run again unless disabled; any other end (FAILED,
 // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN) is an infrastructure failure, and
 // the shard of a failover-enabled or DAEMON job is queued for relaunch unless the job or its
-// app is disabled or the job is gone.
+// app is disabled or the job is gone. A shard beyond the job's shardingTotalCount (an update
+// lowered it) is neither relaunched nor left running.
 func Decide(f Facts) Meaning {
 	switch f.State {
 	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
@@ -60,7 +66,7 @@ func Decide(f Facts) Meaning {
 	case mesos.TASK_UNREACHABLE:
 		return Meaning{Kind: Unreachable}
 	case mesos.TASK_RUNNING:
-		if f.JobGone || f.Disabled || !f.Current || f.Restarted {
+		if f.JobGone || f.Disabled || !f.Current || f.Restarted || f.gone() {
 			return Meaning{Kind: Kill}
 		}
 		return Meaning{Kind: Running}
@@ -71,13 +77,13 @@ func Decide(f Facts) Meaning {
 			return Meaning{Kind: End}
 		}
 	case mesos.TASK_KILLED:
-		if !f.JobGone && f.Job.JobExecutionType == config.Daemon && !f.Disabled {
+		if !f.JobGone && f.Job.JobExecutionType == config.Daemon && !f.Disabled && !f.gone() {
 			return Meaning{Kind: End, Follow: state.Rerun}
 		}
 		return Meaning{Kind: End}
 	}
 	m := Meaning{Kind: End, Failed: !f.JobGone}
-	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled {
+	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled && !f.gone() {
 		m.Follow = state.Failover
 	}
 	return m
