@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/envflag"
 	"github.com/ejcloud/ejcloud/executor/job"
 )
 
@@ -32,8 +34,7 @@ func main1(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	version := fs.Bool("version", false, "print the version and exit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `%s %s: the Mesos executor of ejcloud (Elastic-Job-Cloud for Go).
+	envflag.Usage(fs, fmt.Sprintf(`%s %s: the Mesos executor of ejcloud (Elastic-Job-Cloud for Go).
 
 A Mesos agent starts it for an app; it is not run by hand. It reads the agent's environment:
   MESOS_FRAMEWORK_ID MESOS_EXECUTOR_ID MESOS_DIRECTORY MESOS_SANDBOX MESOS_AGENT_ENDPOINT
@@ -41,16 +42,14 @@ A Mesos agent starts it for an app; it is not run by hand. It reads the agent's 
   MESOS_RECOVERY_TIMEOUT MESOS_SUBSCRIPTION_BACKOFF_MAX, and where the agent authenticates
   executors MESOS_EXECUTOR_AUTHENTICATION_TOKEN.
 It runs SCRIPT jobs; SIMPLE and DATAFLOW jobs need an executor built with the executor/job SDK.
-Registered jobs: %s
-
-Flags:
-`, name, Version, registered())
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+Registered jobs: %s`, name, Version, registered()))
+	// Like every ejcloud command's, its flags read EJCLOUD_* variables too (SPEC §2): an app's
+	// executor takes its log level from the environment the agent gives it.
+	if err := envflag.Parse(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	if *version {

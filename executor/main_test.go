@@ -30,3 +30,18 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Fatalf("unknown flag: exit %d; want 2", code)
 	}
 }
+
+// Its flags read EJCLOUD_* variables too, as every ejcloud command's do (SPEC §2); the command
+// line wins.
+func TestFlagsFromTheEnvironment(t *testing.T) {
+	var out, errb bytes.Buffer
+	env := func(k string) string { return map[string]string{"EJCLOUD_VERSION": "true"}[k] }
+	if code := main1(nil, env, &out, &errb); code != 0 || out.String() != "ejcloud-executor "+Version+"\n" {
+		t.Fatalf("EJCLOUD_VERSION=true: exit %d, %q %q; want the version", code, out.String(), errb.String())
+	}
+	out.Reset()
+	bad := func(k string) string { return map[string]string{"EJCLOUD_VERSION": "maybe"}[k] }
+	if code := main1(nil, bad, &out, &errb); code != 2 || !strings.Contains(errb.String(), "EJCLOUD_VERSION") {
+		t.Fatalf("EJCLOUD_VERSION=maybe: exit %d, %q; want 2 naming the variable", code, errb.String())
+	}
+}
