@@ -227,6 +227,7 @@ func TestValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/app", `{"appName":"a","appURL":"x","bootstrapScript":"s"}`, "appURL"},
 		{"/api/app", `{"appName":"a","appURL":"/x"}`, "bootstrapScript"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","cpuCount":0}`, "cpuCount"},
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","cpuCount":0.0005}`, "cpuCount"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","memoryMB":"16"}`, "memoryMB"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","eventTraceSamplingCount":-1}`, "eventTraceSamplingCount"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","typo":1}`, "typo"},

@@ -69,6 +69,12 @@ func (a App) Validate() error {
 	if !(a.MemoryMB >= 32) {
 		return fieldErr("memoryMB", "must be at least 32, got %v", a.MemoryMB)
 	}
+	if err := mesosPrecision("cpuCount", a.CPUCount); err != nil {
+		return err
+	}
+	if err := mesosPrecision("memoryMB", a.MemoryMB); err != nil {
+		return err
+	}
 	if a.EventTraceSamplingCount < 0 {
 		return fieldErr("eventTraceSamplingCount", "must be at least 0, got %d", a.EventTraceSamplingCount)
 	}

@@ -162,6 +162,8 @@ func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
 		{"cpu missing", "cpuCount", "", "cpuCount"},
 		{"cpu NaN string", "cpuCount", `"NaN"`, "cpuCount"},
 		{"memory too small", "memoryMB", `0.5`, "memoryMB"},
+		{"cpu finer than Mesos keeps", "cpuCount", `0.0015`, "cpuCount"},
+		{"memory finer than Mesos keeps", "memoryMB", `64.0001`, "memoryMB"},
 		{"unknown placement", "placement", `"RANDOM"`, "placement"},
 		{"unknown strategy", "jobShardingStrategyType", `"HASH"`, "jobShardingStrategyType"},
 		{"failover not a boolean", "failover", `"yes please"`, "failover"},

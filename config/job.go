@@ -245,6 +245,12 @@ func (j Job) Validate() error {
 	if !(j.MemoryMB >= 1) {
 		return fieldErr("memoryMB", "must be at least 1, got %v", j.MemoryMB)
 	}
+	if err := mesosPrecision("cpuCount", j.CPUCount); err != nil {
+		return err
+	}
+	if err := mesosPrecision("memoryMB", j.MemoryMB); err != nil {
+		return err
+	}
 	if j.Placement != Spread && j.Placement != Binpack {
 		return fieldErr("placement", "must be SPREAD or BINPACK, got %q", j.Placement)
 	}

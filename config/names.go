@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,16 @@ var reserved = map[string]string{"appName": "list", "jobName": "jobs"}
 func CheckNewName(field, name string) error {
 	if reserved[field] == name {
 		return fieldErr(field, "%q is reserved: the REST API's fixed paths use it", name)
+	}
+	return nil
+}
+
+// mesosPrecision refuses an amount finer than Mesos keeps: scalars are fixed-point with three
+// decimals, so shards of 0.0015 cpus that fit an offer as summed here would each be asked for,
+// and charged, 0.002.
+func mesosPrecision(field string, v float64) *FieldError {
+	if r := math.Round(v*1000) / 1000; math.Abs(r-v) > 1e-9 {
+		return fieldErr(field, "must be a multiple of 0.001 (Mesos keeps three decimals), got %v", v)
 	}
 	return nil
 }
