@@ -11,7 +11,7 @@ EXECUTORS := ./executor/cmd/ejcloud-executor
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/ejcloud/ejcloud/executor.Version=$(VERSION)
 
-.PHONY: build test run bench fuzz lint soak zookeeper databases chromium clean images static docker-test docker-engine busybox-static
+.PHONY: build test run bench fuzz lint soak zookeeper databases chromium compiler clean images static docker-test docker-engine busybox-static ca-certificates
 
 build:
 	@mkdir -p $(BIN)
@@ -24,7 +24,7 @@ build:
 # themselves in temporary directories); install them when they are missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
 # scripts included) is still alive after `go test` ends.
-test: zookeeper databases chromium
+test: zookeeper databases chromium compiler
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
 	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
@@ -62,6 +62,13 @@ databases:
 	  own=; if [ ! -e /usr/sbin/policy-rc.d ]; then own=1; printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q postgresql mariadb-server; rc=$$?; \
 	  if [ -n "$$own" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+	fi
+
+# `go test -race` needs cgo, and cgo a C compiler, which a minimal Debian has not.
+compiler:
+	@if ! command -v "$$($(GO) env CC)" >/dev/null; then \
+	  echo "no C compiler (go test -race needs cgo): installing Debian's gcc"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q gcc libc6-dev; \
 	fi
 
 # The console's browser tests (integration/console_test.go) drive Debian's chromium headless.
@@ -103,7 +110,7 @@ IMAGE_TAG   ?= latest
 GO_IMAGE    ?= golang:1.26-bookworm
 BASE_IMAGE  ?=
 EXECUTOR_BASE_IMAGE ?=
-images: static busybox-static
+images: static busybox-static ca-certificates
 	DOCKER_BASE=$(DOCKER_BASE) IMAGE_TAG=$(IMAGE_TAG) GO_IMAGE=$(GO_IMAGE) BASE_IMAGE=$(BASE_IMAGE) \
 	EXECUTOR_BASE_IMAGE=$(EXECUTOR_BASE_IMAGE) STATIC_BIN=$(CURDIR)/$(BIN)/static ./docker/images.sh
 
@@ -116,6 +123,13 @@ busybox-static:
 	@if [ "$$(dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null)" != "install ok installed" ]; then \
 	  echo "busybox-static is missing: installing Debian's busybox-static (the executor image's /bin/sh)"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q busybox-static; \
+	fi
+
+# The images' trusted roots (docker/images.sh copies the bundle, unless CA_CERTIFICATES names one).
+ca-certificates:
+	@if [ -z "$$CA_CERTIFICATES" ] && [ ! -f /etc/ssl/certs/ca-certificates.crt ]; then \
+	  echo "the CA bundle is missing: installing Debian's ca-certificates (the images' trusted roots)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q ca-certificates; \
 	fi
 
 # The Docker engine (Debian's docker.io) and docker-compose, for `make docker-test`.

@@ -13,6 +13,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run=${EJCLOUD_RUN_DIR:-$root/.run}
 bin=${EJCLOUD_RUN_BIN:-$root/bin}
+# Absolute, whatever was given: the event trace's SQLite DSN and the agents' sandboxes need it.
+mkdir -p "$run"
+run=$(cd "$run" && pwd)
+bin=$(cd "$bin" && pwd)
 zk_port=${EJCLOUD_RUN_ZK_PORT:-2181}
 http_addr=${EJCLOUD_HTTP_ADDR:-127.0.0.1:8899}
 mesos_addr=${EJCLOUD_RUN_MESOS_ADDR:-127.0.0.1:5050}

@@ -41,8 +41,17 @@ func startMakeRun(t *testing.T, dir, zkPort, mesosAddr, httpAddr string) *makeRu
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The run directory is given relative to the working directory, as an operator may type it.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("../docker/run-local.sh")
-	cmd.Env = append(os.Environ(), "EJCLOUD_RUN_DIR="+dir, "EJCLOUD_RUN_BIN="+bins, "EJCLOUD_RUN_ZK_PORT="+zkPort,
+	cmd.Env = append(os.Environ(), "EJCLOUD_RUN_DIR="+rel, "EJCLOUD_RUN_BIN="+bins, "EJCLOUD_RUN_ZK_PORT="+zkPort,
 		"EJCLOUD_RUN_MESOS_ADDR="+mesosAddr, "EJCLOUD_HTTP_ADDR="+httpAddr)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = console.Tty(), console.Tty(), console.Tty()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
