@@ -72,6 +72,34 @@ func (ld *leader) forgetExecutors(ctx context.Context, ids ...string) {
 	}
 }
 
+// forgetUnlisted forgets the recorded executors on the offered agents that their offers do not
+// list: an offer lists every executor of this framework running on its agent (MESOS.md
+// §1.9.1), while FAILURE, which says one ended, is not reliably delivered, and an executor
+// recorded for an ACCEPT that Mesos refused never started. Kept, such a record would give the
+// next executor there the ExecutorInfo of the app as it was, not what the packer budgeted
+// from the app as it is: more than the offer, or an app update that never takes effect.
+func (ld *leader) forgetUnlisted(ctx context.Context, byAgent map[string][]mesos.Offer) {
+	if len(ld.executors) == 0 {
+		return
+	}
+	listed := map[string]bool{}
+	for _, offers := range byAgent {
+		for _, o := range offers {
+			for _, e := range o.ExecutorIDs {
+				listed[e.Value] = true
+			}
+		}
+	}
+	var gone []string
+	for id := range ld.executors {
+		ex, err := taskid.ParseExecutor(id)
+		if _, offered := byAgent[ex.AgentID]; err == nil && offered && !listed[id] {
+			gone = append(gone, id)
+		}
+	}
+	ld.forgetExecutors(ctx, gone...)
+}
+
 // pruneExecutors forgets, after a subscription, the executors that the master no longer lists
 // on an agent connected to it: their FAILURE events may have come while this leader was not
 // subscribed, or before it led. An executor on another agent (unreachable, or not re-registered

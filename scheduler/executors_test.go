@@ -88,17 +88,17 @@ func TestANewLeaderSendsALiveExecutorItsOwnExecutorInfo(t *testing.T) {
 }
 
 // After a subscription the leader forgets the executors that the master no longer lists on a
-// connected agent (their FAILURE events may have been missed): the next task there starts a new
-// executor from the app as it is now. One on an agent that is not connected is kept.
+// connected agent (their FAILURE events may have been missed); one on an agent that is not
+// connected is kept until the agent offers again without it. Either way the next task there
+// starts a new executor from the app as it is now.
 func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		active   bool
-		kept     int     // executors still recorded after the prune
-		wantCPUs float64 // the executor the next task there gets
+		name   string
+		active bool
+		kept   int // executors still recorded after the prune
 	}{
-		{"the agent is connected", true, 0, 0.5},
-		{"the agent is not", false, 1, 1},
+		{"the agent is connected", true, 0},
+		{"the agent is not", false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -119,9 +119,32 @@ func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
 			if _, err := ld.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) { a.CPUCount = 0.5; return a, nil }); err != nil {
 				t.Fatal(err)
 			}
-			if got := w.lastExecutor(t, ctx, ld, w.jobs[1], offer(1, w.agent)); got.Resources[0].Scalar.Value != tc.wantCPUs {
-				t.Fatalf("the executor's cpus %v; want %v", got.Resources[0].Scalar.Value, tc.wantCPUs)
+			if got := w.lastExecutor(t, ctx, ld, w.jobs[1], offer(1, w.agent)); got.Resources[0].Scalar.Value != 0.5 {
+				t.Fatalf("the executor's cpus %v; want the app's 0.5", got.Resources[0].Scalar.Value)
 			}
 		})
+	}
+}
+
+// An executor recorded for an agent whose offer does not list it is gone (its FAILURE lost, or
+// the ACCEPT that would have started it refused): the next task there gets an executor built
+// from the app as it is, which the packer budgeted, rather than the recorded one, which would
+// ask for more than the offer holds. One the offer lists keeps its ExecutorInfo.
+func TestAnExecutorTheOfferDoesNotListIsForgotten(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, ld := newExecutorWorld(t, ctx)
+	if _, err := ld.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) { a.CPUCount = 0.5; return a, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.lastExecutor(t, ctx, ld, w.jobs[1], offer(1, w.agent, w.first)); !got.Equal(&w.first) {
+		t.Fatalf("the listed executor's ExecutorInfo:\n%v\nwant the one it started with:\n%v", got.String(), w.first.String())
+	}
+	got := w.lastExecutor(t, ctx, ld, w.jobs[2], offer(2, w.agent))
+	if cpus := got.Resources[0].Scalar.Value; cpus != 0.5 {
+		t.Fatalf("the executor's cpus %v; want the app's 0.5, which the packer budgeted", cpus)
+	}
+	if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != 1 {
+		t.Fatalf("recorded executors %v (%v); want only the new one", recorded, err)
 	}
 }

@@ -47,6 +47,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		return
 	}
 	agents, byAgent := agentsOf(offers)
+	ld.forgetUnlisted(ctx, byAgent)
 	res := binpack.Pack(w.Groups, agents)
 	ld.recordUnplaced(w, res)
 
