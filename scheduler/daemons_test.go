@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -80,4 +82,42 @@ func TestADaemonNotQueuedForAZooKeeperFaultIsQueuedWhenItIsBack(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// A DAEMON shard killed while its siblings run on (an agent's shutdown kills only its own) runs
+// again alone: the job's shards never all end, so waiting for them would lose the shard.
+func TestAKilledDaemonShardRunsAgainWhileTheOthersRunOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) {
+		j.JobExecutionType, j.Cron = config.Daemon, "0 0 0 1 1 ? 2099"
+	})
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.ensureDaemons(ctx)
+	ld.cycle(ctx, burstOffers(0))
+	running, err := base.RunningOf(ctx, jobs[0])
+	if err != nil || len(running) != 2 {
+		t.Fatalf("%d shards running (%v); want 2", len(running), err)
+	}
+	var killed, other taskid.ID
+	for _, r := range running {
+		id, _ := taskid.Parse(r.TaskID)
+		if id.Item == 0 {
+			killed = id
+		} else {
+			other = id
+		}
+	}
+	ld.updates(ctx, []mesos.TaskStatus{upd(killed, mesos.TASK_KILLED, "u-killed")})
+	ld.cycle(ctx, burstOffers(1))
+	running, err = base.RunningOf(ctx, jobs[0])
+	items := map[int]string{}
+	for _, r := range running {
+		id, _ := taskid.Parse(r.TaskID)
+		items[id.Item] = r.TaskID
+	}
+	if err != nil || len(items) != 2 || items[1] != other.String() || items[0] == "" || items[0] == killed.String() {
+		t.Fatalf("running %v (%v); want shard 0 relaunched beside shard 1's task %s", items, err, other)
+	}
 }

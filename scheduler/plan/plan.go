@@ -102,13 +102,22 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 			continue
 		}
 		j, ok := usable(r.JobName)
-		if !ok || (runningJob[r.JobName] && j.ConcurrencyPolicy != config.Allow) || failingJob[r.JobName] {
+		// A DAEMON job's shards run for ever, each on its own: its ready entry (a shard killed
+		// while the others run, say, by an agent's shutdown) launches the shards not running,
+		// rather than waiting for the others to end, which they never do.
+		daemon := j.JobExecutionType == config.Daemon
+		if !ok || (runningJob[r.JobName] && j.ConcurrencyPolicy != config.Allow && !daemon) || failingJob[r.JobName] {
 			continue
 		}
 		g := Group(j, s.Apps[j.AppName])
 		g.Integrity = true
 		for i := 0; i < j.ShardingTotalCount; i++ {
-			g.Items = append(g.Items, i)
+			if !daemon || !runningShard[taskid.Meta{JobName: r.JobName, Item: i}] {
+				g.Items = append(g.Items, i)
+			}
+		}
+		if len(g.Items) == 0 {
+			continue
 		}
 		w.Ready[r.JobName] = r
 		w.Groups, w.Jobs = append(w.Groups, g), append(w.Jobs, j)

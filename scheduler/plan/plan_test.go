@@ -36,7 +36,10 @@ func groups(w Work) []string {
 
 func TestEligible(t *testing.T) {
 	apps := map[string]config.App{"app": {AppName: "app", CPUCount: 0.5, MemoryMB: 32}}
-	jobs := map[string]config.Job{"a": job("a", 2), "b": job("b", 3), "c": job("c", 1), "o": job("o", 2)}
+	jobs := map[string]config.Job{"a": job("a", 2), "b": job("b", 3), "c": job("c", 1), "o": job("o", 2), "d": job("d", 3)}
+	d := jobs["d"]
+	d.JobExecutionType = config.Daemon
+	jobs["d"] = d
 	o := jobs["o"]
 	o.ConcurrencyPolicy, o.ShardsIndependent = config.Allow, true
 	jobs["o"] = o
@@ -85,6 +88,10 @@ func TestEligible(t *testing.T) {
 		{name: "a disabled app leaves all its jobs out", snap: Snapshot{Ready: ready("a", "b"), OffApps: map[string]bool{"app": true}}},
 		{name: "a failover item beyond the job's shardingTotalCount (lowered since) is not relaunched",
 			snap: Snapshot{Failovers: fo(meta("b", 3), meta("b", 1))}, want: []string{"b:[1]"}},
+		{name: "a DAEMON job's ready entry launches the shards not running, the others running on",
+			snap: Snapshot{Ready: ready("d"), Running: []state.RunningEntry{{Meta: meta("d", 1)}}}, want: []string{"d*:[0 2]"}},
+		{name: "a DAEMON job whose shards all run launches nothing",
+			snap: Snapshot{Ready: ready("d"), Running: []state.RunningEntry{{Meta: meta("d", 0)}, {Meta: meta("d", 1)}, {Meta: meta("d", 2)}}}},
 		{name: "entries of deleted jobs are stale", snap: Snapshot{Ready: ready("gone", "a"), Failovers: fo(meta("gone", 3))},
 			want: []string{"a*:[0 1]"}, staleReady: []string{"gone"}, staleFailover: fo(meta("gone", 3))},
 	} {
