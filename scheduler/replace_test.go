@@ -2,11 +2,15 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // launchesAndKills reports how many tasks a were asked to launch and to kill.
@@ -157,5 +161,41 @@ func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
 				t.Fatalf("%d tasks launched, %d killed; want the first run's 2 launched and %d killed", launched, killed, tc.killed)
 			}
 		})
+	}
+}
+
+// A replaced run's task that ends lost or gone (its agent was partitioned, and Mesos forgot the
+// KILL) is not relaunched ahead of the new run, even for a failover job; one reported running
+// to the next leader, which never asked for its kill, is killed.
+func TestAReplacedRunsTaskIsNotRelaunchedHoweverItEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newReplaceWorld(t, ctx, func(j *config.Job) { j.Failover = true })
+	ld := w.leader(t, ctx)
+	w.firstRun(t, ctx, ld)
+	running, err := w.base.RunningOf(ctx, w.job)
+	if err != nil || len(running) != 2 {
+		t.Fatalf("%d tasks running (%v); want the first run's 2", len(running), err)
+	}
+	w.trigger(t, ctx, ld) // a newer fire: the first run is replaced, its tasks killed
+	ld.replaceQueued(ctx)
+	lost, _ := taskid.Parse(running[0].TaskID)
+	back, _ := taskid.Parse(running[1].TaskID)
+	ld.updates(ctx, []mesos.TaskStatus{{TaskID: mesos.TaskID{Value: lost.String()}, State: mesos.TASK_GONE_BY_OPERATOR.Enum(),
+		AgentID: &mesos.AgentID{Value: lost.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: mesos.REASON_AGENT_REMOVED_BY_OPERATOR.Enum()}})
+	if fo, err := w.base.Failovers(ctx); err != nil || len(fo) != 0 {
+		t.Fatalf("failover queue %v (%v); want the replaced run's lost shard not relaunched", fo, err)
+	}
+	next := w.leader(t, ctx)
+	w.fake.mu.Lock()
+	w.fake.kills = nil
+	w.fake.mu.Unlock()
+	next.updates(ctx, []mesos.TaskStatus{{TaskID: mesos.TaskID{Value: back.String()}, State: mesos.TASK_RUNNING.Enum(),
+		AgentID: &mesos.AgentID{Value: back.AgentID}, Source: mesos.SOURCE_MASTER.Enum(), Reason: mesos.REASON_RECONCILIATION.Enum()}})
+	w.fake.mu.Lock()
+	kills := slices.Clone(w.fake.kills)
+	w.fake.mu.Unlock()
+	if !slices.Equal(kills, []string{back.String()}) {
+		t.Fatalf("the next leader's kills %v; want the replaced run's task reported running, %s", kills, back)
 	}
 }

@@ -281,6 +281,13 @@ func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, s
 	if f.Disabled, err = store.JobOrAppDisabled(ctx, f.Job); err != nil {
 		return f, err
 	}
+	if f.Job.ConcurrencyPolicy == config.Replace {
+		// A replaced run's task killed on a partitioned agent keeps running (Mesos forgets the
+		// KILL), and may end lost or gone: it must not come back ahead of the new run.
+		if f.Replaced, err = ld.replaced(ctx, store, id); err != nil {
+			return f, err
+		}
+	}
 	if f.State == mesos.TASK_RUNNING {
 		if f.Current, err = store.IsRunning(ctx, id); err != nil || !f.Current {
 			return f, err
@@ -290,6 +297,16 @@ func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, s
 		}
 	}
 	return f, nil
+}
+
+// replaced reports whether the fire ledger has the task's run failed as replaced by a newer fire.
+func (ld *leader) replaced(ctx context.Context, store *state.Store, id taskid.ID) (bool, error) {
+	led, ok, err := store.FireLedger(ctx, id.JobName)
+	if err != nil || !ok {
+		return false, err
+	}
+	i := led.RunOf(id.String())
+	return i >= 0 && led.Fires[i].Failed == ReasonReplaced, nil
 }
 
 // retryFacts reads what plan.DecideRetry needs of a shard that failed by the job's own fault

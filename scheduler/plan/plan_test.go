@@ -223,6 +223,8 @@ func TestDecide(t *testing.T) {
 		{"a killed transient task just ends", Facts{State: mesos.TASK_KILLED, Job: failover}, Meaning{Kind: End}},
 		{"a lost shard beyond the lowered total is not relaunched", Facts{State: mesos.TASK_LOST, Job: failover, Item: 1}, Meaning{Kind: End, Failed: true}},
 		{"a killed daemon shard beyond the lowered total does not run again", Facts{State: mesos.TASK_KILLED, Job: daemon, Item: 1}, Meaning{Kind: End}},
+		{"a replaced run's lost task is not relaunched", Facts{State: mesos.TASK_LOST, Job: failover, Replaced: true}, Meaning{Kind: End, Failed: true}},
+		{"a replaced run's task reported running is killed", Facts{State: mesos.TASK_RUNNING, Job: failover, Current: true, Replaced: true}, Meaning{Kind: Kill}},
 		{"a running shard beyond the lowered total is killed", Facts{State: mesos.TASK_RUNNING, Job: daemon, Current: true, Item: 1}, Meaning{Kind: Kill}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

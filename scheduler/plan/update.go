@@ -17,6 +17,9 @@ type Facts struct {
 	Current   bool // the task is its shard's running task (the running node holds its id)
 	Restarted bool // an update of its job that changes what a task is made of came after its launch
 	Item      int  // the task's shard
+	// Replaced: the task's run was given up for a newer fire (concurrencyPolicy Replace), and
+	// the task killed for it: it is not relaunched however it ends, nor left running.
+	Replaced bool
 }
 
 // gone reports whether the task's shard no longer exists: an update lowered the job's
@@ -66,7 +69,7 @@ func Decide(f Facts) Meaning {
 	case mesos.TASK_UNREACHABLE:
 		return Meaning{Kind: Unreachable}
 	case mesos.TASK_RUNNING:
-		if f.JobGone || f.Disabled || !f.Current || f.Restarted || f.gone() {
+		if f.JobGone || f.Disabled || !f.Current || f.Restarted || f.gone() || f.Replaced {
 			return Meaning{Kind: Kill}
 		}
 		return Meaning{Kind: Running}
@@ -83,7 +86,7 @@ func Decide(f Facts) Meaning {
 		return Meaning{Kind: End}
 	}
 	m := Meaning{Kind: End, Failed: !f.JobGone}
-	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled && !f.gone() {
+	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled && !f.gone() && !f.Replaced {
 		m.Follow = state.Failover
 	}
 	return m
