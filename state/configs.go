@@ -156,6 +156,9 @@ func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 // that a job can never be created for an app being deleted (appOps). Of concurrent creates of
 // one name exactly one succeeds; the others get ErrExists. An unknown app is ErrAppNotFound.
 func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
+	if err := s.launchFits(j); err != nil {
+		return err
+	}
 	data, err := json.Marshal(j)
 	if err != nil {
 		return err
@@ -274,6 +277,9 @@ func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error)
 // soon it takes over, finds the new config beside a ledger of the old cron, and every slot is
 // the old cron's up to from and the new one's after it.
 func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time) (config.Job, error) {
+	if err := s.launchFits(j); err != nil {
+		return config.Job{}, err
+	}
 	data, err := json.Marshal(j)
 	if err != nil {
 		return config.Job{}, err

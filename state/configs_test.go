@@ -2,7 +2,9 @@ package state_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -281,5 +283,43 @@ func TestDeleteJobReadsAgainWhenALaunchTakesAFailoverEntry(t *testing.T) {
 	}
 	if fo, err := s.Failovers(ctx); err != nil || len(fo) != 0 {
 		t.Fatalf("failover entries after DeleteJob: %v (%v); want none", fo, err)
+	}
+}
+
+// A job whose shards could not all be launched in one ZooKeeper write is refused at registration
+// and update, naming shardingTotalCount and how many would fit: its runs would never launch.
+// One that fits is written, and its whole launch is one multi.
+func TestAJobTooLargeToLaunchInOneWriteIsRefused(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	big := testJob("job", "app")
+	big.ShardingTotalCount = 10000
+	err := s.CreateJob(ctx, big)
+	var fe *config.FieldError
+	if !errors.As(err, &fe) || fe.Field != "shardingTotalCount" || !strings.Contains(fe.Message, "at most about") {
+		t.Fatalf("CreateJob of 10,000 shards: %v; want a FieldError naming shardingTotalCount", err)
+	}
+	var most int
+	fmt.Sscanf(fe.Message[strings.Index(fe.Message, "at most about ")+len("at most about "):], "%d", &most)
+	t.Logf("a job named %q launches at most %d shards", "job", most)
+	if most < 1000 || most >= 10000 {
+		t.Fatalf("the message says at most %d: %s", most, fe.Message)
+	}
+	fits := testJob("job", "app")
+	fits.ShardingTotalCount = most
+	must(t, s.CreateJob(ctx, fits), "CreateJob of the most that fits")
+	ids := make([]taskid.ID, most)
+	for i := range ids {
+		ids[i] = taskid.New(taskid.Meta{JobName: "job", Item: i}, taskid.Failover, strings.Repeat("S", 40))
+	}
+	must(t, s.AddReady(ctx, "job", false), "AddReady")
+	r, err := s.ReadyOf(ctx, "job")
+	must(t, err, "ReadyOf")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: ids, Ready: []state.ReadyEntry{r}}), "RecordLaunch of every shard")
+	bigger := fits
+	bigger.ShardingTotalCount = 10000
+	if _, err := s.UpdateJob(ctx, bigger); !errors.As(err, &fe) || fe.Field != "shardingTotalCount" {
+		t.Fatalf("UpdateJob to 10,000 shards: %v; want a FieldError naming shardingTotalCount", err)
 	}
 }

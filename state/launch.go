@@ -7,8 +7,10 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -312,4 +314,35 @@ func (s *Store) rerunOps(ctx context.Context, job string) ([]any, error) {
 		return nil, err
 	}
 	return []any{admit, s.createOp(p, []byte("1"))}, nil
+}
+
+// launchAgentIDLen and launchLedgerReserve size the launch of a whole job (launchFits).
+const (
+	launchAgentIDLen    = 64       // Mesos's agent ids are 40 characters ("<uuid>-S<n>")
+	launchLedgerReserve = 64 << 10 // the fire ledger's write, in the same multi
+)
+
+// launchFits refuses a job whose shards could not all be written ahead in one multi: a READY
+// run launches all its shards or none (SPEC §5.5), in one write, and ZooKeeper takes at most
+// jute.maxbuffer in one request. Such a job would be packed, and dropped, in every offer
+// cycle, its ready entry never launched. The bound depends on the names, so it is measured.
+func (s *Store) launchFits(j config.Job) error {
+	n := j.ShardingTotalCount
+	parent := s.path(runningDir, j.JobName)
+	ops := make([]any, 0, n+2)
+	ops = append(ops, s.createOp(parent, nil), setOp(s.path(readyDir, j.JobName), []byte("1"), 0))
+	base := multiBytes(ops)
+	agent := strings.Repeat("S", launchAgentIDLen)
+	for i := range n {
+		id := taskid.New(taskid.Meta{JobName: j.JobName, Item: i}, taskid.Failover, agent)
+		ops = append(ops, s.createOp(parent+"/"+nodeName(id, j.ConcurrencyPolicy == config.Allow), []byte(id.String())))
+	}
+	size := multiBytes(ops) + launchLedgerReserve
+	if size <= maxMultiBytes || n == 0 {
+		return nil
+	}
+	most := (maxMultiBytes - launchLedgerReserve - base) * n / (size - launchLedgerReserve - base)
+	return &config.FieldError{Field: "shardingTotalCount", Message: fmt.Sprintf(
+		"shardingTotalCount %d is more shards than one ZooKeeper write can launch (a run launches all its shards at once, and jute.maxbuffer bounds the write): at most about %d for job %q",
+		n, most, j.JobName)}
 }
