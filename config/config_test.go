@@ -288,43 +288,36 @@ func TestRestartsTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		name   string
-		change func(*Job)
-		want   bool
-	}{
-		{"cron change only reschedules", func(j *Job) { j.Cron = "0 0 * * * ?" }, false},
-		{"zone change only reschedules", func(j *Job) { j.TimeZone = "Asia/Tokyo" }, false},
-		{"shard total change does not kill", func(j *Job) { j.ShardingTotalCount = 9 }, false},
-		{"memory change kills", func(j *Job) { j.MemoryMB = 65 }, true},
-		{"command change kills", func(j *Job) { j.ScriptCommandLine = "echo bye" }, true},
-		{"app change kills", func(j *Job) { j.AppName = "other" }, true},
-	} {
-		next := j
-		tc.change(&next)
-		if got := j.RestartsTasks(next); got != tc.want {
-			t.Errorf("%s: RestartsTasks = %v; want %v", tc.name, got, tc.want)
-		}
-	}
 	// A DAEMON task runs its cron in its executor, with what it was launched with.
 	d := j
 	d.JobExecutionType = Daemon
 	for _, tc := range []struct {
 		name   string
+		daemon bool
 		change func(*Job)
 		want   bool
 	}{
-		{"a daemon's cron change restarts it", func(j *Job) { j.Cron = "0 0 * * * ?" }, true},
-		{"a daemon's zone change restarts it", func(j *Job) { j.TimeZone = "Asia/Tokyo" }, true},
-		{"a daemon's shard total change restarts it", func(j *Job) { j.ShardingTotalCount = 9 }, true},
-		{"a daemon's parameters change restarts it", func(j *Job) { j.JobParameter = "p" }, true},
-		{"a daemon's item parameters change restarts it", func(j *Job) { j.ShardingItemParameters = "0=a" }, true},
-		{"a daemon's properties change restarts it", func(j *Job) { j.JobProperties = map[string]string{"k": "v"} }, true},
-		{"a daemon's description change does not", func(j *Job) { j.Description = "d" }, false},
+		{"cron change only reschedules", false, func(j *Job) { j.Cron = "0 0 * * * ?" }, false},
+		{"zone change only reschedules", false, func(j *Job) { j.TimeZone = "Asia/Tokyo" }, false},
+		{"shard total change does not kill", false, func(j *Job) { j.ShardingTotalCount = 9 }, false},
+		{"memory change kills", false, func(j *Job) { j.MemoryMB = 65 }, true},
+		{"command change kills", false, func(j *Job) { j.ScriptCommandLine = "echo bye" }, true},
+		{"app change kills", false, func(j *Job) { j.AppName = "other" }, true},
+		{"a daemon's cron change restarts it", true, func(j *Job) { j.Cron = "0 0 * * * ?" }, true},
+		{"a daemon's zone change restarts it", true, func(j *Job) { j.TimeZone = "Asia/Tokyo" }, true},
+		{"a daemon's shard total change restarts it", true, func(j *Job) { j.ShardingTotalCount = 9 }, true},
+		{"a daemon's parameters change restarts it", true, func(j *Job) { j.JobParameter = "p" }, true},
+		{"a daemon's item parameters change restarts it", true, func(j *Job) { j.ShardingItemParameters = "0=a" }, true},
+		{"a daemon's properties change restarts it", true, func(j *Job) { j.JobProperties = map[string]string{"k": "v"} }, true},
+		{"a daemon's description change does not", true, func(j *Job) { j.Description = "d" }, false},
 	} {
-		next := d
+		cur := j
+		if tc.daemon {
+			cur = d
+		}
+		next := cur
 		tc.change(&next)
-		if got := d.RestartsTasks(next); got != tc.want {
+		if got := cur.RestartsTasks(next); got != tc.want {
 			t.Errorf("%s: RestartsTasks = %v; want %v", tc.name, got, tc.want)
 		}
 	}
