@@ -316,11 +316,9 @@ func (s *Store) rerunOps(ctx context.Context, job string) ([]any, error) {
 	return []any{admit, s.createOp(p, []byte("1"))}, nil
 }
 
-// launchAgentIDLen and launchLedgerReserve size the launch of a whole job (launchFits).
-const (
-	launchAgentIDLen    = 64       // Mesos's agent ids are 40 characters ("<uuid>-S<n>")
-	launchLedgerReserve = 64 << 10 // the fire ledger's write, in the same multi
-)
+// launchAgentIDLen sizes the launch of a whole job (launchFits): Mesos's agent ids are 40
+// characters ("<uuid>-S<n>").
+const launchAgentIDLen = 64
 
 // launchFits refuses a job whose shards could not all be written ahead in one multi: a READY
 // run launches all its shards or none (SPEC §5.5), in one write, and ZooKeeper takes at most
@@ -333,15 +331,19 @@ func (s *Store) launchFits(j config.Job) error {
 	ops = append(ops, s.createOp(parent, nil), setOp(s.path(readyDir, j.JobName), []byte("1"), 0))
 	base := multiBytes(ops)
 	agent := strings.Repeat("S", launchAgentIDLen)
+	// The fire ledger is rewritten in the same multi: at most LedgerKeep entries, each with up to
+	// LedgerTaskIDs task ids and a few hundred bytes of times, counts and reasons.
+	sample := taskid.New(taskid.Meta{JobName: j.JobName, Item: n}, taskid.Failover, agent).String()
+	reserve := LedgerKeep * (LedgerTaskIDs*(len(sample)+3) + 512)
 	for i := range n {
 		id := taskid.New(taskid.Meta{JobName: j.JobName, Item: i}, taskid.Failover, agent)
 		ops = append(ops, s.createOp(parent+"/"+nodeName(id, j.ConcurrencyPolicy == config.Allow), []byte(id.String())))
 	}
-	size := multiBytes(ops) + launchLedgerReserve
+	size := multiBytes(ops) + reserve
 	if size <= maxMultiBytes || n == 0 {
 		return nil
 	}
-	most := (maxMultiBytes - launchLedgerReserve - base) * n / (size - launchLedgerReserve - base)
+	most := (maxMultiBytes - reserve - base) * n / (size - reserve - base)
 	return &config.FieldError{Field: "shardingTotalCount", Message: fmt.Sprintf(
 		"shardingTotalCount %d is more shards than one ZooKeeper write can launch (a run launches all its shards at once, and jute.maxbuffer bounds the write): at most about %d for job %q",
 		n, most, j.JobName)}
