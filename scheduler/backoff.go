@@ -199,6 +199,12 @@ func (r *relaunches) waiting(job string, now time.Time) []api.ShardBackoff {
 	return out
 }
 
+// shardEnded is the fire ledger's Failed reason of a run one of whose shards ended in state
+// without a relaunch.
+func shardEnded(id taskid.ID, state mesos.TaskState) string {
+	return fmt.Sprintf("shard %d ended %s and was not relaunched", id.Item, state)
+}
+
 // endTask records the end of a task (SPEC §5.7) and what it means for its shard's relaunches.
 // failed says the task ended by an infrastructure failure of an existing job. A failure that
 // retrying cannot heal ends the task and stops the job in one multi, and is logged as an
@@ -219,6 +225,11 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 	}
 	if retry.Failed {
 		o.FireFailed = state.ReasonRetriesExhausted(retry.Attempts)
+	}
+	if o.FireFailed == "" && follow == state.NoFollowUp && st.GetState() != mesos.TASK_FINISHED {
+		// The shard will not run again for this run, and did not succeed: its run failed, and
+		// jobs that depend on it (dependsOn) must not take it for a success.
+		o.FireFailed = shardEnded(id, st.GetState())
 	}
 	var f failure
 	var stop *state.Stop

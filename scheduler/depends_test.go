@@ -1,10 +1,13 @@
 package scheduler
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/plan"
@@ -96,5 +99,50 @@ func TestDependencyRun(t *testing.T) {
 	}
 	if _, ok := dependencyRun(l, at.Add(time.Minute)); ok {
 		t.Fatal("a run found for a logical time none was launched after")
+	}
+}
+
+// A run succeeded only if every shard did: one that ended lost without a failover, or killed,
+// fails the run in the fire ledger, so that the jobs depending on it (dependsOn) are skipped
+// rather than run on top of it.
+func TestARunSucceedsOnlyIfEveryShardDid(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		second  mesos.TaskState
+		source  mesos.TaskStatus_Source
+		success bool
+	}{
+		{"every shard finished", mesos.TASK_FINISHED, mesos.SOURCE_EXECUTOR, true},
+		{"a shard lost without failover", mesos.TASK_LOST, mesos.SOURCE_MASTER, false},
+		{"a shard killed", mesos.TASK_KILLED, mesos.SOURCE_EXECUTOR, false},
+		{"a shard's infrastructure failure without failover", mesos.TASK_FAILED, mesos.SOURCE_EXECUTOR, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			base, jobs := burstJobs(t, ctx, 1, 2)
+			ld := testLeader(benchModel(t, ctx, base), &ackRecorder{})
+			ld.inst.ld = ld
+			if err := ld.inst.Trigger(ctx, jobs[0]); err != nil {
+				t.Fatal(err)
+			}
+			ld.cycle(ctx, burstOffers(0))
+			running, err := base.RunningOf(ctx, jobs[0])
+			if err != nil || len(running) != 2 {
+				t.Fatalf("%d tasks running (%v); want 2", len(running), err)
+			}
+			first, _ := taskid.Parse(running[0].TaskID)
+			second, _ := taskid.Parse(running[1].TaskID)
+			end := upd(second, tc.second, "u2")
+			end.Source = tc.source.Enum()
+			ld.updates(ctx, []mesos.TaskStatus{upd(first, mesos.TASK_FINISHED, "u1"), end})
+			led, _, err := base.FireLedger(ctx, jobs[0])
+			if err != nil || len(led.Fires) != 1 {
+				t.Fatalf("ledger %+v (%v); want the triggered run", led.Fires, err)
+			}
+			if run := led.Fires[0]; run.Ended.IsZero() || run.Succeeded() != tc.success {
+				t.Fatalf("run %+v: ended %v, succeeded %v; want ended, succeeded %v", run, !run.Ended.IsZero(), run.Succeeded(), tc.success)
+			}
+		})
 	}
 }

@@ -388,7 +388,12 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 	if err != nil {
 		return
 	}
-	ended, err := ld.store.EndTask(ctx, id, plan.Decide(f).Follow)
+	follow := plan.Decide(f).Follow
+	var o state.EndOptions
+	if follow == state.NoFollowUp {
+		o.FireFailed = shardEnded(id, mesos.TASK_LOST)
+	}
+	ended, err := ld.store.EndTaskWith(ctx, id, follow, o)
 	if err != nil {
 		return
 	}

@@ -147,7 +147,7 @@ func (s *Store) EndTaskWith(ctx context.Context, id taskid.ID, next FollowUp, o 
 // multi its running node goes and the job's stop mark is written (unless the job is stopped
 // already), so that the mark survives a leader change exactly when the end is recorded.
 func (s *Store) EndTaskAndStop(ctx context.Context, id taskid.ID, stop Stop) (Ended, error) {
-	return s.endTask(ctx, id, NoFollowUp, &stop, EndOptions{})
+	return s.endTask(ctx, id, NoFollowUp, &stop, EndOptions{FireFailed: "the job stopped: " + stop.Reason})
 }
 
 func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *Stop, o EndOptions) (Ended, error) {
