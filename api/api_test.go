@@ -113,8 +113,10 @@ func TestEndpoints(t *testing.T) {
 		{name: "register a job of a missing app", method: "POST", path: "/api/job/register", body: strings.Replace(strings.Replace(jobBody, `"job"`, `"x"`, 1), `"app"`, `"nope"`, 1), wantCode: 400, wantBody: `"field":"appName"`},
 		{name: "update a job", method: "PUT", path: "/api/job/update", body: jobBody, wantCode: 204, wantOps: []string{"update job"}},
 		{name: "update a missing job", method: "PUT", path: "/api/job/update", body: strings.Replace(jobBody, `"job"`, `"nope"`, 1), wantCode: 404},
-		{name: "deregister, raw name", method: "DELETE", path: "/api/job/deregister", body: "job", wantCode: 204, wantOps: []string{"delete job"}},
-		{name: "deregister, JSON name", method: "DELETE", path: "/api/job/deregister", body: `"job"`, wantCode: 204, wantOps: []string{"delete job"}},
+		{name: "deregister, raw name", method: "DELETE", path: "/api/job/deregister", body: "dep", wantCode: 204, wantOps: []string{"delete dep"}},
+		{name: "deregister, JSON name", method: "DELETE", path: "/api/job/deregister", body: `"dep"`, wantCode: 204, wantOps: []string{"delete dep"}},
+		{name: "deregister a job another depends on", method: "DELETE", path: "/api/job/deregister", body: "job", wantCode: 409,
+			wantBody: `{"error":"job \"dep\" depends on job \"job\": take it out of \"dep\"'s dependsOn first"}`},
 		{name: "deregister a missing job", method: "DELETE", path: "/api/job/deregister", body: "nope", wantCode: 404},
 		{name: "deregister without a name", method: "DELETE", path: "/api/job/deregister", body: " ", wantCode: 400, wantBody: `"field":"jobName"`},
 		{name: "trigger", method: "POST", path: "/api/job/trigger", body: "job", wantCode: 204, wantOps: []string{"trigger job"}},
@@ -153,6 +155,8 @@ func TestEndpoints(t *testing.T) {
 		{name: "a job others depend on made Allow", method: "PUT", path: "/api/job/update", body: allowing("job"), wantCode: 400,
 			wantBody: `{"error":"job \"dep\" depends on this job: a job others depend on cannot have concurrencyPolicy Allow","field":"concurrencyPolicy"}`},
 		{name: "an Allow job", method: "POST", path: "/api/job/register", body: allowing("b"), wantCode: 204, wantOps: []string{"changed b"}},
+		{name: "a job others depend on made trigger-only", method: "PUT", path: "/api/job/update", body: strings.Replace(jobBody, `"cron":"0/5 * * * * ?",`, "", 1), wantCode: 400,
+			wantBody: `{"error":"job \"dep\" depends on this job: a job others depend on must have a cron","field":"cron"}`},
 		{name: "depends on itself", method: "POST", path: "/api/job/register", body: withDeps("b", "b"), wantCode: 400, wantBody: `cycle: b → b`},
 		{name: "an update that closes a cycle", method: "PUT", path: "/api/job/update", body: withDeps("job", "dep"), wantCode: 400,
 			wantBody: `{"error":"dependsOn would close a cycle: job → dep → job","field":"dependsOn"}`},
@@ -528,5 +532,29 @@ func TestCrossSiteWritesAreRefused(t *testing.T) {
 		if apps := f.do("GET", "/api/app/list", "", "root", "secret").Body.String(); !strings.Contains(apps, `"app"`) {
 			t.Fatalf("the app is gone after refused deletes: %s", apps)
 		}
+	}
+}
+
+// An app cannot be deleted while a job of another app depends on one of its jobs (409, nothing
+// deleted); its own jobs depending on each other go with it.
+func TestDeletingAnAppOthersDependOnIsRefused(t *testing.T) {
+	f := seeded()
+	f.do("POST", "/api/job/register", withDeps("own", "job"))
+	f.do("POST", "/api/app", strings.Replace(appBody, `"app"`, `"other"`, 1))
+	var j map[string]any
+	json.Unmarshal([]byte(withDeps("theirs", "job")), &j)
+	j["appName"] = "other"
+	b, _ := json.Marshal(j)
+	if rec := f.do("POST", "/api/job/register", string(b)); rec.Code != 204 {
+		t.Fatalf("register a job of app other: %d %s", rec.Code, rec.Body)
+	}
+	f.sched.ops = nil
+	rec := f.do("DELETE", "/api/app/app", "")
+	if rec.Code != 409 || !strings.Contains(rec.Body.String(), `job \"theirs\" depends on job \"job\"`) || len(f.sched.Ops()) != 0 {
+		t.Fatalf("DELETE /api/app/app: %d %s, ops %v; want 409 naming theirs and nothing done", rec.Code, rec.Body, f.sched.Ops())
+	}
+	delete(f.store.jobs, "theirs") // deregistered
+	if rec := f.do("DELETE", "/api/app/app", ""); rec.Code != 204 {
+		t.Fatalf("DELETE /api/app/app once nothing outside depends on it: %d %s; want 204", rec.Code, rec.Body)
 	}
 }

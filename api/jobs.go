@@ -93,7 +93,10 @@ func (s *Server) jobBody(w http.ResponseWriter, r *http.Request) (config.Job, bo
 // cycle would wait for itself. The 400 names the field and the cycle. A job becomes Allow only
 // while no job depends on it.
 func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
-	if len(j.DependsOn) == 0 && j.ConcurrencyPolicy != config.Allow {
+	// A job others may depend on must stay one they can wait for: TRANSIENT, with a cron, not
+	// Allow. Only a job that is none of those needs the other jobs read to be sure.
+	waitable := j.JobExecutionType == config.Transient && j.Cron != "" && j.ConcurrencyPolicy != config.Allow
+	if len(j.DependsOn) == 0 && waitable {
 		return nil
 	}
 	jobs, err := s.store.Jobs(ctx)
@@ -104,8 +107,15 @@ func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
 	byName := map[string]config.Job{}
 	for _, o := range jobs {
 		deps[o.JobName], byName[o.JobName] = o.DependsOn, o
-		if j.ConcurrencyPolicy == config.Allow && o.JobName != j.JobName && slices.Contains(o.DependsOn, j.JobName) {
-			return &config.FieldError{Field: "concurrencyPolicy", Message: fmt.Sprintf("job %q depends on this job: a job others depend on cannot have concurrencyPolicy Allow", o.JobName)}
+		if !waitable && o.JobName != j.JobName && slices.Contains(o.DependsOn, j.JobName) {
+			switch {
+			case j.ConcurrencyPolicy == config.Allow:
+				return &config.FieldError{Field: "concurrencyPolicy", Message: fmt.Sprintf("job %q depends on this job: a job others depend on cannot have concurrencyPolicy Allow", o.JobName)}
+			case j.JobExecutionType != config.Transient:
+				return &config.FieldError{Field: "jobExecutionType", Message: fmt.Sprintf("job %q depends on this job: a job others depend on must be TRANSIENT", o.JobName)}
+			default:
+				return &config.FieldError{Field: "cron", Message: fmt.Sprintf("job %q depends on this job: a job others depend on must have a cron", o.JobName)}
+			}
 		}
 	}
 	deps[j.JobName] = j.DependsOn
@@ -148,9 +158,35 @@ func (s *Server) jobName(w http.ResponseWriter, r *http.Request) (string, bool) 
 }
 
 func (s *Server) deregisterJob(w http.ResponseWriter, r *http.Request) {
-	if name, ok := s.jobName(w, r); ok {
-		s.op(w, r, s.sched.DeleteJob, name)
+	name, ok := s.jobName(w, r)
+	if !ok {
+		return
 	}
+	if err := s.noDependents(r.Context(), func(j string) bool { return j == name }); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.op(w, r, s.sched.DeleteJob, name)
+}
+
+// noDependents refuses (409) the deletion of the jobs gone says are going while another job
+// depends on one of them: that job's runs would wait for ever for a run that never comes.
+func (s *Server) noDependents(ctx context.Context, gone func(job string) bool) error {
+	jobs, err := s.store.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range jobs {
+		if gone(o.JobName) {
+			continue
+		}
+		for _, d := range o.DependsOn {
+			if gone(d) {
+				return fmt.Errorf("%w: job %q depends on job %q: take it out of %q's dependsOn first", ErrConflictingState, o.JobName, d, o.JobName)
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {
