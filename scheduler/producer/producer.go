@@ -512,9 +512,18 @@ func (p *Producer) writeFires(ctx context.Context, d due) bool {
 		}
 		entries[i] = e
 	}
-	written, err := p.store.RecordFires(ctx, j.JobName, state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, From: d.from, Entries: entries,
-		Accumulate: j.Misfire})
+	f := state.Fires{Cron: j.Cron, Zone: j.TimeZone, Last: d.last, From: d.from, Entries: entries, Accumulate: j.Misfire}
+	if !off {
+		// A disable written since the read above fails the write rather than leave a run
+		// queued, to start the moment the job is enabled (SPEC §5.3: a disabled job's fires
+		// do nothing); the slots are then recorded as skipped on the next try.
+		f.App = j.AppName
+	}
+	written, err := p.store.RecordFires(ctx, j.JobName, f)
 	switch {
+	case errors.Is(err, state.ErrDisabled):
+		log.WithError(err).Debug("the job or its app was disabled as its slots were written; recording them as skipped")
+		return false
 	case errors.Is(err, state.ErrNotFound) && !errors.Is(err, state.ErrConflict):
 		// The job's config is gone. (A node gone since it was read is a conflict, which
 		// RecordFires reads again until ctx ends: the slots are not a deleted job's.)

@@ -82,6 +82,8 @@ type recorder struct {
 	failures int           // the next writes that fail
 	fired    []string      // what the producer told its fired func: "job@seconds after t0"
 	ledgers  map[string]state.Ledger
+	// disableAtWrite names a job that an operator disables as its next write is sent.
+	disableAtWrite string
 }
 
 func (r *recorder) firedTimes(job string, at []time.Time) {
@@ -111,6 +113,13 @@ func (r *recorder) RecordFires(_ context.Context, job string, f state.Fires) ([]
 	if r.failures > 0 {
 		r.failures--
 		return nil, errors.New("ZooKeeper unavailable")
+	}
+	if r.disableAtWrite == job {
+		r.disabled[job], r.disableAtWrite = true, ""
+	}
+	queues := slices.ContainsFunc(f.Entries, func(e state.FireEntry) bool { return e.Outcome == state.OutcomeFired })
+	if f.App != "" && queues && (r.disabled[job] || r.disabled[f.App]) { // as the store's multi checks
+		return nil, fmt.Errorf("%w: job %s", state.ErrDisabled, job)
 	}
 	out := slices.Clone(f.Entries)
 	set := false
@@ -550,6 +559,22 @@ func TestDisabledJobsSlotsAreSkippedInTheLedger(t *testing.T) {
 	await.True(t, 5*time.Second, "the slot skipped", func() bool { return reflect.DeepEqual(rec.slots("off"), []string{"skipped@2s"}) })
 	if reason := rec.ledger("off").Fires[0].Reason; reason != ReasonDisabled {
 		t.Errorf("reason %q; want %q", reason, ReasonDisabled)
+	}
+}
+
+// A job disabled between the producer's read of its disable state and its write queues no
+// run: the write fails, and the slot is recorded as skipped on the next try.
+func TestASlotRacingADisableQueuesNoRun(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	rec.mu.Lock()
+	rec.disableAtWrite = "racing"
+	rec.mu.Unlock()
+	p.Put(context.Background(), job("racing", "*/2 * * * * ?", "UTC", true))
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	clock.advance(2 * time.Second)
+	await.True(t, 10*time.Second, "the slot skipped", func() bool { return reflect.DeepEqual(rec.slots("racing"), []string{"skipped@2s"}) })
+	if adds := rec.got(); len(adds) != 0 {
+		t.Fatalf("runs queued %v; want none for a job disabled as its slot was written", adds)
 	}
 }
 
