@@ -31,16 +31,26 @@ const (
 )
 
 // dependencyRun finds, in a dependency's ledger, its run for logical time at: the first fired
-// entry launched at or after it.
+// entry launched at or after it. A run the dependency skipped because its own dependency failed
+// (SkipQueuedRun: failed and ended) counts too, failed, as of when it was skipped: a chain
+// a → b → c skips c's run of the logical time a failed, rather than tie it to b's next run.
 func dependencyRun(l state.Ledger, at time.Time) (state.FireEntry, bool) {
 	var best state.FireEntry
+	var bestAt time.Time
 	found := false
 	for _, e := range l.Fires {
-		if e.Outcome != state.OutcomeFired || e.Launched.IsZero() || e.Launched.Before(at) {
+		when := e.Launched
+		switch {
+		case e.Outcome == state.OutcomeSkipped && e.Failed != "" && !e.Ended.IsZero():
+			when = e.Ended
+		case e.Outcome != state.OutcomeFired || e.Launched.IsZero():
 			continue
 		}
-		if !found || e.Launched.Before(best.Launched) {
-			best, found = e, true
+		if when.Before(at) {
+			continue
+		}
+		if !found || when.Before(bestAt) {
+			best, bestAt, found = e, when, true
 		}
 	}
 	return best, found

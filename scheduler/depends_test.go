@@ -100,6 +100,15 @@ func TestDependencyRun(t *testing.T) {
 	if _, ok := dependencyRun(l, at.Add(time.Minute)); ok {
 		t.Fatal("a run found for a logical time none was launched after")
 	}
+	// A run skipped because its own dependency failed is this logical time's run, failed: a
+	// chain passes the failure down instead of waiting for the next run.
+	chain := state.Ledger{Fires: []state.FireEntry{
+		{Slot: at, Outcome: state.OutcomeSkipped, Reason: "upstream failed", Failed: "upstream failed", Ended: at.Add(3 * time.Second)},
+		{Slot: at.Add(10 * time.Second), Outcome: state.OutcomeFired, Launched: at.Add(11 * time.Second), Ended: at.Add(12 * time.Second)},
+	}}
+	if run, ok := dependencyRun(chain, at); !ok || run.Slot != at || run.Succeeded() {
+		t.Fatalf("run %+v, %v; want the skipped run of the logical time, failed", run, ok)
+	}
 }
 
 // A run succeeded only if every shard did: one that ended lost without a failover, or killed,

@@ -440,7 +440,7 @@ func (l *Ledger) RunOf(task string) int {
 }
 
 // SkipQueuedRun drops a job's next queued run, read as r, and records its slot as skipped with
-// reason, in one multi (a run whose dependency failed, issue 19).
+// reason, failed and ended, in one multi (a run whose dependency failed, issue 19).
 func (s *Store) SkipQueuedRun(ctx context.Context, r ReadyEntry, reason string) error {
 	led, n, err := s.readLedger(ctx, r.JobName)
 	if err != nil {
@@ -453,6 +453,9 @@ func (s *Store) SkipQueuedRun(ctx context.Context, r ReadyEntry, reason string) 
 	}
 	if i := led.NextRun(r.Count); i >= 0 && n.exists {
 		led.Fires[i].Outcome, led.Fires[i].Reason = OutcomeSkipped, reason
+		// Failed and ended as of now: the jobs that depend on this one are skipped for the same
+		// logical time in turn, instead of waiting for its next run (a chain a → b → c).
+		led.Fires[i].Failed, led.Fires[i].Ended = reason, time.Now().UTC()
 		data, err := json.Marshal(led)
 		if err != nil {
 			return fmt.Errorf("encode the fire ledger: %w", err)

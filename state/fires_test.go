@@ -362,6 +362,9 @@ func TestSkipQueuedRun(t *testing.T) {
 	if want := []string{"skipped@0", "fired@2"}; !slices.Equal(outcomes(l), want) || l.Fires[0].Reason != "upstream failed" {
 		t.Fatalf("ledger %v %q; want %v, the oldest skipped with the reason", outcomes(l), l.Fires[0].Reason, want)
 	}
+	if e := l.Fires[0]; e.Failed != "upstream failed" || e.Ended.IsZero() {
+		t.Fatalf("skipped entry failed %q, ended %v; want failed and ended, for the jobs that depend on this one", e.Failed, e.Ended)
+	}
 }
 
 // Two runs of a job whose runs overlap (concurrencyPolicy Allow): both launch on the same
