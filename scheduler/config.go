@@ -61,6 +61,9 @@ type Config struct {
 
 	// mesosSecret is the contents of MesosSecretFile, read by Validate.
 	mesosSecret string
+	// warnings are what Validate found worth an operator's attention but not worth refusing
+	// to start over (Warnings).
+	warnings []string
 	// mesosZK is --mesos-url when it is a zk:// URL (Validate parses it): the masters are then
 	// found in ZooKeeper.
 	mesosZK *state.MesosZK
@@ -117,6 +120,7 @@ func Flags(fs *flag.FlagSet) *Config {
 
 // Validate checks what the flags alone cannot.
 func (c *Config) Validate() error {
+	c.warnings = nil
 	if c.MesosStartupTimeout < 0 {
 		return fmt.Errorf("--mesos-startup-timeout must not be negative, got %v", c.MesosStartupTimeout)
 	}
@@ -236,8 +240,20 @@ func (c *Config) readMesosSecret() error {
 	if c.mesosSecret == "" {
 		return fmt.Errorf("--mesos-secret-file %s is empty", c.MesosSecretFile)
 	}
+	clear := c.mesosZK != nil && c.detectedScheme() == "http"
+	for _, u := range c.MesosURLs() {
+		clear = clear || strings.HasPrefix(u, "http://")
+	}
+	if clear {
+		c.warnings = append(c.warnings, "the secret of --mesos-principal goes to the Mesos masters and agents over plain HTTP: "+
+			"anyone on the way can subscribe as this framework; serve Mesos over HTTPS (and give --mesos-ca-file for zk:// masters)")
+	}
 	return nil
 }
+
+// Warnings are what Validate found that an operator should fix but that does not stop the
+// scheduler: the run logs each at start-up.
+func (c *Config) Warnings() []string { return c.warnings }
 
 // parseDays reads a duration that may be in days: "30d", "1d12h", or anything time.ParseDuration
 // reads.

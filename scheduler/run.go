@@ -49,6 +49,9 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	timeout := cfg.ZKConnectTimeout
 	if timeout == 0 {
 		timeout = 15 * time.Second

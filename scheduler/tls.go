@@ -65,6 +65,9 @@ func (c *Config) validateTLS(host string) error {
 		if err != nil {
 			return fmt.Errorf("--tls-cert-file %s / --tls-key-file %s: %w", c.TLSCertFile, c.TLSKeyFile, err)
 		}
+		if err := c.checkValidity(pair, time.Now()); err != nil {
+			return err
+		}
 		c.serverTLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
 	if c.plainCredentialsExposed(host) && !c.InsecureHTTP {
@@ -193,4 +196,27 @@ func noteUntrusted(do httpcli.DoFunc, flag *atomic.Bool) httpcli.DoFunc {
 		}
 		return res, err
 	}
+}
+
+// certWarnBefore is how long before its expiry a served certificate is warned about at start-up.
+const certWarnBefore = 14 * 24 * time.Hour
+
+// checkValidity refuses a certificate that is not valid now: served, it would fail every
+// client, the agents' fetcher downloading the executor among them, while /healthz says all is
+// well. One that expires soon is warned about (Warnings): a renewed one takes a restart.
+func (c *Config) checkValidity(pair tls.Certificate, now time.Time) error {
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("--tls-cert-file %s: %w", c.TLSCertFile, err)
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("--tls-cert-file %s expired on %s", c.TLSCertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("--tls-cert-file %s is not valid before %s", c.TLSCertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	case leaf.NotAfter.Sub(now) < certWarnBefore:
+		c.warnings = append(c.warnings, fmt.Sprintf("--tls-cert-file %s expires on %s: renew it, then restart the scheduler",
+			c.TLSCertFile, leaf.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,3 +290,62 @@ func TestInsecureHTTPIsLogged(t *testing.T) {
 
 // nopListener stands for the API's listener: serve only wraps it.
 type nopListener struct{ net.Listener }
+
+// A served certificate that is not valid now is refused at start-up (it would fail every client,
+// the agents' fetcher among them, while /healthz says all is well); one about to expire is a
+// start-up warning.
+func TestTheServedCertificateMustBeValidNow(t *testing.T) {
+	pair := testcert.NewCA(t, "ejcloud test CA").Certificate(t, "127.0.0.1")
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		now     time.Time
+		wantErr string
+		warned  bool
+	}{
+		{"valid", leaf.NotAfter.Add(-2 * certWarnBefore), "", false},
+		{"expiring within the warning period", leaf.NotAfter.Add(-24 * time.Hour), "", true},
+		{"expired", leaf.NotAfter.Add(time.Hour), "expired on", false},
+		{"not valid yet", leaf.NotBefore.Add(-time.Hour), "is not valid before", false},
+	} {
+		c := Config{TLS: TLS{TLSCertFile: "cert.pem"}}
+		err := c.checkValidity(pair, tc.now)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: %v; want an error containing %q", tc.name, err, tc.wantErr)
+		}
+		if warned := len(c.Warnings()) > 0; warned != tc.warned {
+			t.Errorf("%s: warnings %q; want warned %v", tc.name, c.Warnings(), tc.warned)
+		}
+	}
+}
+
+// A framework secret that would travel over plain HTTP is a start-up warning.
+func TestAMesosSecretOverPlainHTTPIsWarnedAbout(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+	for _, tc := range []struct {
+		url    string
+		ca     bool
+		warned bool
+	}{
+		{"http://127.0.0.1:5050", false, true},
+		{"https://127.0.0.1:5050", false, false},
+		{"zk://127.0.0.1:2181/mesos", false, true},
+		{"zk://127.0.0.1:2181/mesos", true, false},
+	} {
+		c := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
+		c.MesosURL, c.MesosPrincipal, c.MesosSecretFile = tc.url, "ejcloud", secret
+		if tc.ca {
+			c.MesosCAFile = testcert.NewCA(t, "mesos CA").File
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if warned := slices.ContainsFunc(c.Warnings(), func(w string) bool { return strings.Contains(w, "plain HTTP") }); warned != tc.warned {
+			t.Errorf("%s (CA file %v): warnings %q; want warned %v", tc.url, tc.ca, c.Warnings(), tc.warned)
+		}
+	}
+}
