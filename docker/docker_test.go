@@ -202,6 +202,7 @@ func TestComposeFile(t *testing.T) {
 			DependsOn   []string          `yaml:"depends_on"`
 			Command     []string          `yaml:"command"`
 			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &compose); err != nil {
@@ -213,6 +214,11 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	for name, svc := range compose.Services {
+		for _, p := range svc.Ports { // nothing here authenticates Mesos: the host's loopback only
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("service %s publishes %q beyond the Docker host's loopback", name, p)
+			}
+		}
 		for _, d := range svc.DependsOn {
 			if _, ok := compose.Services[d]; !ok {
 				t.Errorf("service %s depends on %s, which is not defined", name, d)
@@ -238,6 +244,9 @@ func TestComposeFile(t *testing.T) {
 		env[k] = v
 	}
 	schedulerConfig(t, "docker-compose.yml scheduler", s.Command, env)
+	if s.Environment["EJCLOUD_MESOS_USER"] == "" {
+		t.Errorf("the scheduler's tasks would run as the image's user, which the agents do not have: set EJCLOUD_MESOS_USER")
+	}
 	if !strings.Contains(s.Environment["EJCLOUD_AUTH_ROOT"], ":?") {
 		t.Errorf("the compose file must refuse to start without credentials: EJCLOUD_AUTH_ROOT=%q", s.Environment["EJCLOUD_AUTH_ROOT"])
 	}

@@ -117,8 +117,9 @@ if [ ! -s "$run/credentials" ]; then
 fi
 creds=$(cat "$run/credentials")
 
-setsid "$bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
-  --mesos-url "http://$mesos_addr" --auth-root "$creds" --event-trace-db "sqlite://$run/trace.db" \
+# The credentials go by the environment, not the command line, which every local user can read.
+EJCLOUD_AUTH_ROOT="$creds" setsid "$bin/ejcloud-scheduler" --zk-servers "127.0.0.1:$zk_port" --http-addr "$http_addr" \
+  --mesos-url "http://$mesos_addr" --event-trace-db "sqlite://$run/trace.db" \
   >"$logs/scheduler.log" 2>&1 &
 pids+=($!)
 wait_for "the scheduler" ready_ok "$logs/scheduler.log"

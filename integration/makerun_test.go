@@ -130,6 +130,11 @@ func TestMakeRun(t *testing.T) {
 	if n := strings.Count(first.log.String(), first.pass); n != 1 {
 		t.Errorf("the password is printed %d times; want once, beside the URL", n)
 	}
+	for _, pid := range first.pids { // every local user can read a command line
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), first.pass) {
+			t.Errorf("process %d has the password on its command line: %q", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
 	for _, want := range []string{"registered    app demo-app", "registered    job demo-script", "registered    job demo-daemon"} {
 		if !strings.Contains(first.log.String(), want) {
 			t.Errorf("first run did not print %q", want)
