@@ -175,6 +175,16 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	if err := j.Validate(); err != nil {
 		return Job{}, err
 	}
+	// Checked here, at registration, not in Validate, which the executor also runs on every
+	// task: a job stored before (by 2.1.5, say) with finer amounts still runs.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"cpuCount", j.CPUCount}, {"memoryMB", j.MemoryMB}} {
+		if err := mesosPrecision(f.name, f.v); err != nil {
+			return Job{}, err
+		}
+	}
 	// Quartz refuses to schedule a trigger that will never fire (SPEC §12: an invalid cron is not
 	// stored). Only here, at registration: a job whose last fire has just come still runs it.
 	if s, _ := j.Schedule(); s != nil {
@@ -244,12 +254,6 @@ func (j Job) Validate() error {
 	}
 	if !(j.MemoryMB >= 1) {
 		return fieldErr("memoryMB", "must be at least 1, got %v", j.MemoryMB)
-	}
-	if err := mesosPrecision("cpuCount", j.CPUCount); err != nil {
-		return err
-	}
-	if err := mesosPrecision("memoryMB", j.MemoryMB); err != nil {
-		return err
 	}
 	if j.Placement != Spread && j.Placement != Binpack {
 		return fieldErr("placement", "must be SPREAD or BINPACK, got %q", j.Placement)

@@ -239,7 +239,7 @@ func (w *Writer) write(buf []event) {
 		}
 	}
 	if n > 0 {
-		var err error
+		err := fmt.Errorf("abandoned at the end of the writer's grace: %w", context.Canceled)
 		for attempt := 0; attempt < 3 && w.ctx.Err() == nil; attempt++ {
 			if attempt > 0 {
 				time.Sleep(time.Duration(attempt) * 200 * time.Millisecond) // backoff between retries of a failed transaction
@@ -250,9 +250,6 @@ func (w *Writer) write(buf []event) {
 			if err == nil {
 				break
 			}
-		}
-		if err == nil && w.ctx.Err() != nil {
-			err = fmt.Errorf("abandoned at the end of the writer's grace: %w", w.ctx.Err())
 		}
 		if err != nil {
 			w.writeEach(buf, err)

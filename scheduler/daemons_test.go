@@ -8,6 +8,7 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -119,5 +120,17 @@ func TestAKilledDaemonShardRunsAgainWhileTheOthersRunOn(t *testing.T) {
 	}
 	if err != nil || len(items) != 2 || items[1] != other.String() || items[0] == "" || items[0] == killed.String() {
 		t.Fatalf("running %v (%v); want shard 0 relaunched beside shard 1's task %s", items, err, other)
+	}
+	// A ready entry with every shard running has nothing to launch: it goes, rather than keep
+	// the job's work pending for ever.
+	if err := base.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 5*time.Second, "the leader's model has the entry", func() bool { r, _ := ld.store.ReadyOf(ctx, jobs[0]); return r.Count == 1 })
+	if _, err := ld.eligible(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := base.ReadyOf(ctx, jobs[0]); err != nil || r.Count != 0 {
+		t.Fatalf("ready %+v (%v); want the settled entry removed", r, err)
 	}
 }

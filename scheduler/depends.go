@@ -167,7 +167,13 @@ func (ld *leader) dependencies(ctx context.Context, j config.Job, r state.ReadyE
 		switch {
 		case ok && run.Succeeded():
 		case ok && run.Failed != "":
-			return depFailed, fmt.Sprintf("upstream failed: %q's run of %s failed (%s)", name, at.UTC().Format(time.RFC3339), run.Failed), []string{name}
+			// The dependency's own reason is quoted only when it is not itself an upstream
+			// failure: down a chain, reasons would nest and grow the ledger with its depth.
+			why := fmt.Sprintf("upstream failed: %q's run of %s failed", name, at.UTC().Format(time.RFC3339))
+			if !strings.HasPrefix(run.Failed, "upstream failed") {
+				why += " (" + run.Failed + ")"
+			}
+			return depFailed, why, []string{name}
 		case ok:
 			waits, names = append(waits, fmt.Sprintf("waiting for %q's run of %s to end", name, at.UTC().Format(time.RFC3339))), append(names, name)
 		default:

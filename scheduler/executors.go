@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
@@ -66,6 +67,7 @@ func (ld *leader) forgetExecutors(ctx context.Context, ids ...string) {
 	}
 	for _, id := range ids {
 		delete(ld.executors, id)
+		delete(ld.startedAt, id)
 	}
 	if err := ld.store.ForgetExecutors(ctx, ids...); err != nil {
 		ld.log.WithError(err).WithField("executors", ids).Warn("cannot remove the records of executors that are gone")
@@ -92,6 +94,9 @@ func (ld *leader) forgetUnlisted(ctx context.Context, byAgent map[string][]mesos
 	}
 	var gone []string
 	for id := range ld.executors {
+		if time.Since(ld.startedAt[id]) < unlistedGrace {
+			continue // an offer made before Mesos took the ACCEPT that started it
+		}
 		ex, err := taskid.ParseExecutor(id)
 		if _, offered := byAgent[ex.AgentID]; err == nil && offered && !listed[id] {
 			gone = append(gone, id)
@@ -99,6 +104,11 @@ func (ld *leader) forgetUnlisted(ctx context.Context, byAgent map[string][]mesos
 	}
 	ld.forgetExecutors(ctx, gone...)
 }
+
+// unlistedGrace is how long an executor this leader just launched is kept though an offer of
+// its agent does not list it: Mesos may have made that offer (of other resources of the agent)
+// before it took the ACCEPT.
+const unlistedGrace = 15 * time.Second
 
 // pruneExecutors forgets, after a subscription, the executors that the master no longer lists
 // on an agent connected to it: their FAILURE events may have come while this leader was not

@@ -117,6 +117,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	}
 	ld.recordExecutors(ctx, started)
 	maps.Copy(ld.executors, started)
+	for id := range started {
+		ld.startedAt[id] = time.Now()
+	}
 	for agentID, ts := range tasks {
 		ids := make([]mesos.OfferID, 0, len(byAgent[agentID]))
 		for _, o := range byAgent[agentID] {
@@ -243,6 +246,18 @@ func (ld *leader) eligible(ctx context.Context) (plan.Work, error) {
 	for _, job := range w.StaleReady {
 		if err := ld.store.RemoveStaleReady(ctx, job); err != nil {
 			ld.log.WithError(err).WithField("job", job).Warn("cannot remove the ready entry of a deleted job")
+		}
+	}
+	for _, r := range w.Settled {
+		if err := ld.store.DropReady(ctx, r); err != nil {
+			ld.log.WithError(err).WithField("job", r.JobName).Debug("cannot drop the ready entry of a DAEMON job whose every shard runs")
+		}
+	}
+	for _, job := range w.Beyond {
+		if n, err := ld.store.DropBeyond(ctx, job, snap.Jobs[job].ShardingTotalCount); err != nil {
+			ld.log.WithError(err).WithField("job", job).Warn("cannot drop the waiting shards beyond the job's shardingTotalCount")
+		} else if n > 0 {
+			ld.log.WithFields(logrus.Fields{"job": job, "dropped": n}).Info("dropped the waiting shards beyond the job's lowered shardingTotalCount; their run failed")
 		}
 	}
 	return w, nil

@@ -168,9 +168,12 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 				// The timeout counts from when Mesos found the task unreachable, not from when
 				// this leader heard of it: a leader taking over must not start it again, or
 				// leaders changing more often than the timeout would never end the task.
+				// The age is taken on the master's clock alone (the update's timestamp less
+				// unreachable_time): the two clocks need not agree.
 				since := now
-				if ut := st.GetUnreachableTime(); ut != nil && ut.GetNanoseconds() > 0 && time.Unix(0, ut.GetNanoseconds()).Before(now) {
-					since = time.Unix(0, ut.GetNanoseconds())
+				if ut := st.GetUnreachableTime(); ut != nil && ut.GetNanoseconds() > 0 && st.GetTimestamp() > 0 {
+					age := time.Duration(st.GetTimestamp()*1e9) - time.Duration(ut.GetNanoseconds())
+					since = now.Add(-max(age, 0))
 				}
 				ld.unreachable[tid] = since
 				log.WithField("since", since).Warn("task unreachable; it counts as running until the unreachable timeout")

@@ -90,10 +90,13 @@ func TestTheUnreachableTimeoutCountsFromMesossUnreachableTime(t *testing.T) {
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	w.ld.cfg.UnreachableTimeout = 15 * time.Minute
+	// The master's clock runs an hour behind the scheduler's: only its own two times are compared.
+	master := time.Now().Add(-time.Hour)
+	sent := float64(master.UnixNano()) / 1e9
 	old := fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED)
-	old.UnreachableTime = &mesos.TimeInfo{Nanoseconds: time.Now().Add(-20 * time.Minute).UnixNano()}
+	old.UnreachableTime, old.Timestamp = &mesos.TimeInfo{Nanoseconds: master.Add(-20 * time.Minute).UnixNano()}, &sent
 	fresh := fromMaster(w.tasks[1], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED)
-	fresh.UnreachableTime = &mesos.TimeInfo{Nanoseconds: time.Now().Add(-time.Minute).UnixNano()}
+	fresh.UnreachableTime, fresh.Timestamp = &mesos.TimeInfo{Nanoseconds: master.Add(-time.Minute).UnixNano()}, &sent
 	w.ld.setIdle(w.tasks[0].String(), true, false)
 	w.ld.updates(ctx, []mesos.TaskStatus{old, fresh})
 	w.ld.timeUnreachable(ctx)

@@ -110,3 +110,32 @@ func TestOffersOfAnEndedStreamAreNotUsed(t *testing.T) {
 		t.Fatalf("%d tasks running (%v) after the next offers; want 2", len(running), err)
 	}
 }
+
+// The offer cycle drops the failover entries of shards beyond a job's lowered
+// shardingTotalCount (an update made them), rather than leave them queued for ever.
+func TestTheCycleDropsTheShardsBeyondALoweredTotal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2)
+	for item := range 2 {
+		if _, err := base.AddFailover(ctx, taskid.New(taskid.Meta{JobName: jobs[0], Item: item}, taskid.Ready, "S0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := base.Job(ctx, jobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.ShardingTotalCount = 1
+	if _, err := base.UpdateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	ld := testLeader(benchModel(t, ctx, base), &ackRecorder{})
+	if _, err := ld.eligible(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fo, err := base.Failovers(ctx)
+	if err != nil || len(fo) != 1 || fo[0].Meta.Item != 0 {
+		t.Fatalf("failover entries %v (%v); want only shard 0's", fo, err)
+	}
+}

@@ -302,13 +302,6 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 			}
 			ops = append(ops, restart...)
 		}
-		if j.ShardingTotalCount < cur.ShardingTotalCount {
-			beyond, err := s.beyondOps(ctx, j.JobName, j.ShardingTotalCount)
-			if err != nil {
-				return err
-			}
-			ops = append(ops, beyond...)
-		}
 		if !from.IsZero() {
 			change, err := s.cronChangeOps(ctx, cur, j, from)
 			if err != nil {
@@ -324,33 +317,6 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 		return nil
 	})
 	return prev, err
-}
-
-// beyondOps returns the ops that remove the failover and retry entries of the job's shards at or
-// beyond total, which an update lowered it to: those shards no longer exist (SPEC §1), and an
-// entry left behind would never be relaunched nor let the job's run end (dependsOn waits for
-// that). Each is checked against the version read.
-func (s *Store) beyondOps(ctx context.Context, job string, total int) ([]any, error) {
-	var ops []any
-	entries, err := s.readJobQueue(ctx, failoverDir, job)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		if e.Meta.Item >= total {
-			ops = append(ops, deleteOp(s.path(failoverDir, job, entryNode(e.Meta, e.Node)), e.Version))
-		}
-	}
-	retries, err := s.readDir(ctx, retryDir)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range retries {
-		if m, err := taskid.ParseMeta(n.name); err == nil && m.JobName == job && m.Item >= total {
-			ops = append(ops, deleteOp(s.path(retryDir, n.name), n.version))
-		}
-	}
-	return ops, nil
 }
 
 // cronChangeOps returns the op that records in the job's fire ledger a change from cur's fired

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
@@ -322,35 +321,5 @@ func TestAJobTooLargeToLaunchInOneWriteIsRefused(t *testing.T) {
 	bigger.ShardingTotalCount = 10000
 	if _, err := s.UpdateJob(ctx, bigger); !errors.As(err, &fe) || fe.Field != "shardingTotalCount" {
 		t.Fatalf("UpdateJob to 10,000 shards: %v; want a FieldError naming shardingTotalCount", err)
-	}
-}
-
-// An update that lowers shardingTotalCount removes, in its multi, the entries of the shards it
-// did away with: nothing would relaunch them, and the job's runs would never end.
-func TestLoweringTheShardCountRemovesTheEntriesOfTheShardsBeyondIt(t *testing.T) {
-	s := newStore(t)
-	ctx := ctxT(t)
-	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
-	j := testJob("job", "app") // 3 shards
-	must(t, s.CreateJob(ctx, j), "CreateJob")
-	for _, item := range []int{0, 2} {
-		id := taskid.New(taskid.Meta{JobName: "job", Item: item}, taskid.Ready, "S0")
-		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
-		_, err := s.EndTaskWith(ctx, id, state.Failover, state.EndOptions{Retry: &state.RetryState{Attempt: 2, NotBefore: time.Now().Add(time.Hour)}})
-		must(t, err, "EndTaskWith a retry")
-	}
-	fewer := j
-	fewer.ShardingTotalCount = 2
-	_, err := s.UpdateJob(ctx, fewer)
-	must(t, err, "UpdateJob to 2 shards")
-	fo, err := s.Failovers(ctx)
-	must(t, err, "Failovers")
-	if len(fo) != 1 || fo[0].Meta.Item != 0 {
-		t.Fatalf("failover entries %v; want only shard 0's", fo)
-	}
-	retries, err := s.Retries(ctx)
-	must(t, err, "Retries")
-	if _, ok := retries[taskid.Meta{JobName: "job", Item: 2}]; ok || len(retries) != 1 {
-		t.Fatalf("retries %v; want only shard 0's", retries)
 	}
 }

@@ -439,6 +439,20 @@ func (l *Ledger) RunOf(task string) int {
 	return latest
 }
 
+// DropReady removes one run from a job's ready count, read as r (a DAEMON job's entry with
+// nothing left to launch). A count changed since is a conflict, and nothing is written.
+func (s *Store) DropReady(ctx context.Context, r ReadyEntry) error {
+	p := s.path(readyDir, r.JobName)
+	op := any(setOp(p, []byte(strconv.Itoa(r.Count-1)), r.Version))
+	if r.Count <= 1 {
+		op = deleteOp(p, r.Version)
+	}
+	if err := s.multi(ctx, op); err != nil {
+		return fmt.Errorf("drop a queued run of job %q: %w", r.JobName, err)
+	}
+	return nil
+}
+
 // SkipQueuedRun drops a job's next queued run, read as r, and records its slot as skipped with
 // reason, failed and ended, in one multi (a run whose dependency failed, issue 19).
 func (s *Store) SkipQueuedRun(ctx context.Context, r ReadyEntry, reason string) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -589,5 +590,56 @@ func TestRecordFiresWithTheAppRequiresTheJobEnabled(t *testing.T) {
 	}
 	if apps, jobs, err := s.Disabled(ctx); err != nil || len(apps) != 0 || len(jobs) != 0 {
 		t.Fatalf("disabled after the checked write: apps %v, jobs %v (%v); want none", apps, jobs, err)
+	}
+}
+
+// The waiting shards of a job beyond its lowered shardingTotalCount are dropped with their
+// retries, and their run fails, and ends once nothing else of the job runs or waits: jobs that
+// depend on it must not wait for a run that can never end.
+func TestDropBeyondFailsAndEndsTheRunOfTheDroppedShards(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	a, b := launchedRun(t, s) // shards 0 and 1 of a job of 3
+	_, err := s.EndTask(ctx, a, state.NoFollowUp)
+	must(t, err, "EndTask a")
+	_, err = s.EndTaskWith(ctx, b, state.Failover, state.EndOptions{Retry: &state.RetryState{Attempt: 2, NotBefore: time.Now().Add(time.Hour)}})
+	must(t, err, "EndTask b, to be retried")
+	if n, err := s.DropBeyond(ctx, "j", 2); err != nil || n != 0 {
+		t.Fatalf("DropBeyond(2) = %d, %v; want nothing dropped: shard 1 still exists", n, err)
+	}
+	n, err := s.DropBeyond(ctx, "j", 1)
+	if err != nil || n != 1 {
+		t.Fatalf("DropBeyond(1) = %d, %v; want shard 1 dropped", n, err)
+	}
+	if fo, _ := s.Failovers(ctx); len(fo) != 0 {
+		t.Fatalf("failover entries %v; want none", fo)
+	}
+	if r, _ := s.Retries(ctx); len(r) != 0 {
+		t.Fatalf("retries %v; want none", r)
+	}
+	l, _, _ := s.FireLedger(ctx, "j")
+	if e := l.Fires[0]; e.Ended.IsZero() || e.Succeeded() || !strings.Contains(e.Failed, "shardingTotalCount") {
+		t.Fatalf("entry %+v; want ended and failed for the shards removed", e)
+	}
+}
+
+// A shard whose relaunch the full failover queue refused is not relaunched: its run fails.
+func TestAShardTheFullFailoverQueueRefusesFailsItsRun(t *testing.T) {
+	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
+	ctx := ctxT(t)
+	a, b := launchedRun(t, s)
+	must(t, s.CreateJob(ctx, testJob("other", "app")), "CreateJob other")
+	_, err := s.AddFailover(ctx, taskid.New(taskid.Meta{JobName: "other", Item: 0}, taskid.Ready, "S0")) // fills the queue
+	must(t, err, "AddFailover other")
+	_, err = s.EndTask(ctx, a, state.NoFollowUp)
+	must(t, err, "EndTask a")
+	ended, err := s.EndTask(ctx, b, state.Failover)
+	must(t, err, "EndTask b")
+	if ended.Requeued {
+		t.Fatal("shard 1 was queued into a full failover queue")
+	}
+	l, _, _ := s.FireLedger(ctx, "j")
+	if e := l.Fires[0]; e.Ended.IsZero() || e.Succeeded() {
+		t.Fatalf("entry %+v; want ended and failed: shard 1 was not relaunched", e)
 	}
 }

@@ -176,6 +176,10 @@ func (s *Store) endTask(ctx context.Context, id taskid.ID, next FollowUp, stop *
 		}
 		if errors.Is(err, ErrQueueFull) {
 			follow, err = nil, nil // refused and logged by admit; the task still ended
+			if next == Failover && o.FireFailed == "" {
+				// Not relaunched: its run cannot succeed, and must not pass for a success.
+				o.FireFailed = fmt.Sprintf("shard %d could not be queued for its relaunch: the failover queue is full", id.Item)
+			}
 		}
 		if err != nil {
 			return err

@@ -138,34 +138,56 @@ func (s *Store) runEndOps(ctx context.Context, id taskid.ID, failed string, ende
 // failed with reason in the fire ledger, and ended if none of the job's tasks runs: nothing
 // else would end it, and jobs that depend on it would wait for it.
 func (s *Store) DropWaiting(ctx context.Context, job, reason string) (int, error) {
+	return s.dropWaiting(ctx, job, reason, func(int) bool { return true })
+}
+
+// DropBeyond removes, like DropWaiting, the waiting shards of a job at or beyond total: an update
+// lowered its shardingTotalCount, and those shards no longer exist (SPEC §1). Their run fails,
+// and ends when nothing else of the job runs or waits: jobs that depend on it would wait for it.
+func (s *Store) DropBeyond(ctx context.Context, job string, total int) (int, error) {
+	reason := fmt.Sprintf("its shards from %d on were removed by an update of shardingTotalCount", total)
+	return s.dropWaiting(ctx, job, reason, func(item int) bool { return item >= total })
+}
+
+func (s *Store) dropWaiting(ctx context.Context, job, reason string, drop func(item int) bool) (int, error) {
 	var dropped int
 	err := retry(ctx, func() error {
 		dropped = 0
 		var ops []any
-		parent := s.path(failoverDir, job)
-		items, err := s.readChildren(ctx, parent)
+		entries, err := s.readJobQueue(ctx, failoverDir, job)
 		if err != nil {
 			return err
 		}
-		for _, n := range items {
-			ops = append(ops, deleteOp(parent+"/"+n.name, n.version))
+		var first string // the failed task of a dropped entry: its run is given up
+		left := 0
+		for _, e := range entries {
+			if !drop(e.Meta.Item) {
+				left++
+				continue
+			}
+			ops = append(ops, deleteOp(s.path(failoverDir, job, entryNode(e.Meta, e.Node)), e.Version))
+			if dropped++; first == "" {
+				first = e.TaskID
+			}
 		}
-		dropped = len(items)
-		if len(items) > 0 {
-			end, err := s.givenUpOps(ctx, job, items[0].data, reason)
+		if dropped > 0 {
+			end, err := s.givenUpOps(ctx, job, first, reason, left == 0)
 			if err != nil {
 				return err
 			}
 			ops = append(ops, end...)
 		}
-		names, err := s.children(ctx, s.path(retryDir))
+		retries, err := s.readDir(ctx, retryDir)
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
-			if m, err := taskid.ParseMeta(name); err == nil && m.JobName == job {
-				ops = append(ops, deleteOp(s.path(retryDir, name), -1))
+		for _, n := range retries {
+			if m, err := taskid.ParseMeta(n.name); err == nil && m.JobName == job && drop(m.Item) {
+				ops = append(ops, deleteOp(s.path(retryDir, n.name), n.version))
 			}
+		}
+		if len(ops) == 0 {
+			return nil
 		}
 		return s.multi(ctx, ops...)
 	})
@@ -176,10 +198,10 @@ func (s *Store) DropWaiting(ctx context.Context, job, reason string) (int, error
 	return dropped, nil
 }
 
-// givenUpOps returns the op that marks the run of the dropped failover entry holding failed
-// (its failed task's id) failed, and ended when the job has no running task.
-func (s *Store) givenUpOps(ctx context.Context, job string, failed []byte, reason string) ([]any, error) {
-	id, err := taskid.Parse(string(failed))
+// givenUpOps returns the op that marks the run of a dropped failover entry, whose failed task
+// is failed, failed, and ended when the job has no running task and none waits.
+func (s *Store) givenUpOps(ctx context.Context, job string, failed string, reason string, noneWaits bool) ([]any, error) {
+	id, err := taskid.Parse(failed)
 	if err != nil {
 		return nil, nil // an entry of another version's making: its run is not in the ledger
 	}
@@ -188,7 +210,7 @@ func (s *Store) givenUpOps(ctx context.Context, job string, failed []byte, reaso
 		return nil, err
 	}
 	var ended time.Time
-	if len(running) == 0 {
+	if len(running) == 0 && noneWaits {
 		ended = time.Now().UTC()
 	}
 	return s.runEndOps(ctx, id, reason, ended)

@@ -39,6 +39,12 @@ type Work struct {
 	// Entries whose job no longer exists: the leader removes them.
 	StaleReady    []string
 	StaleFailover []state.FailoverEntry
+	// Beyond names the jobs with failover entries of shards at or beyond their
+	// shardingTotalCount, which an update lowered: the leader drops them (state.DropBeyond).
+	Beyond []string
+	// Settled are the ready entries of DAEMON jobs whose every shard runs: nothing is left for
+	// them to launch, and the leader removes them.
+	Settled []state.ReadyEntry
 }
 
 // Eligible gathers a cycle's work (SPEC §5.4 step 1): failover items first (each once, not
@@ -75,8 +81,15 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 		j, ok := usable(f.Meta.JobName)
 		overlap := j.ConcurrencyPolicy == config.Allow
 		// A shard queued before an update lowered the job's shardingTotalCount no longer
-		// exists: run with its old item, it would take a slice the others take.
-		if !ok || (runningShard[f.Meta] && !overlap) || f.Meta.Item >= j.ShardingTotalCount {
+		// exists: run with its old item, it would take a slice the others take. The leader
+		// drops it (Beyond), and fails its run.
+		if _, exists := s.Jobs[f.Meta.JobName]; exists && f.Meta.Item >= s.Jobs[f.Meta.JobName].ShardingTotalCount {
+			if !slices.Contains(w.Beyond, f.Meta.JobName) {
+				w.Beyond = append(w.Beyond, f.Meta.JobName)
+			}
+			continue
+		}
+		if !ok || (runningShard[f.Meta] && !overlap) {
 			continue
 		}
 		if !overlap {
@@ -117,6 +130,7 @@ func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
 			}
 		}
 		if len(g.Items) == 0 {
+			w.Settled = append(w.Settled, r) // a DAEMON job whose every shard runs
 			continue
 		}
 		w.Ready[r.JobName] = r

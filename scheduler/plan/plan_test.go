@@ -65,6 +65,8 @@ func TestEligible(t *testing.T) {
 		want          []string
 		staleReady    []string
 		staleFailover []state.FailoverEntry
+		beyond        []string
+		settled       []state.ReadyEntry
 	}{
 		{name: "ready jobs launch whole", snap: Snapshot{Ready: ready("a", "b")}, want: []string{"a*:[0 1]", "b*:[0 1 2]"}},
 		{name: "failover items first, then ready", snap: Snapshot{Ready: ready("a"), Failovers: fo(meta("b", 2), meta("b", 0))},
@@ -86,12 +88,13 @@ func TestEligible(t *testing.T) {
 			snap: Snapshot{Ready: ready("a", "b", "c"), OffJobs: map[string]bool{"a": true}, Stopped: map[string]bool{"c": true}},
 			want: []string{"b*:[0 1 2]"}},
 		{name: "a disabled app leaves all its jobs out", snap: Snapshot{Ready: ready("a", "b"), OffApps: map[string]bool{"app": true}}},
-		{name: "a failover item beyond the job's shardingTotalCount (lowered since) is not relaunched",
-			snap: Snapshot{Failovers: fo(meta("b", 3), meta("b", 1))}, want: []string{"b:[1]"}},
+		{name: "a failover item beyond the job's shardingTotalCount (lowered since) is not relaunched, but dropped",
+			snap: Snapshot{Failovers: fo(meta("b", 3), meta("b", 1))}, want: []string{"b:[1]"}, beyond: []string{"b"}},
 		{name: "a DAEMON job's ready entry launches the shards not running, the others running on",
 			snap: Snapshot{Ready: ready("d"), Running: []state.RunningEntry{{Meta: meta("d", 1)}}}, want: []string{"d*:[0 2]"}},
-		{name: "a DAEMON job whose shards all run launches nothing",
-			snap: Snapshot{Ready: ready("d"), Running: []state.RunningEntry{{Meta: meta("d", 0)}, {Meta: meta("d", 1)}, {Meta: meta("d", 2)}}}},
+		{name: "a DAEMON job whose shards all run launches nothing, its ready entry settled",
+			snap:    Snapshot{Ready: ready("d"), Running: []state.RunningEntry{{Meta: meta("d", 0)}, {Meta: meta("d", 1)}, {Meta: meta("d", 2)}}},
+			settled: ready("d")},
 		{name: "entries of deleted jobs are stale", snap: Snapshot{Ready: ready("gone", "a"), Failovers: fo(meta("gone", 3))},
 			want: []string{"a*:[0 1]"}, staleReady: []string{"gone"}, staleFailover: fo(meta("gone", 3))},
 	} {
@@ -109,6 +112,9 @@ func TestEligible(t *testing.T) {
 			w := Eligible(tc.snap, due)
 			if got := groups(w); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("groups = %v; want %v", got, tc.want)
+			}
+			if !reflect.DeepEqual(w.Beyond, tc.beyond) || !reflect.DeepEqual(w.Settled, tc.settled) {
+				t.Errorf("beyond = %v, settled = %v; want %v, %v", w.Beyond, w.Settled, tc.beyond, tc.settled)
 			}
 			if !reflect.DeepEqual(w.StaleReady, tc.staleReady) || !reflect.DeepEqual(w.StaleFailover, tc.staleFailover) {
 				t.Errorf("stale = %v, %v; want %v, %v", w.StaleReady, w.StaleFailover, tc.staleReady, tc.staleFailover)
