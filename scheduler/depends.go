@@ -56,6 +56,17 @@ func dependencyRun(l state.Ledger, at time.Time) (state.FireEntry, bool) {
 	return best, found
 }
 
+// upstreamFailed is the reason a run is skipped for its dependency's failed run of logical time
+// at. The dependency's own reason is quoted only when it is not itself an upstream failure: down
+// a chain, reasons would nest and grow the ledger with its depth.
+func upstreamFailed(dependency string, at time.Time, failed string) string {
+	why := fmt.Sprintf("upstream failed: %q's run of %s failed", dependency, at.UTC().Format(time.RFC3339))
+	if !strings.HasPrefix(failed, "upstream failed") {
+		why += " (" + failed + ")"
+	}
+	return why
+}
+
 // Why queued work waits, as GET /api/job/unplaced gives it beside binpack's reasons (issue 19):
 // stable strings a client may match, each with the number of the job's shards waiting for it.
 const (
@@ -167,13 +178,7 @@ func (ld *leader) dependencies(ctx context.Context, j config.Job, r state.ReadyE
 		switch {
 		case ok && run.Succeeded():
 		case ok && run.Failed != "":
-			// The dependency's own reason is quoted only when it is not itself an upstream
-			// failure: down a chain, reasons would nest and grow the ledger with its depth.
-			why := fmt.Sprintf("upstream failed: %q's run of %s failed", name, at.UTC().Format(time.RFC3339))
-			if !strings.HasPrefix(run.Failed, "upstream failed") {
-				why += " (" + run.Failed + ")"
-			}
-			return depFailed, why, []string{name}
+			return depFailed, upstreamFailed(name, at, run.Failed), []string{name}
 		case ok:
 			waits, names = append(waits, fmt.Sprintf("waiting for %q's run of %s to end", name, at.UTC().Format(time.RFC3339))), append(names, name)
 		default:

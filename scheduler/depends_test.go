@@ -155,3 +155,16 @@ func TestARunSucceedsOnlyIfEveryShardDid(t *testing.T) {
 		})
 	}
 }
+
+// A skip's reason quotes its dependency's failure, but not one that is itself an upstream
+// failure: down a chain a → b → c, reasons stay one level deep.
+func TestUpstreamFailedReasonsDoNotNest(t *testing.T) {
+	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	b := upstreamFailed("a", at, "retries exhausted after 3 attempts")
+	if b != `upstream failed: "a"'s run of 2026-11-24T10:00:00Z failed (retries exhausted after 3 attempts)` {
+		t.Fatalf("b's reason %q", b)
+	}
+	if c := upstreamFailed("b", at, b); c != `upstream failed: "b"'s run of 2026-11-24T10:00:00Z failed` {
+		t.Fatalf("c's reason %q; want b named, without b's own reason nested", c)
+	}
+}
