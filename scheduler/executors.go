@@ -183,11 +183,19 @@ func (ld *leader) sweepOrphans(ctx context.Context) {
 		}
 		ld.onLoop(ctx, func(ctx context.Context) {
 			ld.log.WithField("executors", orphans).Info("executors of deleted apps are still up: telling them to stop")
-			for _, id := range orphans {
-				ex, _ := taskid.ParseExecutor(id)
-				ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
-			}
-			ld.forgetExecutors(ctx, orphans...)
+			ld.stopExecutors(ctx, orphans)
 		})
 	}()
+}
+
+// stopExecutors tells executors to stop (MESSAGE STOP: they kill their tasks and exit) and
+// forgets them, on the event loop. Mesos drops a message it cannot deliver: sweepOrphans looks
+// again later.
+func (ld *leader) stopExecutors(ctx context.Context, ids []string) {
+	for _, id := range ids {
+		if ex, err := taskid.ParseExecutor(id); err == nil {
+			ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
+		}
+	}
+	ld.forgetExecutors(ctx, ids...)
 }

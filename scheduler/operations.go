@@ -14,7 +14,6 @@ import (
 
 	"github.com/ejcloud/ejcloud/api"
 	"github.com/ejcloud/ejcloud/config"
-	"github.com/ejcloud/ejcloud/executor"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -308,16 +307,13 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 		for id := range ld.executors {
 			live[id] = true
 		}
-		var stopped []string
+		var stop []string
 		for id := range live {
-			ex, err := taskid.ParseExecutor(id)
-			if err != nil || ex.AppName != app {
-				continue
+			if ex, err := taskid.ParseExecutor(id); err == nil && ex.AppName == app {
+				stop = append(stop, id)
 			}
-			ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
-			stopped = append(stopped, id)
 		}
-		ld.forgetExecutors(ctx, stopped...)
+		ld.stopExecutors(ctx, stop)
 	})
 	if errors.Is(err, errNotServing) {
 		ld.log.WithField("app", app).Warn("the subscription ended: the app's executors are told to stop on the next one")
