@@ -264,9 +264,12 @@ func (s *subscription) call(ctx context.Context, c *scheduler.Call) error {
 }
 
 // events reads the stream into out until it ends, ctx ends, or no event (heartbeats included)
-// has come for five heartbeat intervals: a half-open connection Mesos will not notice.
+// has come for five heartbeat intervals: a half-open connection Mesos will not notice. The
+// five intervals count time spent waiting on the wire only: while out is full (the event loop
+// busy, say on a slow ZooKeeper) nothing is read, and that silence is ours, not the master's.
 func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) error {
 	got := make(chan struct{}, 1)
+	var sending atomic.Bool
 	watch, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -277,6 +280,16 @@ func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) e
 			case <-got:
 				timer.Reset(5 * s.heartbeat)
 			case <-timer.C:
+				select {
+				case <-got: // heard as the timer fired
+					timer.Reset(5 * s.heartbeat)
+					continue
+				default:
+				}
+				if sending.Load() {
+					timer.Reset(5 * s.heartbeat) // got comes when the send is done
+					continue
+				}
 				s.resp.Close()
 				return
 			case <-watch.Done():
@@ -285,6 +298,12 @@ func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) e
 			}
 		}
 	}()
+	heard := func() {
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+	}
 	for {
 		var ev scheduler.Event
 		if err := s.resp.Decode(&ev); err != nil {
@@ -293,20 +312,20 @@ func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) e
 			}
 			return fmt.Errorf("Mesos event stream: %w", err)
 		}
-		select {
-		case got <- struct{}{}:
-		default:
-		}
+		heard()
 		if ev.Type == scheduler.Event_ERROR {
 			if strings.Contains(ev.Error.Message, "removed") {
 				return errFrameworkRemoved
 			}
 			return fmt.Errorf("Mesos: %s", ev.Error.Message)
 		}
+		sending.Store(true)
 		select {
 		case out <- ev:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		heard() // the wait on the wire starts now; before sending is cleared, so no gap
+		sending.Store(false)
 	}
 }
