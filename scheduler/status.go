@@ -220,7 +220,9 @@ func (ld *leader) record(ctx context.Context, store *state.Store, st mesos.TaskS
 			case "BEGIN":
 				ld.setIdle(tid, false, false)
 			case "COMPLETE":
-				ld.setIdle(tid, true, false)
+				// A COMPLETE that finds the task idle already is one sent again (the agent
+				// retries an update until it is acknowledged): its run was counted.
+				return ld.setIdle(tid, true, false)
 			}
 			return true
 		}, nil
@@ -333,14 +335,18 @@ func (ld *leader) retryFacts(ctx context.Context, store *state.Store, id taskid.
 	return plan.DecideRetry(f), nil
 }
 
-func (ld *leader) setIdle(tid string, idle, forget bool) {
+// setIdle records whether a DAEMON task is between runs (forget: it ended), and reports
+// whether that is news: a task first heard of, or a change.
+func (ld *leader) setIdle(tid string, idle, forget bool) (changed bool) {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
 	if forget {
 		delete(ld.idle, tid)
-		return
+		return false
 	}
+	was, known := ld.idle[tid]
 	ld.idle[tid] = idle
+	return !known || was != idle
 }
 
 // reconcileAnswerWait is how long the reconciliation of a task unreachable past the timeout

@@ -75,3 +75,35 @@ func TestTracerRecordsUpdates(t *testing.T) {
 		t.Fatal("a nil tracer gives the API a trace")
 	}
 }
+
+// A DAEMON run counts once in the task results however often its COMPLETE comes: the agent
+// sends an update again until it is acknowledged, and the run's BEGIN is what starts the next.
+func TestADaemonRunCountsOnce(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	w.ld.inst.trace = tr
+	say := func(msg, uuid string) mesos.TaskStatus {
+		st := upd(w.tasks[0], mesos.TASK_RUNNING, uuid)
+		st.Message = &msg
+		return st
+	}
+	for _, tc := range []struct {
+		name    string
+		updates []mesos.TaskStatus
+		want    int // successes counted so far
+	}{
+		{"a run ends", []mesos.TaskStatus{say("BEGIN", "b1"), say("COMPLETE", "c1")}, 1},
+		{"its COMPLETE sent again", []mesos.TaskStatus{say("COMPLETE", "c1")}, 1},
+		{"the next run ends", []mesos.TaskStatus{say("BEGIN", "b2"), say("COMPLETE", "c2")}, 2},
+	} {
+		w.ld.updates(ctx, tc.updates)
+		if s, f := tr.results.Pending(eventtrace.Minute); s != tc.want || f != 0 {
+			t.Fatalf("%s: results %d/%d; want %d successes, no failure", tc.name, s, f, tc.want)
+		}
+	}
+}
