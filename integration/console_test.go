@@ -605,3 +605,91 @@ func TestConsoleHistoryShapes(t *testing.T) {
 	}
 	b.checkHosts(t, 20)
 }
+
+// The console against an API that is slow or in the middle of something, served by a stand-in:
+//   - a polled page whose answers come later than its poll interval still shows them (it
+//     polled on a fixed beat, so each answer was dropped for the next request's, and the
+//     Status page said the queues were empty for as long as the server was slow);
+//   - a double click on Trigger queues one run, not two;
+//   - a job disabled through its app says so and offers the app, not an Enable that answers
+//     "done" and changes nothing;
+//   - Search with the filters unchanged reads the history again (it read nothing).
+func TestConsoleAgainstASlowOrBusyAPI(t *testing.T) {
+	con, err := console.New(console.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", con)
+	var triggers, searches atomic.Int32
+	reply := func(pattern string, wait time.Duration, body string) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(wait):
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, body)
+		})
+	}
+	const slowTask = "job-b@-@0@-@READY@-@S0@-@slow-answer"
+	reply("GET /api/job/tasks/running", 2500*time.Millisecond, `[{"id":"`+slowTask+`","metaInfo":{"jobName":"job-b","shardingItems":[0]},"slaveId":"S0","type":"READY","idle":false}]`)
+	reply("GET /api/job/tasks/ready", 0, `[]`)
+	reply("GET /api/job/tasks/failover", 0, `[]`)
+	reply("GET /api/job/jobs", 0, `[`+
+		`{"jobName":"job-a","appName":"app-a","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"","shardingTotalCount":1},`+
+		`{"jobName":"job-b","appName":"app-b","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"","shardingTotalCount":1}]`)
+	reply("GET /api/job/unplaced", 0, `{}`)
+	reply("GET /api/job/job-a/disable", 0, `true`) // its app's marker
+	reply("GET /api/app/app-a/disable", 0, `true`)
+	reply("GET /api/job/job-b/disable", 0, `false`)
+	reply("GET /api/app/app-b/disable", 0, `false`)
+	mux.HandleFunc("POST /api/job/trigger", func(w http.ResponseWriter, r *http.Request) {
+		triggers.Add(1)
+		time.Sleep(time.Second) // the second click comes while the first is under way
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /api/job/events/executions", func(w http.ResponseWriter, r *http.Request) {
+		searches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"total":0,"rows":[]}`)
+	})
+	srv := httptest.NewServer(mux) // on loopback
+	defer srv.Close()
+
+	b := startBrowser(t, strings.TrimPrefix(srv.URL, "http://"))
+	tab := b.tab(t, "", true)
+
+	b.open(t, tab, "#/status")
+	b.waitText(t, tab, "#queue", "Loading") // not "empty": nothing has been read yet
+	b.waitText(t, tab, "#queue", slowTask)
+
+	b.open(t, tab, "#/jobs")
+	b.waitText(t, tab, "main table tbody", "disabled with its app")
+	if n := b.eval(t, tab, `String(document.querySelectorAll('main table tbody a[href="#/apps/app-a"]').length)`); n != "1" {
+		t.Fatalf("job-a's row links to its app %s times, want once:\n%s", n, b.page(tab))
+	}
+	if n := b.eval(t, tab, `String([...document.querySelectorAll('main table tbody button')].filter((e) => e.textContent === 'Enable').length)`); n != "0" {
+		t.Fatalf("%s Enable buttons on the page, want none (only job-a is disabled, with its app):\n%s", n, b.page(tab))
+	}
+	b.eval(t, tab, `(() => {
+		const row = [...document.querySelectorAll('main table tbody tr')].find((r) => r.innerText.includes('job-b'));
+		const trigger = [...row.querySelectorAll('button')].find((e) => e.textContent === 'Trigger');
+		trigger.click(); trigger.click();
+		return '';
+	})()`)
+	b.waitText(t, tab, "main .banner", "trigger job-b: done")
+	if n := triggers.Load(); n != 1 {
+		t.Fatalf("a double click on Trigger sent %d triggers, want 1", n)
+	}
+
+	b.open(t, tab, "#/history")
+	await.True(t, 20*time.Second, "the history is read", func() bool { return searches.Load() >= 1 })
+	before := searches.Load()
+	for i := range 2 {
+		press(t, b, tab, chromedp.CSS(`#history form button[type=submit]`))
+		await.True(t, 20*time.Second, fmt.Sprintf("search %d reads the history again", i+1), func() bool { return searches.Load() >= before+int32(i)+1 })
+	}
+	b.checkHosts(t, 5)
+}

@@ -56,25 +56,27 @@ async function api(method, path, body) {
 const enc = encodeURIComponent;
 
 // useApi loads GET paths (one or several) and reloads them on demand or every `every` ms.
+// The next poll is `every` ms after an answer, not on a fixed beat: a beat shorter than the
+// answer would drop each answer for the next request's and show nothing but "Loading" (or an
+// empty queue) while the server is slow. What it returns belongs to the paths asked for now:
+// data read for others (the page or search before) is not shown against these rows.
 function useApi(paths, every) {
   const key = JSON.stringify(paths);
-  const [state, setState] = useState({ data: null, error: null, loading: true });
+  const [state, setState] = useState({ key: null, data: null, error: null });
   const [tick, setTick] = useState(0);
   const reload = useCallback(() => setTick((t) => t + 1), []);
   useEffect(() => {
     let live = true;
+    let next;
     const list = Array.isArray(paths) ? paths : [paths];
     Promise.all(list.map((p) => (p ? api('GET', p) : Promise.resolve(null))))
-      .then((res) => live && setState({ data: Array.isArray(paths) ? res : res[0], error: null, loading: false }))
-      .catch((e) => live && setState((s) => ({ data: s.data, error: e, loading: false })));
-    return () => { live = false; };
-  }, [key, tick]);
-  useEffect(() => {
-    if (!every) return undefined;
-    const t = setInterval(reload, every);
-    return () => clearInterval(t);
-  }, [every, reload]);
-  return { ...state, reload };
+      .then((res) => live && setState({ key, data: Array.isArray(paths) ? res : res[0], error: null }))
+      .catch((e) => live && setState((s) => ({ key, data: s.key === key ? s.data : null, error: e })))
+      .finally(() => { if (live && every) next = setTimeout(reload, every); });
+    return () => { live = false; clearTimeout(next); };
+  }, [key, tick, every]);
+  const mine = state.key === key;
+  return { data: mine ? state.data : null, error: mine ? state.error : null, loading: !mine, reload };
 }
 
 // ---------------------------------------------------------------- small pieces
@@ -162,10 +164,16 @@ function Confirm({ label, question, onYes, danger }) {
     <button class="secondary outline" onClick=${() => setAsking(false)}>Cancel</button></span>`;
 }
 
-// useAction runs a write and reports how it went; run resolves to whether it was done.
+// useAction runs a write and reports how it went; run resolves to whether it was done. One
+// write at a time: a click while one is under way (a double click on Trigger would queue two
+// runs) is ignored, and msg.busy lets the buttons show it.
 function useAction(after) {
   const [msg, setMsg] = useState({});
+  const busy = useRef(false);
   const run = useCallback(async (what, method, path, body) => {
+    if (busy.current) return false;
+    busy.current = true;
+    setMsg((m) => ({ ...m, busy: true }));
     try {
       await api(method, path, body);
       setMsg({ ok: what + ': done' });
@@ -174,6 +182,8 @@ function useAction(after) {
     } catch (e) {
       setMsg({ error: new Error(what + ': ' + e.message) });
       return false;
+    } finally {
+      busy.current = false;
     }
   }, [after]);
   return [msg, run];
@@ -376,37 +386,44 @@ function JobsPage({ canWrite }) {
   const list = (jobs.data && jobs.data[0]) || [];
   const unplaced = (jobs.data && jobs.data[1]) || {};
   const [q, setQ] = useState('');
-  const shown = list.filter((j) => !q || j.jobName.includes(q) || j.appName.includes(q));
+  const lq = q.toLowerCase();
+  const shown = list.filter((j) => !q || j.jobName.toLowerCase().includes(lq) || j.appName.toLowerCase().includes(lq));
   const pg = usePages(shown, 20);
   // The state and next fire time of the rows shown only: two requests per registered job every
   // 5 s would not do with thousands of them.
   const names = pg.rows.map((j) => j.jobName);
   const states = useApi(names.map((n) => '/api/job/' + enc(n) + '/disable'), 5000);
+  // A job's state is disabled when its app is: enabling the job would not run it, so the row
+  // says so and points at the app.
+  const appNames = [...new Set(pg.rows.map((j) => j.appName))];
+  const appStates = useApi(appNames.map((n) => '/api/app/' + enc(n) + '/disable'), 5000);
   const next = useApi(pg.rows.map((j) => (j.cron ? '/api/job/' + enc(j.jobName) + '/next?count=1' : null)), 5000);
-  const [msg, run] = useAction(() => { jobs.reload(); states.reload(); });
+  const [msg, run] = useAction(() => { jobs.reload(); states.reload(); appStates.reload(); });
   return html`<section>
     <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href=${"#/jobs/" + NEW} role="button">Add job</a>` : ''}
       <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => { setQ(e.target.value); pg.setPage(1); }} /></div>
-    <${Banner} error=${jobs.error || states.error || next.error || msg.error} ok=${msg.ok} />
+    <${Banner} error=${jobs.error || states.error || appStates.error || next.error || msg.error} ok=${msg.ok} />
     ${jobs.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">Job</th><th scope="col">App</th><th scope="col">Type</th><th scope="col">Cron</th><th scope="col">Shards</th><th scope="col">Next fire</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
       <tbody>${pg.rows.map((j) => {
         const i = names.indexOf(j.jobName);
         const off = states.data && states.data[i];
+        const appOff = appStates.data && appStates.data[appNames.indexOf(j.appName)];
         const n = next.data && next.data[i];
         const [u, w] = splitReasons(unplaced[j.jobName]);
         return html`<tr key=${j.jobName}>
           <td><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a></td><td>${j.appName}</td>
           <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code class="nowrap">${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
           <td>${n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${j.cron ? '' : 'on trigger only'}</span>`}</td>
-          <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
+          <td>${appOff ? html`<${Tag} kind="off">disabled with its app<//>` : off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
             ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}
             ${w ? html`<br /><span class="tag warn waiting" title=${describeWaiting(w)}>waiting: ${describeWaiting(w)}</span>` : ''}</td>
           ${canWrite ? html`<td class="actions">
             <a role="button" class="outline" href=${'#/jobs/' + enc(j.jobName) + '/edit'}>Modify</a>
-            ${j.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger ' + j.jobName, 'POST', '/api/job/trigger', j.jobName)}>Trigger</button>` : ''}
-            ${off ? html`<button onClick=${() => run('enable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/enable')}>Enable</button>`
-              : html`<button class="secondary" onClick=${() => run('disable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/disable')}>Disable</button>`}
+            ${j.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" disabled=${msg.busy} onClick=${() => run('trigger ' + j.jobName, 'POST', '/api/job/trigger', j.jobName)}>Trigger</button>` : ''}
+            ${appOff ? html`<a role="button" class="outline" href=${'#/apps/' + enc(j.appName)}>App ${j.appName}</a>`
+              : off ? html`<button disabled=${msg.busy} onClick=${() => run('enable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/enable')}>Enable</button>`
+              : html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/disable')}>Disable</button>`}
             <${Confirm} label="Delete" danger question=${'Delete job ' + j.jobName + '?'} onYes=${() => run('delete ' + j.jobName, 'DELETE', '/api/job/deregister', JSON.stringify(j.jobName))} />
           </td>` : ''}</tr>`;
       })}
@@ -427,8 +444,10 @@ function JobForm({ name }) {
     if (!body.timeZone) delete body.timeZone; // the scheduler's zone
     if (body.jobType !== 'DATAFLOW') body.streamingProcess = false; // its box is shown for DATAFLOW only
     // The misfire policy follows misfire unless set otherwise (the form has no field for it):
-    // switching misfire on or off lets the scheduler derive it again.
-    if (editing && existing.data && body.misfire !== existing.data.misfire) delete body.misfirePolicy;
+    // switching misfire on or off lets the scheduler derive it again where it was the derived
+    // one (fireOnce with misfire, skip without); one set otherwise (fireAll) is kept.
+    const derived = (m) => (m ? 'fireOnce' : 'skip');
+    if (editing && existing.data && body.misfire !== existing.data.misfire && (!existing.data.misfirePolicy || existing.data.misfirePolicy === derived(existing.data.misfire))) delete body.misfirePolicy;
     await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
     location.hash = '#/jobs/' + enc(form.jobName);
   });
@@ -482,7 +501,9 @@ function JobDetail({ name, canWrite }) {
     '/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], 3000);
   const job = d.data && d.data[0];
   const next = useApi(job && job.cron ? '/api/job/' + enc(name) + '/next?count=5' : null, 5000);
-  const [msg, run] = useAction(d.reload);
+  const app = useApi(job ? '/api/app/' + enc(job.appName) + '/disable' : null, 3000);
+  const appOff = !!app.data;
+  const [msg, run] = useAction(() => { d.reload(); app.reload(); });
   if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
   if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
   const [, off, unplaced, failure, running, ready, failover] = d.data;
@@ -491,13 +512,14 @@ function JobDetail({ name, canWrite }) {
   const mineReady = (ready || []).find((r) => r.jobName === name);
   const mineFailover = (failover || []).filter((f) => f.taskInfo.jobName === name);
   return html`<section>
-    <div class="toolbar"><h1>Job ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
+    <div class="toolbar"><h1>Job ${name}</h1>${appOff ? html`<${Tag} kind="off">disabled with its app<//>` : off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
+    ${appOff ? html`<div class="banner warn" role="status">Its app <a href=${'#/apps/' + enc(job.appName)}>${job.appName}</a> is disabled: none of the app's jobs run until it is enabled.</div>` : ''}
     <${Banner} error=${msg.error || stale(d.error)} ok=${msg.ok} />
     ${canWrite ? html`<div class="actions">
       <a role="button" class="outline" href=${'#/jobs/' + enc(name) + '/edit'}>Modify</a>
-      ${job.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" onClick=${() => run('trigger', 'POST', '/api/job/trigger', name)}>Trigger</button>` : ''}
-      ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
-        : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>`}
+      ${job.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" disabled=${msg.busy} onClick=${() => run('trigger', 'POST', '/api/job/trigger', name)}>Trigger</button>` : ''}
+      ${appOff ? '' : off ? html`<button disabled=${msg.busy} onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
+        : html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>`}
       <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { if (await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name))) location.hash = '#/jobs'; }} />
     </div>` : ''}
     ${u ? html`<div class="banner warn unplaced" role="status"><strong>Waiting in the ready queue:</strong> its shards found no room in the last offer cycle — ${describeUnplaced(u)}.</div>` : ''}
@@ -525,6 +547,7 @@ function StatusPage() {
   const [tab, setTab] = useState('running');
   const [q, setQ] = useState('');
   const d = useApi(['/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], auto ? 2000 : 0);
+  // Nothing is said of the queues before they are read: an empty list is an answer.
   const [running, ready, failover] = d.data || [[], [], []];
   const match = (s) => !q || s.toLowerCase().includes(q.toLowerCase());
   const rows = {
@@ -533,12 +556,13 @@ function StatusPage() {
     failover: (failover || []).filter((f) => match(f.taskInfo.jobName) || match(f.originalTaskId || '')),
   }[tab];
   const pg = usePages(rows, 15);
-  const tabs = [['running', 'Running', (running || []).length], ['ready', 'Ready', (ready || []).length], ['failover', 'Failover', (failover || []).length]];
+  const count = (l) => (d.data ? (l || []).length : '…');
+  const tabs = [['running', 'Running', count(running)], ['ready', 'Ready', count(ready)], ['failover', 'Failover', count(failover)]];
   return html`<section>
     <div class="toolbar"><h1>Status</h1>
       <label><input type="checkbox" role="switch" checked=${auto} onChange=${(e) => setAuto(e.target.checked)} /> Refresh every 2 s</label>
       <button class="secondary outline" onClick=${d.reload}>Refresh now</button></div>
-    <${Banner} error=${d.error} />
+    <${Banner} error=${d.data ? stale(d.error) : d.error} />
     <div role="tablist" aria-label="Queues" class="toolbar">
       ${tabs.map(([k, label, n]) => html`<button role="tab" id=${'tab-' + k} aria-selected=${tab === k ? 'true' : 'false'} aria-controls="queue"
         class=${tab === k ? '' : 'outline'} onClick=${() => { setTab(k); pg.setPage(1); }}>${label} (${n})</button>`)}
@@ -551,7 +575,8 @@ function StatusPage() {
       <tbody>${pg.rows.map((r) => html`<tr key=${r.jobName}><td><a href=${'#/jobs/' + enc(r.jobName)}>${r.jobName}</a></td><td>${r.times}</td></tr>`)}</tbody></table>` : ''}
     ${tab === 'failover' ? html`<table class="striped"><thead><tr><th scope="col">Job</th><th scope="col">Shards</th><th scope="col">Original task id</th></tr></thead>
       <tbody>${pg.rows.map((f) => html`<tr key=${f.originalTaskId + f.taskInfo.shardingItems}><td><a href=${'#/jobs/' + enc(f.taskInfo.jobName)}>${f.taskInfo.jobName}</a></td><td>${f.taskInfo.shardingItems.join(', ')}</td><td><code>${f.originalTaskId}</code></td></tr>`)}</tbody></table>` : ''}
-    ${pg.total === 0 ? html`<p class="muted">The ${tab} queue is empty${q ? ' for this search' : ''}.</p>` : ''}
+    ${!d.data ? html`<p aria-busy="true">${d.error ? 'The queues cannot be read.' : 'Loading…'}</p>`
+      : pg.total === 0 ? html`<p class="muted">The ${tab} queue is empty${q ? ' for this search' : ''}.</p>` : ''}
     </div>
     <${Pager} ...${pg} label="Queue" />
   </section>`;
@@ -598,7 +623,9 @@ function TraceTable({ kind }) {
   const d = useApi('/api/job/events/' + kind + '?' + qs);
   const errField = d.error && d.error.field;
   const pages = Math.max(1, Math.ceil(((d.data && d.data.total) || 0) / per));
-  const apply = (ev) => { ev.preventDefault(); setPage(1); setApplied({ ...filters }); };
+  // Search reads again even when nothing changed: the history has no poll, and this is how
+  // to see the runs since.
+  const apply = (ev) => { ev.preventDefault(); setPage(1); setApplied({ ...filters }); d.reload(); };
   const fld = (n, label, options, type) => html`<${Field} name=${n} label=${label} value=${filters[n]} options=${options} type=${type}
     onInput=${(v) => setFilters({ ...filters, [n]: v })} error=${errField === n ? d.error.message : ''} />`;
   return html`<div>
@@ -682,7 +709,7 @@ function OperationsPage({ canWrite }) {
   const d = useApi('/api/operate/cluster', 5000);
   const [msg, run] = useAction(d.reload);
   const c = d.data;
-  const res = (r) => r.cpus.toFixed(2) + ' CPU · ' + Math.round(r.mem) + ' MB';
+  const res = (r) => r.cpus.toFixed(3) + ' CPU · ' + Math.round(r.mem) + ' MB'; // shards ask for thousandths
   return html`<section>
     <h1>Operations</h1>
     <${Banner} error=${d.error || msg.error} ok=${msg.ok} />
