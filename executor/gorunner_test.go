@@ -13,7 +13,7 @@ import (
 // runtime.Goexit (which recover cannot see: the task stayed RUNNING for good); and a job killed
 // before it started is not run at all.
 func TestAGoJobsRunEndsHoweverItsGoroutineEnds(t *testing.T) {
-	grace := func() time.Duration { return time.Second }
+	grace := graceOf(time.Second)
 	for _, tc := range []struct {
 		name   string
 		f      func(context.Context) error

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,13 +62,16 @@ type scriptRunner struct {
 	endRecord string // written by the supervisor
 }
 
-func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) error {
+func (r *scriptRunner) run(ctx context.Context, k killing) error {
+	if ctx.Err() != nil {
+		return errKilled // killed before it started: the script is not run at all
+	}
 	ctxJSON, err := json.Marshal(r.sc)
 	if err != nil {
 		return err
 	}
 	argv := []string{"/bin/sh", "-c", r.cmdline + ` "$1"`, "sh", string(ctxJSON)}
-	env := append(os.Environ(),
+	env := append(scriptEnv(os.Environ()),
 		"EJCLOUD_JOB_NAME="+r.sc.JobName,
 		"EJCLOUD_TASK_ID="+r.sc.TaskID,
 		"EJCLOUD_SHARDING_ITEM="+strconv.Itoa(r.sc.ShardingItem),
@@ -96,9 +100,24 @@ func (r *scriptRunner) run(ctx context.Context, grace func() time.Duration) erro
 		return scriptResult(x)
 	case <-ctx.Done():
 	}
-	sup.Terminate(grace())
-	<-sup.Done()
-	return errKilled
+	for {
+		grace, cut := k.graceAndCut()
+		sup.Terminate(grace)
+		select {
+		case <-sup.Done():
+			return errKilled
+		case <-cut: // a later kill cut the grace: the supervisor keeps the earlier deadline
+		}
+	}
+}
+
+// scriptEnv is the executor's environment less what a script must not hold: the agent's
+// token for this executor, with which a script could end its siblings' tasks (Mesos's own
+// executor library unsets it for the same reason).
+func scriptEnv(env []string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "MESOS_EXECUTOR_AUTHENTICATION_TOKEN=")
+	})
 }
 
 func scriptResult(x supervise.Exit) error {
@@ -122,7 +141,7 @@ type goRunner struct {
 	endRecord string
 }
 
-func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
+func (r *goRunner) run(ctx context.Context, k killing) error {
 	if ctx.Err() != nil {
 		return errKilled // killed before it started: the job is not run at all
 	}
@@ -160,11 +179,21 @@ func (r *goRunner) run(ctx context.Context, grace func() time.Duration) error {
 		return err
 	case <-ctx.Done():
 	}
-	select {
-	case <-done:
-	case <-time.After(grace()):
+	// As a script's supervisor does: a later kill may bring the end closer, never put it off.
+	var deadline time.Time
+	for {
+		grace, cut := k.graceAndCut()
+		if at := time.Now().Add(grace); deadline.IsZero() || at.Before(deadline) {
+			deadline = at
+		}
+		select {
+		case <-done:
+			return errKilled
+		case <-time.After(time.Until(deadline)):
+			return errKilled
+		case <-cut:
+		}
 	}
-	return errKilled
 }
 
 // recordEnd records that the job ended on its own with code (0 ok, 1 an error, 2 a panic), as a

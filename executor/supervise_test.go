@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func init() {
 	if cmdline := os.Getenv(scriptHostEnv); cmdline != "" {
 		os.Unsetenv(scriptHostEnv) // the script and its supervisor must not become hosts too
 		r := &scriptRunner{cmdline: cmdline, dir: os.Getenv(scriptDirEnv), sc: taskdata.ShardingContext{TaskID: "host"}}
-		err := r.run(context.Background(), func() time.Duration { return time.Second })
+		err := r.run(context.Background(), graceOf(time.Second))
 		fmt.Println("script ended:", err)
 		os.Exit(0)
 	}
@@ -142,7 +143,7 @@ func TestScriptEndKillsWhatItLeftBehind(t *testing.T) {
 	dir := t.TempDir()
 	killLeftovers(t, dir)
 	r := &scriptRunner{cmdline: leftBehind + "; true", dir: dir}
-	if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
+	if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
 		t.Fatalf("the script: %v; want success", err)
 	}
 	ps, ok := pids(dir, leftBehindPIDs...)
@@ -179,7 +180,7 @@ func TestAKilledScriptsProcessesKeepTheGracePeriod(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := make(chan error, 1)
-			go func() { ran <- r.run(ctx, func() time.Duration { return 2 * time.Second }) }()
+			go func() { ran <- r.run(ctx, graceOf(2*time.Second)) }()
 			var child []int
 			await.True(t, 10*time.Second, "the child runs", func() bool {
 				var ok bool
@@ -225,7 +226,7 @@ func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
 				time.AfterFunc(tc.kill, cancel)
 			}
 			start := time.Now()
-			err := r.run(ctx, func() time.Duration { return time.Second })
+			err := r.run(ctx, graceOf(time.Second))
 			took := time.Since(start)
 			var jf *jobFailure
 			switch {
@@ -243,6 +244,171 @@ func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
 				t.Fatalf("processes %v still run after the task ended", left)
 			}
 		})
+	}
+}
+
+// graceOf is a kill's grace that no later kill cuts.
+type graceOf time.Duration
+
+func (g graceOf) graceAndCut() (time.Duration, <-chan struct{}) { return time.Duration(g), nil }
+
+// cutGrace is a kill's grace that the test cuts once the runner has read it.
+type cutGrace struct {
+	mu    sync.Mutex
+	grace time.Duration
+	cut   chan struct{}
+	read  chan struct{} // closed at the first read
+	once  sync.Once
+}
+
+func (c *cutGrace) graceAndCut() (time.Duration, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.once.Do(func() { close(c.read) })
+	return c.grace, c.cut
+}
+
+func (c *cutGrace) cutTo(g time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grace = g
+	close(c.cut)
+	c.cut = make(chan struct{})
+}
+
+// A killed script ends when its grace runs out, whatever it left behind: a process that left
+// the group (setsid) kept the supervisor waiting until it ended by itself, the task never
+// reported, and a fenced task (grace 0, its lease lapsed) ran on beside its relaunch.
+func TestAKilledScriptEndsWithWhatLeftItsGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		shell string // what the shell does besides starting the escaped process
+		grace time.Duration
+	}{
+		{"fenced: no grace", "sleep 30", 0},
+		{"a shell that outlives the grace", "trap '' TERM; sleep 30", 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			killLeftovers(t, dir)
+			script := `setsid sh -c 'trap "" TERM; echo $$ > escaped.pid; while :; do sleep 0.1; done' & ` + tc.shell + "; true"
+			r := &scriptRunner{cmdline: script, dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- r.run(ctx, graceOf(tc.grace)) }()
+			var escaped []int
+			await.True(t, 10*time.Second, "the escaped process runs", func() bool {
+				var ok bool
+				escaped, ok = pids(dir, "escaped.pid")
+				return ok
+			})
+			cancel()
+			select {
+			case err := <-ran:
+				if !errors.Is(err, errKilled) {
+					t.Fatalf("%v; want killed", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the killed run did not end in 20 s")
+			}
+			if running(escaped[0]) {
+				t.Errorf("the escaped process (%d) outlived the run", escaped[0])
+			}
+		})
+	}
+}
+
+// A later kill with a shorter grace (a lease lapse, the agent's shutdown) cuts the grace of a
+// kill under way: the first kill's grace was kept, and the agent's TASK_FAILED or the relaunch
+// came first.
+func TestALaterKillCutsTheGrace(t *testing.T) {
+	dir := t.TempDir()
+	killLeftovers(t, dir)
+	r := &scriptRunner{cmdline: "trap '' TERM; echo $$ > shell.pid; sleep 120; true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+	k := &cutGrace{grace: 10 * time.Minute, cut: make(chan struct{}), read: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- r.run(ctx, k) }()
+	await.True(t, 10*time.Second, "the script runs", func() bool { _, ok := pids(dir, "shell.pid"); return ok })
+	cancel()
+	select {
+	case <-k.read: // the ten minutes are asked for
+	case err := <-ran:
+		t.Fatalf("the run ended (%v) before its kill's grace was read", err)
+	}
+	k.cutTo(0)
+	select {
+	case err := <-ran:
+		if !errors.Is(err, errKilled) {
+			t.Fatalf("%v; want killed", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run was not ended by the kill with no grace")
+	}
+}
+
+// A script is not run once its task is killed, and one the executor killed leaves no end
+// record, however it exits: the record says a run ended on its own (taskend), and the
+// scheduler would read a killed run that trapped SIGTERM and exited 0 as a success.
+func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		killedFirst bool
+	}{
+		{"killed while it runs", false},
+		{"killed before it starts", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			killLeftovers(t, dir)
+			if err := os.Mkdir(filepath.Join(dir, taskend.Dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := &scriptRunner{cmdline: "echo $$ > shell.pid; trap 'exit 0' TERM; sleep 30 & wait; true", dir: dir,
+				sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}, endRecord: taskend.Path(dir, "t")}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.killedFirst {
+				cancel()
+			}
+			ran := make(chan error, 1)
+			go func() { ran <- r.run(ctx, graceOf(5*time.Second)) }()
+			if !tc.killedFirst {
+				await.True(t, 10*time.Second, "the script runs", func() bool { _, ok := pids(dir, "shell.pid"); return ok })
+				cancel()
+			}
+			if err := <-ran; !errors.Is(err, errKilled) {
+				t.Fatalf("%v; want killed", err)
+			}
+			if _, err := os.Stat(r.endRecord); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("end record of a killed run: %v; want none", err)
+			}
+			// Its output files are opened just before its supervisor starts the shell.
+			if _, err := os.Stat(filepath.Join(dir, "stdout")); (err == nil) == tc.killedFirst {
+				t.Errorf("the run was started (its stdout: %v); want started: %v", err, !tc.killedFirst)
+			}
+		})
+	}
+}
+
+// A script does not see the agent's token for its executor: with it, it could call the agent
+// as the executor and end its siblings' tasks.
+func TestAScriptDoesNotSeeTheExecutorsToken(t *testing.T) {
+	t.Setenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "secret-token")
+	dir := t.TempDir()
+	killLeftovers(t, dir)
+	r := &scriptRunner{cmdline: "env > env.txt; true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+	if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	env, err := os.ReadFile(filepath.Join(dir, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "secret-token") || !strings.Contains(string(env), "EJCLOUD_JOB_NAME=j") {
+		t.Fatalf("the script's environment holds the token, or not the job's variables:\n%s", env)
 	}
 }
 
@@ -284,7 +450,7 @@ func BenchmarkScriptRun(b *testing.B) {
 			}
 			r := &scriptRunner{cmdline: bc.script(dir), dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}, endRecord: taskend.Path(dir, "t")}
 			n := benchChildCPU(b, func() error {
-				if err := r.run(context.Background(), func() time.Duration { return time.Second }); err != nil {
+				if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
 					return err
 				}
 				return os.Remove(r.endRecord)

@@ -21,7 +21,14 @@ var randRead = rand.Read
 // failed by its own fault, errKilled when ctx was cancelled, and any other error for an
 // infrastructure failure.
 type runner interface {
-	run(ctx context.Context, grace func() time.Duration) error
+	run(ctx context.Context, k killing) error
+}
+
+// killing is what a runner reads of its task's kill: the grace period, and a channel closed
+// when a later kill cuts it (a lease lapse, the agent's shutdown), read together so that a cut
+// after the read is seen.
+type killing interface {
+	graceAndCut() (time.Duration, <-chan struct{})
 }
 
 // jobFailure is a business failure: the scheduler must not fail the shard over.
@@ -38,8 +45,9 @@ type task struct {
 	cancel  context.CancelFunc
 	ctx     context.Context
 
-	mu     sync.Mutex // guards grace and fenced
+	mu     sync.Mutex // guards grace, cut and fenced
 	grace  time.Duration
+	cut    chan struct{} // closed, and made anew, when a kill shortens grace
 	fenced time.Duration // the lease that lapsed, if the task was fenced (lease.go)
 }
 
@@ -65,9 +73,19 @@ func (t *task) fencedReport() (string, bool) {
 // kill cancels the task; a script then gets SIGTERM, and SIGKILL after grace.
 func (t *task) kill(grace time.Duration) {
 	t.mu.Lock()
+	if grace < t.grace {
+		close(t.cut)
+		t.cut = make(chan struct{})
+	}
 	t.grace = grace
 	t.mu.Unlock()
 	t.cancel()
+}
+
+func (t *task) graceAndCut() (time.Duration, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.grace, t.cut
 }
 
 func (t *task) killGrace() time.Duration {
@@ -105,7 +123,7 @@ func (e *Executor) launch(ti mesos.TaskInfo) {
 		grace = time.Duration(kp.GracePeriod.Nanoseconds)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &task{e: e, id: id, payload: p, run: r, ctx: ctx, cancel: cancel, grace: grace}
+	t := &task{e: e, id: id, payload: p, run: r, ctx: ctx, cancel: cancel, grace: grace, cut: make(chan struct{})}
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.running.Add(1)
@@ -183,7 +201,7 @@ func (t *task) runOnce() (err error) {
 			err = &jobFailure{cause: fmt.Sprintf("panic: %v", r)}
 		}
 	}()
-	return t.run.run(t.ctx, t.killGrace)
+	return t.run.run(t.ctx, t)
 }
 
 // daemon runs the shard on the job's cron in the job's zone until the task is killed,

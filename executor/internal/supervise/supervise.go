@@ -180,10 +180,13 @@ func supervise(args []string) int {
 	}
 	terms := make(chan time.Duration)
 	go readControl(ctl, terms)
-	var graceOver <-chan time.Time
 	// During a kill, the shell may end at SIGTERM (a non-interactive sh does unless it traps
 	// it) while the processes it waited on still clean up: they keep the rest of the grace
 	// period (SPEC §6.2), and only what is left of the script when it runs out is SIGKILLed.
+	// A later kill may cut the grace (a lease lapse, the agent's shutdown), never lengthen it.
+	killing, expired := false, false
+	var graceOver <-chan time.Time
+	var deadline time.Time
 	shellEnded := false
 	var shellStatus syscall.WaitStatus
 	for {
@@ -191,9 +194,16 @@ func supervise(args []string) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
 				if ws, ended := reap(shell); ended {
-					shellEnded, shellStatus = true, recorded(endRecord, ws)
+					shellEnded, shellStatus = true, ws
+					if !killing {
+						// A run the executor killed leaves no record (taskend): it did not end
+						// on its own, whatever its status.
+						recorded(endRecord, ws)
+					}
 				}
-				if shellEnded && (graceOver == nil || len(childrenOf(os.Getpid())) == 0) {
+				// Once the grace is over nothing waits: what is left of the script, a process
+				// that left the group (setsid, a daemon) included, is SIGKILLed by killTree.
+				if shellEnded && (!killing || expired || len(childrenOf(os.Getpid())) == 0) {
 					report("exit %d", uint32(killTree(shell, shellStatus)))
 					return 0
 				}
@@ -202,48 +212,54 @@ func supervise(args []string) int {
 			// SIGTERM is the parent-death signal: the executor is gone, and the task with it.
 			// (Or someone ends the supervisor: the task is over just the same.) A script that
 			// ended just before is still recorded: its SIGCHLD may be queued behind this.
-			report("exit %d", uint32(endNow(shell, endRecord, shellEnded, shellStatus)))
+			report("exit %d", uint32(endNow(shell, endRecord, killing, shellEnded, shellStatus)))
 			return 0
 		case grace, ok := <-terms:
 			if !ok { // the executor is gone
-				report("exit %d", uint32(endNow(shell, endRecord, shellEnded, shellStatus)))
+				report("exit %d", uint32(endNow(shell, endRecord, killing, shellEnded, shellStatus)))
 				return 0
 			}
-			syscall.Kill(-shell, syscall.SIGTERM)
-			if graceOver == nil {
-				graceOver = time.After(grace)
+			if !killing {
+				killing = true
+				syscall.Kill(-shell, syscall.SIGTERM)
+			}
+			if at := time.Now().Add(grace); !expired && (graceOver == nil || at.Before(deadline)) {
+				deadline, graceOver = at, time.After(grace)
 			}
 		case <-graceOver:
+			expired, graceOver = true, nil
 			if shellEnded {
 				report("exit %d", uint32(killTree(shell, shellStatus)))
 				return 0
 			}
-			syscall.Kill(-shell, syscall.SIGKILL)
+			syscall.Kill(-shell, syscall.SIGKILL) // its SIGCHLD ends the loop
 		}
 	}
 }
 
-// recorded writes the end record of a shell that ended with ws, if there is a record to write,
-// and returns ws. It comes before anything else: from then on the run has happened, whatever
+// recorded writes the end record of a shell that ended with ws, if there is a record to write.
+// It comes before anything else: from then on the run has happened, whatever
 // becomes of this process or the executor.
-func recorded(endRecord string, ws syscall.WaitStatus) syscall.WaitStatus {
+func recorded(endRecord string, ws syscall.WaitStatus) {
 	if endRecord != "" {
 		if err := taskend.Write(endRecord, endOf(ws)); err != nil {
 			fmt.Fprintln(os.Stderr, "ejcloud supervisor:", err)
 		}
 	}
-	return ws
 }
 
 // endNow ends the script at once (its executor is gone), recording its end if it had ended on
-// its own, and returns its status. ended and status: the shell was already reaped, with status
-// (recorded then).
-func endNow(shell int, endRecord string, ended bool, status syscall.WaitStatus) syscall.WaitStatus {
+// its own, and returns its status. killing: the executor had asked for the kill (no record);
+// ended and status: the shell was already reaped, with status (recorded then if it was to be).
+func endNow(shell int, endRecord string, killing, ended bool, status syscall.WaitStatus) syscall.WaitStatus {
 	if ended {
 		return killTree(shell, status)
 	}
 	if ws, ended := reap(shell); ended {
-		return killTree(shell, recorded(endRecord, ws))
+		if !killing {
+			recorded(endRecord, ws)
+		}
+		return killTree(shell, ws)
 	}
 	return killTree(shell, 0)
 }
@@ -359,7 +375,8 @@ func childrenOf(ppid int) []int {
 }
 
 // threadChildren reads /proc/PID/task/*/children: an orphan a subreaper inherits may be
-// listed under any of its threads. ok is false where the kernel has no such lists.
+// listed under any of its threads. ok is false where the kernel has no such lists: then no
+// thread has one, not even the main thread (tid = pid), which lives as long as the process.
 func threadChildren(pid int) (kids []int, ok bool) {
 	tids := numbered(fmt.Sprintf("/proc/%d/task", pid))
 	if len(tids) == 0 {
@@ -368,7 +385,7 @@ func threadChildren(pid int) (kids []int, ok bool) {
 	for _, tid := range tids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, tid))
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if errors.Is(err, fs.ErrNotExist) && tid != pid {
 				continue // a thread that ended meanwhile
 			}
 			return nil, false
