@@ -161,6 +161,11 @@ func (in *Instance) takeMade(ctx context.Context, sid int64, flag, fo string, fo
 	if t.SessionID() != sid {
 		return false, fmt.Errorf("%w: the session that took the item has ended", state.ErrSessionExpired)
 	}
+	// The connection may be to another server now, which may not have applied the write yet:
+	// read before a sync, a write that was made would read as not made.
+	if err := t.Sync(ctx); err != nil {
+		return false, err
+	}
 	f, err := t.Get(ctx, flag)
 	if err != nil || f.Exists {
 		return false, err

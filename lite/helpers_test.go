@@ -183,18 +183,22 @@ func (i *instance) stop(t *testing.T) {
 
 func start(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any) *instance {
 	t.Helper()
-	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, nil)
+	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, nil, nil)
 }
 
 // startWith is start with the instance's own session timeout and, if not nil, a hook called
-// just before the instance sends a claim, a taking or a failover flag.
-func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, session time.Duration, hook func(op string)) *instance {
+// just before the instance sends a claim, a taking or a failover flag, and an observer of its
+// ZooKeeper requests.
+func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, session time.Duration, hook func(op string), observe func(op string, d time.Duration)) *instance {
 	t.Helper()
 	ip, _, _ := strings.Cut(id, "@-@")
 	in, err := lite.New(cfg, j, lite.Options{Servers: servers, Namespace: ns, SessionTimeout: session,
 		IP: ip, InstanceID: id, Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	if observe != nil {
+		lite.SetObserveOp(in, observe)
 	}
 	if hook != nil {
 		lite.SetBeforeMulti(in, hook)

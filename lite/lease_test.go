@@ -87,7 +87,7 @@ func startPair(t *testing.T, env statetest.Env, tr *state.Tree, p *statetest.Pro
 	t.Helper()
 	cfg := simpleJob(name, "* * * * * ?", 2)
 	j := &leaseJob{starts: map[string]time.Time{}, held: map[string]bool{}, stopped: map[string]time.Time{}, holdItem: -1}
-	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil)
+	startWith(t, []string{p.Addr}, env.Namespace, a, cfg, j, aSession, nil, nil)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
 	start(t, bServers, env.Namespace, b, cfg, j)
 	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
@@ -248,7 +248,7 @@ func TestAnItemTakenOverIsRunAgainWhenTheTakersSessionLivesOn(t *testing.T) {
 		return !taken && j.ranSince(a+"/0/", back)
 	})
 	setCron(t, tr, cfg, "* * * * * ?")
-	startWith(t, env.Servers, env.Namespace, b, cfg, j, sessionTimeout, nil)
+	startWith(t, env.Servers, env.Namespace, b, cfg, j, sessionTimeout, nil, nil)
 	returned := time.Now()
 	await.True(t, 20*time.Second, "b is back and both items run", func() bool {
 		return (j.ranSince(a+"/0/", returned) || j.ranSince(b+"/0/", returned)) &&

@@ -81,6 +81,8 @@ type Instance struct {
 	// a taking ("take") or a failover flag ("flag") is sent, so that a test can lose its
 	// answer or hold it back.
 	beforeMulti func(op string)
+	// observeOp, set by tests only, is the ZooKeeper session's state.Config.ObserveOp.
+	observeOp func(op string, d time.Duration)
 
 	mu        sync.Mutex // guards the fields below
 	cfg       *parsed
@@ -172,7 +174,7 @@ var errShutdown = errors.New("lite: instance shut down through ZooKeeper")
 // again on the new session.
 func (in *Instance) Run(ctx context.Context) error {
 	t, err := state.Dial(ctx, state.Config{Servers: in.opts.Servers, Namespace: in.opts.Namespace,
-		SessionTimeout: in.opts.SessionTimeout, Digest: in.opts.Digest, Logger: in.log})
+		SessionTimeout: in.opts.SessionTimeout, Digest: in.opts.Digest, Logger: in.log, ObserveOp: in.observeOp})
 	if err != nil {
 		return fmt.Errorf("lite: %w", err)
 	}

@@ -16,20 +16,53 @@ import (
 // startHooked is start with a hook called just before the instance sends a claim or a taking.
 func startHooked(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig, j any, hook func(op string)) *instance {
 	t.Helper()
-	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, hook)
+	return startWith(t, servers, ns, id, cfg, j, sessionTimeout, hook, nil)
 }
 
-// loseAnswer arms a hook that, the first time op is about to be sent, makes the proxy throw
-// the server's replies away and tells the test (which then waits for the transaction to show
-// in ZooKeeper and breaks the connection: the transaction is made, its answer lost).
-func loseAnswer(p *statetest.Proxy, op string, armed *atomic.Bool) (func(string), <-chan struct{}) {
-	sent := make(chan struct{})
+// lostAnswer is a transaction whose answer the proxy throws away (see loseAnswer).
+type lostAnswer struct {
+	sent  chan struct{} // closed when it is about to be sent
+	syncs atomic.Int32  // syncs the instance sent since
+}
+
+// hook is the instance's hook (lite.SetBeforeMulti): the first time op is about to be sent once
+// armed, the proxy throws the server's replies away and the test is told (it then waits for the
+// transaction to show in ZooKeeper and breaks the connection: the transaction is made, its
+// answer lost).
+func (l *lostAnswer) hook(p *statetest.Proxy, op string, armed *atomic.Bool) func(string) {
 	return func(o string) {
 		if o == op && armed.CompareAndSwap(true, false) {
 			p.DropReplies()
-			close(sent)
+			close(l.sent)
 		}
-	}, sent
+	}
+}
+
+// observe counts the syncs sent after the transaction (lite.SetObserveOp).
+func (l *lostAnswer) observe(op string, _ time.Duration) {
+	select {
+	case <-l.sent:
+		if op == "sync" {
+			l.syncs.Add(1)
+		}
+	default:
+	}
+}
+
+// loseAnswer starts instance id through the proxy p with a lostAnswer armed for op.
+func loseAnswer(t *testing.T, p *statetest.Proxy, ns, id, op string, cfg lite.JobConfig, j any, armed *atomic.Bool) (*instance, *lostAnswer) {
+	t.Helper()
+	l := &lostAnswer{sent: make(chan struct{})}
+	return startWith(t, []string{p.Addr}, ns, id, cfg, j, sessionTimeout, l.hook(p, op, armed), l.observe), l
+}
+
+// readBackAfterSync checks that the instance synced before it read the transaction back: the
+// connection may be to another server of an ensemble, which may not have applied it yet.
+func (l *lostAnswer) readBackAfterSync(t *testing.T) {
+	t.Helper()
+	if l.syncs.Load() == 0 {
+		t.Error("the transaction whose answer was lost was read back without a sync")
+	}
 }
 
 // breakConnection closes the proxied connection once made holds (the transaction whose reply
@@ -72,15 +105,15 @@ func TestClaimWhoseAnswerWasLostRunsItsItems(t *testing.T) {
 	cfg := simpleJob(name, "* * * * * ?", 2)
 	rec := &recorder{work: 50 * time.Millisecond}
 	var armed atomic.Bool
-	hook, sent := loseAnswer(p, "claim", &armed)
-	a := startHooked(t, []string{p.Addr}, env.Namespace, "127.0.0.1@-@a", cfg, rec, hook)
+	a, lost := loseAnswer(t, p, env.Namespace, "127.0.0.1@-@a", "claim", cfg, rec, &armed)
 	await.True(t, 10*time.Second, "a owns both items", func() bool { return len(assignment(t, tr, name, 2)["127.0.0.1@-@a"]) == 2 })
 	armed.Store(true)
-	breakConnection(t, p, sent, func() bool { return exists(t, tr, name+"/sharding/0/running") })
+	breakConnection(t, p, lost.sent, func() bool { return exists(t, tr, name+"/sharding/0/running") })
 	fire, _ := record(t, tr, name+"/sharding/0")
 	awaitRuns(t, rec, 3*sessionTimeout, "both items of the fire whose claim's answer was lost run", func(runs []run) bool {
 		return len(doneByFire(runs)[fire]) == 2
 	})
+	lost.readBackAfterSync(t)
 	awaitRuns(t, rec, 5*time.Second, "both items of a later fire run", aFireAfter(fire, 2))
 	a.stop(t)
 	checkOncePerFire(t, rec.snapshot(), 2, fire, fire)
@@ -109,10 +142,9 @@ func TestTakingWhoseAnswerWasLostRunsTheItem(t *testing.T) {
 		return nil
 	}}
 	var armed atomic.Bool
-	hook, sent := loseAnswer(p, "take", &armed)
 	ia := start(t, env.Servers, env.Namespace, a, cfg, rec)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
-	startHooked(t, []string{p.Addr}, env.Namespace, b, cfg, rec, hook)
+	_, lost := loseAnswer(t, p, env.Namespace, b, "take", cfg, rec, &armed)
 	start(t, env.Servers, env.Namespace, c, cfg, rec)
 	want := map[string][]int{c: {0}, b: {1}, a: {2}}
 	await.True(t, 10*time.Second, "the sharding "+fmt.Sprint(want), func() bool { return fmt.Sprint(assignment(t, tr, name, 3)) == fmt.Sprint(want) })
@@ -134,7 +166,7 @@ func TestTakingWhoseAnswerWasLostRunsTheItem(t *testing.T) {
 	})
 	armed.Store(true)
 	ia.stop(t) // its run of item 2 is interrupted, its node goes
-	breakConnection(t, p, sent, func() bool {
+	breakConnection(t, p, lost.sent, func() bool {
 		d, ok := data(t, tr, name+"/sharding/2/failover")
 		return ok && d == b && !exists(t, tr, name+"/leader/failover/items/2")
 	})
@@ -148,6 +180,7 @@ func TestTakingWhoseAnswerWasLostRunsTheItem(t *testing.T) {
 			return false
 		}()
 	})
+	lost.readBackAfterSync(t)
 	close(releaseC)
 	for f, items := range doneByFire(rec.snapshot()) {
 		for item, n := range items {

@@ -73,7 +73,7 @@ func TestReturningInstanceDoesNotRunItemsTakenOverByAnother(t *testing.T) {
 
 	// a leads (it is started first) and reaches ZooKeeper through a proxy, with a session long
 	// enough to outlive its cut.
-	ia := startWith(t, []string{pa.Addr}, env.Namespace, a, cfg, rec, 8*time.Second, nil)
+	ia := startWith(t, []string{pa.Addr}, env.Namespace, a, cfg, rec, 8*time.Second, nil, nil)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
 	ib := start(t, env.Servers, env.Namespace, b, cfg, rec)
 	ic := start(t, []string{pc.Addr}, env.Namespace, c, cfg, rec)

@@ -346,6 +346,11 @@ func (in *Instance) claimMade(ctx context.Context, sid int64, fire int64, chosen
 	if t.SessionID() != sid {
 		return false, fmt.Errorf("%w: the session that made the claim has ended", state.ErrSessionExpired)
 	}
+	// The connection may be to another server now, which may not have applied the write yet:
+	// read before a sync, a write that was made would read as not made.
+	if err := t.Sync(ctx); err != nil {
+		return false, err
+	}
 	made := 0
 	for _, it := range chosen {
 		base := in.p("sharding/" + strconv.Itoa(it.i))

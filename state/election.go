@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -153,13 +154,21 @@ func (s *Store) Campaign(ctx context.Context, address string) (*Leadership, erro
 		}
 		pred := s.path(electionDir, candidates[idx-1])
 		start := s.begin()
-		exists, _, watch, err := s.conn.ExistsW(pred)
+		exists, st, watch, err := s.conn.ExistsW(pred)
 		s.end("exists", start)
 		if err != nil {
 			s.waitChange(ctx, changed)
 			continue
 		}
 		if !exists {
+			continue
+		}
+		if st.EphemeralOwner == s.conn.SessionID() {
+			// Our own node, from a create whose answer was lost and that the look for it did
+			// not see: waiting on it would wait for ever, and once it is the lowest nobody
+			// would lead. The earlier node is kept, this one goes.
+			s.withdraw(me)
+			me = pred
 			continue
 		}
 		select {
@@ -202,6 +211,11 @@ func (s *Store) electionNode(ctx context.Context, known, address string) (string
 			return known, st.Version, nil
 		}
 	}
+	// A create whose answer was lost may not have reached this server yet (the client
+	// reconnected to another): after a sync it has, if the quorum made it.
+	if err := s.sync(ctx, s.path(electionDir)); err != nil {
+		return "", 0, err
+	}
 	names, err := s.candidates(ctx)
 	if err != nil {
 		return "", 0, err
@@ -214,6 +228,9 @@ func (s *Store) electionNode(ctx context.Context, known, address string) (string
 		if st != nil && st.EphemeralOwner == sessionID {
 			return s.path(electionDir, n), st.Version, nil
 		}
+	}
+	if h := beforeElectionCreate.Load(); h != nil {
+		(*h)()
 	}
 	start := s.begin()
 	p, err := s.conn.Create(s.path(electionDir, electionPrefix), []byte(address), zk.FlagEphemeral|zk.FlagSequence, s.acl)
@@ -335,3 +352,6 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 		}
 	}
 }
+
+// beforeElectionCreate, when set (by a test), runs just before a candidate creates its node.
+var beforeElectionCreate atomic.Pointer[func()]

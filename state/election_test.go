@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,4 +285,30 @@ func TestConfirmChecksTheElectionNodeWithTheQuorum(t *testing.T) {
 	mustIs(t, la.Confirm(ctx), state.ErrNotLeader, "Confirm right after the node was deleted")
 	<-la.Lost()
 	mustIs(t, la.Confirm(ctx), state.ErrNotLeader, "Confirm once the leadership ended")
+}
+
+// A candidate whose create's answer was lost may find, after it created another node, that
+// the first was made too (it reached the quorum after the look for it): a node of its own
+// session before its own. It must not wait on it — it would for ever, and once that node is
+// the lowest nobody would lead. Here the lost create is played by a node of b's session made
+// just before b's create.
+func TestACandidateDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:8899")
+	var made atomic.Bool
+	restore := state.SetBeforeElectionCreate(func() {
+		if made.CompareAndSwap(false, true) {
+			must(t, b.CreateElectionNode("b:8899"), "b's earlier node")
+		}
+	})
+	defer restore()
+	bch := campaign(ctx, b, "b:8899")
+	await.True(t, 5*time.Second, "b waits behind a", func() bool { return made.Load() && candidates(t, env) >= 2 })
+	la.Resign(ctx)
+	awaitLeader(t, bch, 5*time.Second, "b")
+	if addr, err := b.Leader(ctx); err != nil || addr != "b:8899" {
+		t.Fatalf("Leader() = %q, %v; want b:8899", addr, err)
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // LoadSessions is how many extra sessions a load opens.
@@ -78,4 +80,31 @@ func (s *Store) createAllOps(prefix string, datas [][]byte) []any {
 // multi, so that a test can change what was read.
 func (s *Store) DeleteJobAfter(ctx context.Context, name string, between func()) error {
 	return s.deleteJob(ctx, name, between)
+}
+
+// SetBeforeElectionCreate runs f just before a candidate creates its election node, until the
+// returned func is called.
+func SetBeforeElectionCreate(f func()) (restore func()) {
+	beforeElectionCreate.Store(&f)
+	return func() { beforeElectionCreate.Store(nil) }
+}
+
+// CreateElectionNode creates an election node of s's session, as a Campaign's create does.
+func (s *Store) CreateElectionNode(address string) error {
+	_, err := s.conn.Create(s.path(electionDir, electionPrefix), []byte(address), zk.FlagEphemeral|zk.FlagSequence, s.acl)
+	return err
+}
+
+// SetBeforeLatchCreate runs f(dir, prefix) just before Lock creates its node, until the
+// returned func is called.
+func SetBeforeLatchCreate(f func(dir, prefix string)) (restore func()) {
+	beforeLatchCreate.Store(&f)
+	return func() { beforeLatchCreate.Store(nil) }
+}
+
+// CreateLatchNode creates a latch node under dir named with prefix, of t's session, as Lock's
+// create does.
+func (t *Tree) CreateLatchNode(dir, prefix string) error {
+	_, err := t.s.conn.Create(t.s.path(dir, prefix), nil, zk.FlagEphemeral|zk.FlagSequence, t.s.acl)
+	return err
 }

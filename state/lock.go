@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -30,23 +32,44 @@ func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error)
 			s.conn.Delete(me, -1)
 		}
 	}()
+	lost := false // a create's answer was lost: it may have made a node
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if lost {
+			// The node may not have reached the server the session is connected to now.
+			if err := s.sync(ctx, s.path(dir)); err != nil {
+				return nil, fmt.Errorf("take latch %s: %w", dir, err)
+			}
+			lost = false
 		}
 		names, err := t.Children(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
 		sort.Slice(names, func(i, j int) bool { return seq(names[i]) < seq(names[j]) })
-		if me == "" {
-			for _, n := range names {
-				if strings.HasPrefix(n, prefix) {
-					me = s.path(dir, n)
-				}
+		// The earliest node of this session is the one it holds; any later one (a lost
+		// create applied after the look for it) goes: waiting on its own node, the latch
+		// would wait for ever, and so would everyone after it.
+		var own []string
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				own = append(own, n)
+			}
+		}
+		if len(own) > 0 {
+			me = s.path(dir, own[0])
+			for _, n := range own[1:] {
+				s.roundTrips.Add(1)
+				s.conn.Delete(s.path(dir, n), -1) // a failure leaves it to the next look
+				names = slices.DeleteFunc(names, func(x string) bool { return x == n })
 			}
 		}
 		if me == "" {
+			if h := beforeLatchCreate.Load(); h != nil {
+				(*h)(dir, prefix)
+			}
 			s.roundTrips.Add(1)
 			p, err := s.conn.Create(s.path(dir, prefix), nil, zk.FlagEphemeral|zk.FlagSequence, s.acl)
 			if err != nil {
@@ -54,12 +77,13 @@ func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error)
 					if werr := s.AwaitSession(ctx); werr != nil {
 						return nil, fmt.Errorf("take latch %s: %w", dir, werr)
 					}
+					lost = true
 					continue
 				}
 				return nil, fmt.Errorf("take latch %s: %w", dir, translate(err))
 			}
 			me = p
-			continue
+			continue // the look again finds a node of this session made meanwhile
 		}
 		idx := indexOf(names, base(me))
 		switch {
@@ -106,6 +130,10 @@ func (s *Store) releaseLatch(p string) {
 		}
 	}
 }
+
+// beforeLatchCreate, when set (by a test), runs just before Lock creates its node under dir,
+// named with prefix.
+var beforeLatchCreate atomic.Pointer[func(dir, prefix string)]
 
 // seq is a sequential node's sequence number: its last ten digits.
 func seq(name string) int64 {

@@ -52,7 +52,7 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 	}
 	s := &Store{shared: &shared{
 		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
-		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess,
+		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp,
 	}}
 	if err := s.connected(ctx); err != nil {
 		return nil, err
@@ -212,6 +212,11 @@ func (t *Tree) Do(ctx context.Context, op Op) error { return t.Multi(ctx, op) }
 // connected, ErrUnavailable once it has been down for a whole session timeout or the session
 // expired (see Store.AwaitSession).
 func (t *Tree) AwaitSession(ctx context.Context) error { return t.s.AwaitSession(ctx) }
+
+// Sync makes the server this session is connected to catch up with the quorum's leader: a read
+// after it sees every write committed before it, this session's own write whose answer was
+// lost with a connection to another server included. Read back such a write only after it.
+func (t *Tree) Sync(ctx context.Context) error { return t.s.sync(ctx, t.s.root) }
 
 // abs is the absolute path of a path relative to the namespace; "" is the namespace itself.
 func (t *Tree) abs(rel string) string {

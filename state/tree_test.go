@@ -140,3 +140,40 @@ func TestALatchReleasedDuringAConnectionLossIsReleased(t *testing.T) {
 	must(t, err, "b: Lock after a's release (a's session still alive)")
 	r()
 }
+
+// Lock's counterpart of TestACandidateDoesNotWaitOnItsOwnEarlierNode: a latch node of the
+// session made before its own (a lost create that reached the quorum late) is the one it
+// holds, and the later one goes; else it waited on itself, and so did everyone after it.
+func TestALatchDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	a, b := dialTree(t, env), dialTree(t, env)
+	ctx := ctxT(t)
+	release, err := a.Lock(ctx, "job/latch")
+	must(t, err, "a: Lock")
+	var made atomic.Bool
+	restore := state.SetBeforeLatchCreate(func(dir, prefix string) {
+		if made.CompareAndSwap(false, true) {
+			must(t, b.CreateLatchNode(dir, prefix), "b's earlier node")
+		}
+	})
+	defer restore()
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.Lock(ctx, "job/latch")
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	await.True(t, 5*time.Second, "b waits in line with one node", func() bool {
+		names, err := a.Children(ctx, "job/latch")
+		return err == nil && len(names) == 2 && made.Load()
+	})
+	release()
+	select {
+	case err := <-got:
+		must(t, err, "b: Lock")
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not get the latch within 5s of a's release")
+	}
+}
