@@ -108,3 +108,11 @@ func (t *Tree) CreateLatchNode(dir, prefix string) error {
 	_, err := t.s.conn.Create(t.s.path(dir, prefix), nil, zk.FlagEphemeral|zk.FlagSequence, t.s.acl)
 	return err
 }
+
+// SetFollowBuffer sets how many watch events wait for a mirror's follow (for mirrors made from
+// now on) and returns a func that restores it.
+func SetFollowBuffer(n int) (restore func()) {
+	was := followBuffer
+	followBuffer = n
+	return func() { followBuffer = was }
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -802,7 +803,7 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		}()
 	}
 	m.writeMu.Lock()
-	events := make(chan string, 4096)
+	events := make(chan string, followBuffer)
 	overflow := &atomic.Bool{}
 	wf := &watchFunc{f: func(ev zk.Event) {
 		if !m.covered(ev.Path) {
@@ -902,6 +903,10 @@ type Change struct {
 
 type watchFunc struct{ f func(zk.Event) }
 
+// followBuffer is how many watch events wait for follow; beyond it they are dropped, and
+// follow reads every watched directory again, deep.
+var followBuffer = 4096
+
 // followCoalesce is how long follow waits after a watch fires for more to fire, so that a
 // burst is read once; well within the second in which others' changes must be seen.
 const followCoalesce = 20 * time.Millisecond
@@ -937,15 +942,20 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 				break more
 			}
 		}
+		// Events were lost: a lost change of a child's data (another's update of a job) is
+		// seen only by reading every child again, which also watches it again (a watch
+		// fires once, and only a read sets it anew).
+		var deep []string
 		if overflow.Swap(false) {
 			for _, d := range dirs {
-				batch = append(batch, s.path(d))
+				deep = append(deep, s.path(d))
 			}
+			batch = append(batch, deep...)
 		}
 		m.writeMu.Lock()
 		var changed []string
 		for _, p := range dedupe(batch) {
-			c, err := s.refresh(ctx, p, false)
+			c, err := s.refresh(ctx, p, slices.Contains(deep, p))
 			if err != nil {
 				m.markSuspect(p)
 				continue

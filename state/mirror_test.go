@@ -303,3 +303,34 @@ func TestAMultiTooLargeForZooKeeperIsNotSent(t *testing.T) {
 		}
 	}
 }
+
+// Watch events beyond the mirror's buffer are dropped, and the mirror then reads every watched
+// directory again: deep, so that a lost change of a child's data (another's update of a job's
+// config) is seen, and the child watched again. Before, only new children were read: the job
+// kept its old config in the model, unwatched, for the rest of the term. With no buffer, the
+// update, made just after a change that follow takes, is lost.
+func TestMirrorReadsEverythingAgainAfterLostEvents(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	defer state.SetFollowBuffer(0)()
+	other, m := mirrored(t, env, nil)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, other.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	must(t, other.CreateJob(ctx, testJob("busy", "app")), "CreateJob")
+	await.True(t, 5*time.Second, "the model has the jobs", func() bool {
+		_, err1 := m.Job(ctx, "job")
+		_, err2 := m.Job(ctx, "busy")
+		return err1 == nil && err2 == nil
+	})
+	for shards := 2; shards <= 4; shards++ {
+		must(t, other.AddReady(ctx, "busy", true), "AddReady") // follow takes its event, then waits for more
+		j := testJob("job", "app")
+		j.ShardingTotalCount = shards
+		_, err := other.UpdateJob(ctx, j)
+		must(t, err, "UpdateJob")
+		await.True(t, 5*time.Second, fmt.Sprintf("the model has the job with %d shards", shards), func() bool {
+			got, err := m.Job(ctx, "job")
+			return err == nil && got.ShardingTotalCount == shards
+		})
+	}
+}
