@@ -19,13 +19,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"path"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -281,12 +284,40 @@ func translate(err error) error {
 	case errors.Is(err, zk.ErrSessionExpired):
 		sentinel = ErrSessionExpired
 	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
-		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionMoved):
+		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionMoved), brokenSocket(err):
 		sentinel = ErrUnavailable
 	default:
 		return err
 	}
 	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// sync makes the server this session is connected to catch up with the quorum's leader, so
+// that a read after it sees every write committed before it: among them a write of this
+// session's whose answer was lost with a connection to another server.
+func (s *Store) sync(ctx context.Context, p string) error {
+	err := s.untilSessionFails(ctx, func() error {
+		start := s.begin()
+		_, err := s.conn.Sync(p)
+		s.end("sync", start)
+		return translateConn(err)
+	})
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", p, translate(err))
+	}
+	return nil
+}
+
+// brokenSocket: go-zookeeper hands a request whose write to the socket failed the socket's
+// error (EPIPE, ECONNRESET, a write timeout) rather than ErrConnectionClosed. The request may or
+// may not have reached the server, as with a lost answer, and the connection is closing.
+func brokenSocket(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // a net.Error too, but the caller's
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // translateConn marks a broken connection as ErrUnavailable and keeps every other error as
