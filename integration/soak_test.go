@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/integration/audit"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -49,6 +52,16 @@ const (
 	startupLimit = 15 * time.Second
 	instances    = 3 // schedulers kept running: a leader and two standbys
 	backWithin   = 2 * time.Minute
+	// ledgerWriteSlack is how long before a fault that costs the leader a slot may still have
+	// been waiting to be written to the fire ledger: the new leader then records it as missed
+	// while no instance led. The producer writes a slot within milliseconds of its time; two
+	// seconds is far beyond that under the soak's load, and a slot skipped earlier than that
+	// before the fault is a finding (a producer that sat on its writes).
+	ledgerWriteSlack = 2 * time.Second
+	// ledgerReadEvery bounds the time between two reads of the fire ledgers: a ledger keeps
+	// state.LedgerKeep entries, 640 s of a 10 s cron at the least, and the slot audit needs
+	// every entry of the soak.
+	ledgerReadEvery = time.Minute
 )
 
 // The fault menu: each kind once per deck, in a seeded order, so that a short soak meets them
@@ -100,7 +113,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: seed %d (EJCLOUD_SOAK_SEED=%d replays the fault sequence); %d jobs × %d shards every 10 s, %v, a fault every %v, %d cores",
 		seed, seed, jobs, shards, duration, faultEvery, runtime.NumCPU())
 
-	s := &soak{t: t, rng: rng, faults: map[string]*faultStat{}, kinds: faultKinds, session: 2 * time.Second}
+	s := &soak{t: t, rng: rng, faults: map[string]*faultStat{}, kinds: faultKinds, session: 2 * time.Second, ledgers: map[string]map[ledgerKey]state.FireEntry{}}
 	w := &world{zk: statetest.Env{Namespace: "ejcloud"}, dir: t.TempDir()}
 	if os.Getenv("EJCLOUD_SOAK_ENSEMBLE") != "" {
 		// Production's ZooKeeper: 3 members with Debian's timing, the session the README
@@ -137,15 +150,24 @@ func TestSoak(t *testing.T) {
 			"jobExecutionType": "TRANSIENT", "cron": expr, "timeZone": "UTC", "shardingTotalCount": shards,
 			"cpuCount": 0.05, "memoryMB": 8, "failover": true,
 			"scriptCommandLine": audit.RecordingScript(w.effects(), w.dir, body)})
-		audited = append(audited, cronJob(t, name, shards, expr))
 		l.must(t, 204, "POST", "/api/job/register", string(b))
+		// Since is after the registration answered: the leader schedules the job's cron
+		// before it answers, from then on (no slot before counts as the job's).
+		audited = append(audited, cronJob(t, name, shards, expr))
 		bodies = append(bodies, string(b))
+	}
+	var names []string
+	for _, j := range audited {
+		names = append(names, j.Name)
 	}
 
 	started := time.Now()
 	var deck []string
 	for time.Since(started) < duration {
-		time.Sleep(faultEvery) // the fault rhythm of the soak, not a wait for a condition
+		for slept := time.Duration(0); slept < faultEvery; slept += ledgerReadEvery {
+			time.Sleep(min(faultEvery-slept, ledgerReadEvery)) // the fault rhythm of the soak, not a wait for a condition
+			s.readLedgers(names)
+		}
 		s.checkExits()
 		s.topUp()
 		if len(deck) == 0 {
@@ -166,13 +188,20 @@ func TestSoak(t *testing.T) {
 		deck = deck[1:]
 		s.inject(kind)
 		t.Logf("%v: %s", time.Since(started).Round(time.Second), s.faultLine())
+		s.readLedgers(names)
 	}
 	ran := time.Since(started)
 	s.checkExits()
 	s.topUp()
 
 	l = leaderOf(t, s.live()...)
-	for _, b := range bodies {
+	for i, b := range bodies {
+		// The audited window ends here: the update decides and writes the job's slots up to
+		// itself before it answers, and the runs they queued have finished once the work in
+		// hand has drained (below), so every slot up to now has had its chance to run. (A
+		// drain that does not finish is an error of its own, and the slots it left unrun are
+		// lost fires too.)
+		audited[i].Until = time.Now()
 		stopFires(t, l, b)
 	}
 	queuesMatch := s.queuesMatchProcesses(30 * time.Second)
@@ -190,6 +219,14 @@ func TestSoak(t *testing.T) {
 		return true
 	})
 	s.checkExits()
+	// The ledgers once more, now that every queued run has launched (the launch writes its
+	// run id into its slot's entry).
+	if !s.await(30*time.Second, func() bool { return s.readLedgers(names) }) {
+		t.Errorf("the fire ledgers could not be read after the drain: the slot audit misses the latest launches")
+	}
+	for i := range audited {
+		audited[i].Fires, audited[i].Leaderless = s.ledger(audited[i].Name), s.leaderless
+	}
 	rep := w.mesos.audit(t, audited...)
 	recs, err := audit.ReadEffects(w.effects())
 	if err != nil {
@@ -218,7 +255,8 @@ func TestSoak(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  %s\n", strings.SplitN(rep.String(), "\n", 2)[0])
 	fmt.Fprintf(&b, "  %s\n", strings.SplitN(eff.String(), "\n", 2)[0])
-	fmt.Fprintf(&b, "  the scripts started %d times (killed runs included)\n", starts)
+	fmt.Fprintf(&b, "  the scripts started %d times (killed runs included); the side-effect audit accounts for %d of them\n", starts, eff.StartsAccounted())
+	fmt.Fprintf(&b, "  leaderless spans the soak caused (the only ones a slot may be skipped in): %d\n", len(s.leaderless))
 	fmt.Fprintf(&b, "  unexpected scheduler exits: %d\n", len(s.exits))
 	fmt.Fprintf(&b, "  after the last fault, the REST queues matched the running scripts within 30 s: %v; the work in hand drained: %v\n", queuesMatch, drained)
 	expected, unexpected := s.attribute(ups, recs, rep.Problems, eff.Problems)
@@ -242,6 +280,13 @@ func TestSoak(t *testing.T) {
 	if !queuesMatch || !drained {
 		t.Errorf("the REST queues did not match the running scripts, or the work in hand did not finish")
 	}
+	if n := eff.StartsAccounted(); n != starts {
+		// Every start record must be a shard's run, a further run that ended, a run killed
+		// part-way or a start under a reused task id: a start the audit did not place is a
+		// run nobody judged.
+		t.Errorf("the scripts started %d times and the side-effect audit accounts for %d (%d shard runs + %d reruns + %d killed part-way + %d under a reused task id)",
+			starts, n, eff.ShardRuns, eff.Reruns, eff.Partial, eff.Reused)
+	}
 }
 
 type soak struct {
@@ -259,6 +304,82 @@ type soak struct {
 	tail           *updateTail
 	executorKills  []executorKill
 	longPartitions []longPartition
+	// leaderless are the spans in which a fault may have left the scheduler without a leader:
+	// from ledgerWriteSlack before the fault began to when the soak saw the system back.
+	leaderless []audit.Span
+	ledgers    map[string]map[ledgerKey]state.FireEntry // every fire-ledger entry read, per job, in its latest version
+}
+
+// ledgerKey names a fire-ledger entry: its (first) slot, and whether it was a trigger.
+type ledgerKey struct {
+	slot      int64 // Unix nanoseconds
+	triggered bool
+}
+
+// leaderFaults are the faults that may cost the scheduler its leader.
+var leaderFaults = map[string]bool{faultLeaderKill: true, faultLeaderTerm: true, faultLeaderKillOld: true, faultZooKeeper: true,
+	faultMemberKill: true, faultMemberHangLeader: true, faultMemberHang: true}
+
+// readLedgers reads every job's fire ledger from the leader, keeping each entry's latest
+// version, and reports whether it read them all. Without a leader, or on an error, it stops:
+// the next read catches up (ledgerReadEvery).
+func (s *soak) readLedgers(jobs []string) bool {
+	l := s.leader()
+	if l == nil {
+		return false
+	}
+	for _, job := range jobs {
+		fires, err := readLedger(l.addr, job)
+		if err != nil {
+			s.t.Logf("fire ledger: %v", err)
+			return false
+		}
+		m := s.ledgers[job]
+		if m == nil {
+			m = map[ledgerKey]state.FireEntry{}
+			s.ledgers[job] = m
+		}
+		for _, e := range fires {
+			m[ledgerKey{e.Slot.UnixNano(), e.Triggered}] = e
+		}
+	}
+	return true
+}
+
+// ledger is every entry of job's fire ledger the soak read.
+func (s *soak) ledger(job string) []state.FireEntry {
+	var out []state.FireEntry
+	for _, e := range s.ledgers[job] {
+		out = append(out, e)
+	}
+	return out
+}
+
+// readLedger asks the scheduler at addr for job's fire ledger, all of it. Unlike api it fails
+// with an error, not the test: the leader may be gone by the time it answers.
+func readLedger(addr, job string) ([]state.FireEntry, error) {
+	u := fmt.Sprintf("http://%s/api/job/%s/fires?limit=%d", addr, url.PathEscape(job), state.LedgerKeep)
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the fire ledger of %s: %w", job, err)
+	}
+	user, pass, _ := strings.Cut(creds, ":")
+	req.SetBasicAuth(user, pass)
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the fire ledger of %s: %w", job, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read the fire ledger of %s: %s", job, resp.Status)
+	}
+	var out struct {
+		Fires []state.FireEntry `json:"fires"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("read the fire ledger of %s: %w", job, err)
+	}
+	return out.Fires, nil
 }
 
 // executorKill is an executor SIGKILLed by the soak.
@@ -374,7 +495,8 @@ func (s *soak) inject(kind string) {
 		f = &faultStat{}
 		s.faults[kind] = f
 	}
-	var end time.Time // when the fault ended
+	began := time.Now() // when the fault began
+	var end time.Time   // when the fault ended
 	back := func() bool { return true }
 	agentBack := func(agent string) func() bool { return func() bool { return s.tail.runningAfter(agent, end) } }
 	leaderBack := func() bool { return s.leader() != nil && s.tail.runningAfter("", end) }
@@ -464,6 +586,11 @@ func (s *soak) inject(kind string) {
 	} else {
 		f.notBack++
 		detail += fmt.Sprintf(", NOT back within %v", backWithin)
+	}
+	if leaderFaults[kind] {
+		// Back means a leader that launched since the fault ended: its producer took the
+		// jobs over before that, so every slot it found missed lies in this span.
+		s.leaderless = append(s.leaderless, audit.Span{From: began.Add(-ledgerWriteSlack), To: time.Now()})
 	}
 	switch kind {
 	case faultLeaderKill, faultLeaderTerm:

@@ -18,6 +18,14 @@
 //
 // A shard "ran" when a task of it reached TASK_FINISHED, or TASK_FAILED marked as the job's
 // own failure (the script or job code failed: that is a run, not a loss).
+//
+// Matching rounds to fires finds a round that ran without a fire of its own; it cannot find a
+// fire that never ran, since a job idle between two rounds looks the same whether its fires
+// merged into a delayed round or were lost. So a job given an audited window (Job.Until) and
+// its fire ledger has every cron slot of that window accounted for as well (slots.go).
+//
+// A task id names one run: a second run under it (a second start record, a TASK_RUNNING after
+// its terminal update) is a duplicate however the rounds fall.
 package audit
 
 import (
@@ -27,6 +35,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/cron"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -52,7 +61,27 @@ type Job struct {
 	// to run are run one after another later, so a round may consume a fire that fell before
 	// the round two back ended.
 	Misfire bool
+	// Until, when set with a Schedule, ends the audited window: every slot of the cron in
+	// [Since, Until] must be accounted for by Fires and the runs (slots.go). The caller sets it
+	// no later than when it stopped the job's fires, and audits once the runs queued by then
+	// have finished. Zero: the slots are not accounted for (only the rounds are checked).
+	Until time.Time
+	// Fires is the job's fire ledger as the scheduler wrote it (GET /api/job/{job}/fires), in
+	// any order, each entry in its latest version: what it did with each slot, and which run
+	// (run id, task ids) each fired slot became.
+	Fires []state.FireEntry
+	// Leaderless are the periods in which the caller made the scheduler lose its leader (a
+	// leader killed, ZooKeeper down): a slot the ledger skipped as missed while no instance led
+	// is excused only inside one.
+	Leaderless []Span
 }
+
+// Span is a period of time, both ends included.
+type Span struct {
+	From, To time.Time
+}
+
+func (p Span) holds(t time.Time) bool { return !t.Before(p.From) && !t.After(p.To) }
 
 // Report is what Check (from status updates) or CheckEffects (from what the job scripts
 // recorded) found.
@@ -63,23 +92,38 @@ type Report struct {
 	ShardRuns  int      // shards that ran, over all rounds
 	Relaunches int      // FAILOVER tasks
 	Partial    int      // side effects: runs that started and never ended (their process was killed)
-	Duplicates int      // shard runs beyond one per round, and rounds without a fire of their own
+	Duplicates int      // shard runs beyond one per round, runs again under a task id, and rounds without a fire of their own
+	Reruns     int      // runs that ended beyond a shard's first in its round (each also a duplicate)
+	Reused     int      // runs under a task id that had run already: a second start record, a TASK_RUNNING after its terminal update (each also a duplicate)
 	Overlaps   int      // side effects: runs of a shard that started while another was alive
 	Lost       int      // shards of a round that never ran
+	Slots      int      // cron slots in the jobs' audited windows (Job.Until)
+	Excused    int      // of them: skipped by the scheduler while no instance led, within a leaderless span
+	LostFires  int      // of them: accounted for by no run (lost fires)
 	Problems   []string // one line per finding, in job and time order
 }
 
 // OK says the audit found nothing wrong.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 
+// StartsAccounted is how many start records the side-effect audit placed: every one is a
+// shard's run in its round, a further run of it that ended, a run killed part-way, or a
+// further start under a task id. A caller that counts the start records in the log must find
+// the same number; one more says the audit dropped a run it never judged (a task id it could
+// not parse, a job or shard it was not told of).
+func (r Report) StartsAccounted() int { return r.ShardRuns + r.Reruns + r.Partial + r.Reused }
+
 func (r Report) String() string {
 	var b strings.Builder
 	if r.Source == effectsSource {
-		fmt.Fprintf(&b, "side-effect audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches, %d killed part-way: %d duplicate, %d overlapping, %d lost",
-			r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Partial, r.Duplicates, r.Overlaps, r.Lost)
+		fmt.Fprintf(&b, "side-effect audit: %d jobs, %d rounds, %d shard runs (+%d reruns, %d under a reused task id), %d failover relaunches, %d killed part-way: %d duplicate, %d overlapping, %d lost",
+			r.Jobs, r.Rounds, r.ShardRuns, r.Reruns, r.Reused, r.Relaunches, r.Partial, r.Duplicates, r.Overlaps, r.Lost)
 	} else {
-		fmt.Fprintf(&b, "audit: %d jobs, %d rounds, %d shard runs, %d failover relaunches: %d duplicate, %d lost",
-			r.Jobs, r.Rounds, r.ShardRuns, r.Relaunches, r.Duplicates, r.Lost)
+		fmt.Fprintf(&b, "audit: %d jobs, %d rounds, %d shard runs (+%d reruns, %d under a reused task id), %d failover relaunches: %d duplicate, %d lost",
+			r.Jobs, r.Rounds, r.ShardRuns, r.Reruns, r.Reused, r.Relaunches, r.Duplicates, r.Lost)
+	}
+	if r.Slots > 0 {
+		fmt.Fprintf(&b, "; %d cron slots audited, %d excused (skipped while no instance led), %d lost fires", r.Slots, r.Excused, r.LostFires)
 	}
 	for _, p := range r.Problems {
 		b.WriteString("\n  " + p)
@@ -100,6 +144,12 @@ type task struct {
 	busy    bool // side effects: the script found the shard's lock held by another run
 	// side effects: a launch known from its status updates only, whose script never started
 	launchOnly bool
+	// starts: side effects, its start records; again: when each start after the first came
+	// (status updates: each TASK_RUNNING taken after its terminal update), and againWhy says
+	// what the second run is set against.
+	starts   int
+	again    []time.Time
+	againWhy string
 }
 
 type round struct {
@@ -134,6 +184,13 @@ func check(source string, jobs []Job, byJob map[string][]*task, shard shardCheck
 		for _, t := range byJob[j.Name] {
 			if t.item >= j.Shards {
 				problem("task %s runs shard %d of a %d-shard job", t.id, t.item, j.Shards)
+				continue // none of its runs is placed: StartsAccounted leaves them out
+			}
+			if n := len(t.again); n > 0 {
+				rep.Reused += n
+				rep.Duplicates += n
+				problem("task %s ran again under the same task id at %s (%s): a second run of one launch",
+					t.id, clocks(t.again), t.againWhy)
 			}
 		}
 		for k, r := range rounds {
@@ -149,6 +206,7 @@ func check(source string, jobs []Job, byJob map[string][]*task, shard shardCheck
 					problem("round %d (%s) shard %d: never ran", k, at, item)
 				case ran > 1:
 					rep.Duplicates += ran - 1
+					rep.Reruns += ran - 1
 				}
 				rep.ShardRuns += min(ran, 1)
 			}
@@ -156,13 +214,24 @@ func check(source string, jobs []Job, byJob map[string][]*task, shard shardCheck
 		if j.Schedule != nil {
 			rep.Duplicates += matchFires(j, rounds, problem)
 		}
+		accountSlots(j, byJob[j.Name], source, &rep, problem)
 	}
 	return rep
 }
 
+// clocks formats times as the problems do.
+func clocks(ts []time.Time) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Format("15:04:05.000")
+	}
+	return strings.Join(out, ", ")
+}
+
 func tasksByJob(updates []Update) map[string][]*task {
 	tasks := map[string]*task{}
-	for _, u := range updates {
+	firstEnd := map[*task]int{} // the index of its first terminal update in the order taken
+	for i, u := range updates {
 		id, err := taskid.Parse(u.TaskID)
 		if err != nil {
 			continue
@@ -179,8 +248,20 @@ func tasksByJob(updates []Update) map[string][]*task {
 		// already over (its agent marked gone, say). A run stays a run.
 		if terminal[u.State] && (t.end.IsZero() || u.At.Before(t.end)) {
 			t.end, t.endedAs = u.At, u.State
+			firstEnd[t] = i
 		}
 		t.ran = t.ran || u.State == "TASK_FINISHED" || u.State == "TASK_FAILED" && u.JobFailed
+	}
+	// A task id is one launch: once it ended, nothing of it runs again. Mesos takes an
+	// update once per uuid and in order per task, so a TASK_RUNNING taken after the terminal
+	// one is a second run of the launch (one started after it was reported over), not a late
+	// copy.
+	for i, u := range updates {
+		t := tasks[u.TaskID]
+		if k, ok := firstEnd[t]; ok && u.State == "TASK_RUNNING" && i > k && !u.At.Before(t.end) {
+			t.again = append(t.again, u.At)
+			t.againWhy = fmt.Sprintf("TASK_RUNNING after its %s at %s", t.endedAs, t.end.Format("15:04:05.000"))
+		}
 	}
 	return groupByJob(tasks)
 }

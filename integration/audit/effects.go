@@ -105,9 +105,15 @@ func parseRecord(line string) (Record, error) {
 // never started (dropped before reaching an agent, lost on the way): they run nothing, but a
 // READY one marks where its fire's round begins, so that the FAILOVER relaunches of a fire
 // whose READY launch was dropped are not taken for reruns of the fire before.
+//
+// A task id is one launch, so its script runs once: a second start record under it is a second
+// run (a duplicate), whatever its end. The task stands for its first run, which ends at the
+// first end record; an end beyond the starts is reported as one without a start.
 func CheckEffects(jobs []Job, records []Record, updates []Update) Report {
 	runs := map[string]*task{}
-	var orphans []string // ends without a start
+	var orphans []string   // ends without a start
+	var extraEnds []string // ends beyond a task's starts
+	ends := map[string]int{}
 	for _, r := range records {
 		id, err := taskid.Parse(r.TaskID)
 		if err != nil {
@@ -126,11 +132,21 @@ func CheckEffects(jobs []Job, records []Record, updates []Update) Report {
 		case "busy":
 			t.busy = true
 		case "start":
-			if r.At.Before(t.first) {
+			t.starts++
+			if t.starts > 1 {
+				t.again = append(t.again, r.At)
+				t.againWhy = "a second start record; the first at " + t.first.Format("15:04:05.000")
+			} else if r.At.Before(t.first) {
 				t.first = r.At
 			}
 		case "end":
-			t.end, t.ran = r.At, true
+			if ends[r.TaskID]++; ends[r.TaskID] > t.starts {
+				extraEnds = append(extraEnds, r.TaskID)
+				continue
+			}
+			if t.end.IsZero() {
+				t.end, t.ran = r.At, true
+			}
 		}
 	}
 	for _, u := range updates {
@@ -151,6 +167,9 @@ func CheckEffects(jobs []Job, records []Record, updates []Update) Report {
 	for _, id := range orphans {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("task %s recorded an end and no start", id))
 	}
+	for _, id := range extraEnds {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("task %s recorded more ends than starts", id))
+	}
 	return rep
 }
 
@@ -167,7 +186,9 @@ func checkShardEffects(r *round, item int, problem func(string, ...any), rep *Re
 		if t.kind == taskid.Failover {
 			rep.Relaunches++
 		}
-		if t.partial {
+		if t.partial && t.starts > 0 {
+			// Killed part-way. (One killed between its busy and its start record, with
+			// neither start nor end, is not: StartsAccounted counts start records.)
 			rep.Partial++
 		}
 		switch {

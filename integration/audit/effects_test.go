@@ -131,7 +131,13 @@ func TestCheckEffects(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep := CheckEffects([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, records(c.runs...), drops(c.runs...))
+			recs := records(c.runs...)
+			rep := CheckEffects([]Job{{Name: "job", Shards: 3, Schedule: every2s, Since: t0}}, recs, drops(c.runs...))
+			// Every start record is placed: a shard's run, a further run that ended, a run
+			// killed part-way (the soak checks the same of its log).
+			if n := startRecords(recs); rep.StartsAccounted() != n {
+				t.Errorf("%d start records, %d accounted for\n%s", n, rep.StartsAccounted(), rep)
+			}
 			got := []int{rep.Rounds, rep.Partial, rep.Relaunches, rep.Duplicates, rep.Overlaps, rep.Lost}
 			want := []int{c.rounds, c.partial, c.relaunch, c.dup, c.overlap, c.lost}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
