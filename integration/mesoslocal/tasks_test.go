@@ -83,22 +83,56 @@ func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 	}
 }
 
-// Item 26: resources are free when the task's latest state is terminal, before any ack.
+// Item 26: resources are free when the master learns the task's latest state is terminal,
+// before any ack: the agent sends only the head of a task's updates, and the latest state with
+// it, so the master learns of an end queued behind an unacknowledged update when the head is
+// sent again (its retry, 10 s on). mesos-local told the master at once: resources came back at
+// once, where Mesos holds them until the retry.
 func TestResourcesFreedBeforeTheAck(t *testing.T) {
-	c := newCluster(t)
+	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
+	finished := make(chan struct{})
+	var once sync.Once
+	c := newCluster(t, func(o *mesoslocal.Options) {
+		o.Clock = clock
+		o.AllocationInterval = 100 * time.Millisecond
+		o.StatusUpdateRetryMin = 10 * time.Second // Mesos's
+		o.OnStatusUpdate = func(_ string, st mesos.TaskStatus) {
+			if st.GetState() == mesos.TASK_FINISHED {
+				once.Do(func() { close(finished) })
+			}
+		}
+	})
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
 	tk := task("t1", o, testExecutor("e1", "basic"), "finish")
 	tk.Resources = scalars(3, 2048)
 	s.Launch(o, tk)
 	s.Update("t1", mesos.TASK_RUNNING) // never acknowledged
-	for {
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not take the task's FINISHED within 10 s")
+	}
+	// The head (RUNNING) went at 0 s; its retry is due at 10 s.
+	for range 9 {
+		clock.Advance(time.Second)
 		o := s.Offers()[0]
-		if cpus(o) == 3.9 {
-			break // everything but the executor's 0.1: the finished task's 3 cpus are back
+		if got := cpus(o); got != 0.9 {
+			t.Fatalf("offered %v cpus before the retry of the head; want 0.9 (the finished task's 3 cpus held)", got)
 		}
 		s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
 	}
+	clock.Advance(time.Second) // the retry: RUNNING again, with latest_state FINISHED
+	s.Update("t1", mesos.TASK_RUNNING)
+	for range 20 {
+		o := s.Offers()[0]
+		if cpus(o) >= 3 {
+			return // the finished task's 3 cpus are back (with the 0.9, or in an offer of their own)
+		}
+		s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+		clock.Advance(100 * time.Millisecond)
+	}
+	t.Fatal("the finished task's resources were not offered after the retry told the master")
 }
 
 // Item 27: once a terminal update is acknowledged the task is forgotten.

@@ -66,17 +66,12 @@ func (a *agent) statusUpdate(frameworkID, executorID string, st mesos.TaskStatus
 		h(frameworkID, st)
 	}
 	s.pending = append(s.pending, st)
+	// Only the head goes to the master: an update behind it is known to the master (as the
+	// sent head's latest_state, MESOS.md §3.4) only when the head is sent again, at its retry or
+	// once the head is acknowledged. Until then the master holds the task's resources.
 	if len(s.pending) == 1 {
 		s.interval = a.c.opts.StatusUpdateRetryMin
 		a.sendHead(s)
-	} else if a.linked() {
-		// The master learns the newest state at once, though the framework sees it only after
-		// acknowledging the updates before it (MESOS.md §3.4: latest_state).
-		if f := a.c.frameworks[frameworkID]; f != nil {
-			if t := f.tasks[st.TaskID.Value]; t != nil {
-				t.state = *st.State
-			}
-		}
 	}
 	return true
 }
