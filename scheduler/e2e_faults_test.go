@@ -255,3 +255,30 @@ func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
 		})
 	}
 }
+
+// A Mesos master failover loses the master's view of frameworks and tasks, not the agents or
+// their tasks: the new master says nothing of a task until its agent re-registers (MESOS.md
+// §4.2 row 2), then knows it again, and its updates flow once the framework has subscribed
+// again. The leader subscribes again with its framework id, asks again until the master
+// answers (reconcile.go), and relaunches nothing: each shard runs once, and the run ends.
+func TestAMasterFailoverRelaunchesNothing(t *testing.T) {
+	s := newSystem(t, 2)
+	s.register(s.holdJob("held", 2, ""))
+	s.trigger("held")
+	await.True(t, 30*time.Second, "both shards running", func() bool {
+		r := s.runs("held")
+		return len(r["0"]) == 1 && len(r["1"]) == 1
+	})
+	if err := s.mesos.FailoverMaster(); err != nil {
+		t.Fatal(err)
+	}
+	s.release("held")
+	// Its end reaches the leader only through the new master, once it has subscribed again.
+	await.True(t, 60*time.Second, "the run ends", func() bool { return s.runningCount("held") == 0 })
+	if r := s.runs("held"); len(r["0"]) != 1 || len(r["1"]) != 1 {
+		t.Fatalf("runs per shard %v; want each shard once: nothing is relaunched over a master failover", r)
+	}
+	if n := s.failoverCount(); n != 0 {
+		t.Fatalf("%d failover entries after a master failover", n)
+	}
+}

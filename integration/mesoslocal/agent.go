@@ -41,8 +41,13 @@ type agent struct {
 	total    mesos.Resources
 	log      logrus.FieldLogger
 
-	state         agentState
-	recovering    bool // restarted, waiting for executors to re-subscribe
+	state      agentState
+	recovering bool // restarted, waiting for executors to re-subscribe
+	// awaitingRereg: the master failed over and this agent has not re-registered with the new
+	// one yet. The new master knows the agent only from its registry (Mesos's "recovered"
+	// agents), none of its tasks, and cannot reach it (failover.go).
+	awaitingRereg bool
+	reregTimer    Timer // the agent re-registering with a new master
 	unreachableAt float64
 	pingTimer     Timer // marks the agent unreachable when the master's pings have failed long enough
 	recoverTimer  Timer
@@ -132,7 +137,7 @@ func (a *agent) endpoint() string { return net.JoinHostPort(a.ip, strconv.Itoa(a
 func (a *agent) pid() string      { return "slave(1)@" + a.endpoint() }
 
 // linked reports whether the master and the agent can talk.
-func (a *agent) linked() bool { return a.state == agentUp && !a.recovering }
+func (a *agent) linked() bool { return a.state == agentUp && !a.recovering && !a.awaitingRereg }
 
 // offerable reports whether the agent's resources are in the allocator.
 func (a *agent) offerable() bool { return a.linked() }
@@ -259,7 +264,7 @@ func (a *agent) shutdown() {
 	for _, s := range a.streams {
 		s.stop()
 	}
-	for _, t := range []Timer{a.pingTimer, a.recoverTimer} {
+	for _, t := range []Timer{a.pingTimer, a.recoverTimer, a.reregTimer} {
 		if t != nil {
 			t.Stop()
 		}

@@ -167,7 +167,7 @@ func (c *Cluster) allocate() {
 }
 
 func (c *Cluster) newOffer(f *framework, a *agent, role string, rs mesos.Resources) mesos.Offer {
-	o := &offer{id: fmt.Sprintf("%s-O%d", c.masterID, c.nextOffer), framework: f, agent: a, role: role, resources: rs}
+	o := &offer{id: fmt.Sprintf("%s-O%d", c.masterInfo.ID, c.nextOffer), framework: f, agent: a, role: role, resources: rs}
 	c.nextOffer++
 	c.offers[o.id] = o
 	if c.opts.OfferTimeout > 0 {

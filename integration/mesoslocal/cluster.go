@@ -43,13 +43,13 @@ type Cluster struct {
 	clock Clock
 	cz    *containment
 
-	masterID string
+	masterID string // the first leading master's: agent ids and container names carry it
 	url      string // http://host:port of the master
 	host     string
 	port     int
 
-	mu            sync.Mutex // guards every field below and all agent, executor and task state
-	masterInfo    mesos.MasterInfo
+	mu            sync.Mutex       // guards every field below and all agent, executor and task state
+	masterInfo    mesos.MasterInfo // the leading master's; its id changes at a master failover
 	frameworks    map[string]*framework
 	removed       []string // removed framework ids, oldest first
 	agents        []*agent
@@ -58,6 +58,11 @@ type Cluster struct {
 	nextOffer     int
 	allocTimer    Timer
 	closed        bool
+	// failovers counts master failovers, so that a timer of an earlier master's recovery does
+	// not act for a later one; recoveredTimer marks unreachable the agents that have not
+	// re-registered within the agent re-registration timeout (failover.go).
+	failovers      int
+	recoveredTimer Timer
 
 	ln, standbyLn net.Listener
 	srv, standby  *http.Server
@@ -141,7 +146,12 @@ func (c *Cluster) leader() (leading bool, leader string) {
 
 // MasterInfo is the MasterInfo this master publishes, as JSON (how Mesos writes it to
 // ZooKeeper: proto field names).
-func (c *Cluster) MasterInfo() ([]byte, error) { return json.Marshal(&c.masterInfo) }
+func (c *Cluster) MasterInfo() ([]byte, error) {
+	c.mu.Lock()
+	mi := c.masterInfo
+	c.mu.Unlock()
+	return json.Marshal(&mi)
+}
 
 // URL returns the master's base URL, e.g. http://127.0.0.1:5050.
 func (c *Cluster) URL() string { return c.url }
@@ -174,8 +184,10 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
-	if c.allocTimer != nil {
-		c.allocTimer.Stop()
+	for _, t := range []Timer{c.allocTimer, c.recoveredTimer} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	for _, f := range c.frameworks {
 		f.stopTimers()
@@ -209,6 +221,7 @@ func (c *Cluster) routes() http.Handler {
 	mux.HandleFunc("GET /state", c.masterState)
 	mux.HandleFunc("GET /local/agents", c.listAgents)
 	mux.HandleFunc("POST /local/agents/{id}/{action}", c.agentAction)
+	mux.HandleFunc("POST /local/master/failover", c.masterFailover)
 	return mux
 }
 

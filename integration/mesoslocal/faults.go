@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"sort"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/sirupsen/logrus"
 )
 
 // Fault injection (MESOS.md §5): what Mesos does when an agent is partitioned, comes back,
@@ -33,6 +36,11 @@ func (c *Cluster) PartitionAgent(id string) error {
 
 // agentDisconnected is the master noticing a broken agent socket (MESOS.md §5.2).
 func (c *Cluster) agentDisconnected(a *agent) {
+	if a.awaitingRereg {
+		// A master that took over has no link to the agent to lose yet: its agent
+		// re-registration timeout covers the agent instead of the ping timeouts.
+		return
+	}
 	a.log.Info("agent disconnected from the master")
 	c.rescindAgentOffers(a)
 	for _, f := range c.frameworks {
@@ -59,16 +67,18 @@ func (c *Cluster) agentDisconnected(a *agent) {
 	a.pingTimer = c.clock.AfterFunc(d, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if a.state == agentPartitioned || a.state == agentDown {
-			c.markUnreachable(a)
+		if (a.state == agentPartitioned || a.state == agentDown) && !a.awaitingRereg {
+			c.markUnreachable(a, "health check timed out")
 		}
 	})
 }
 
-// markUnreachable is the master giving up on an agent (MESOS.md §5.3).
-func (c *Cluster) markUnreachable(a *agent) {
-	a.log.Info("agent marked unreachable")
+// markUnreachable is the master giving up on an agent (MESOS.md §5.3); why is the message of
+// the updates of its tasks.
+func (c *Cluster) markUnreachable(a *agent, why string) {
+	a.log.WithField("why", why).Info("agent marked unreachable")
 	a.state = agentUnreachable
+	a.awaitingRereg = false
 	a.unreachableAt = c.now()
 	// Real Mesos removes the agent's record, and with it the kills it held for the agent
 	// while it was disconnected: a KILL is remembered across a disconnection, not across
@@ -88,7 +98,7 @@ func (c *Cluster) markUnreachable(a *agent) {
 			t.unreachedAt = at
 			state := lostOr(f.partitionAware(), mesos.TASK_UNREACHABLE)
 			t.state = state
-			c.masterUpdate(f, id, a.id, t.executorID, state, mesos.REASON_AGENT_REMOVED, "health check timed out",
+			c.masterUpdate(f, id, a.id, t.executorID, state, mesos.REASON_AGENT_REMOVED, why,
 				func(s *mesos.TaskStatus) {
 					if f.partitionAware() {
 						s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)}
@@ -112,27 +122,42 @@ func (c *Cluster) HealAgent(id string) error {
 		return fmt.Errorf("agent %s was marked gone; its re-registration is refused and it shuts down", id)
 	case a.state == agentDown:
 		return fmt.Errorf("agent %s is down; restart it instead", id)
-	case a.state == agentUp:
+	case a.state == agentUp && !a.awaitingRereg:
 		return nil
 	}
-	c.reregister(a)
+	c.reregister(a) // a held or cut-off agent comes back to a master that took over, too
 	return nil
 }
 
-// reregister is an agent registering again with the master: tasks it runs come back (with an
-// update for a framework that had them as unreachable), tasks it no longer has are dropped,
+// reregister is an agent registering again with the master, reporting the tasks it has: tasks
+// of frameworks the master has removed are shut down on the agent; tasks it no longer has but
+// the master had as unreachable are dropped; the others are (again) the master's, with their
+// state on the agent. An agent that was unreachable brings its tasks back with an update each
+// (MESOS.md §5.4); one a master that took over has been waiting for brings them back quietly
+// (Mesos's Master::__reregisterSlave sends updates for agents it did not recover only). The
+// frameworks the master does not know are recovered from the agent's FrameworkInfo; then
 // pending kills are re-issued and held updates flow again.
 func (c *Cluster) reregister(a *agent) {
 	wasUnreachable := a.state == agentUnreachable
+	rejoined := a.awaitingRereg
 	a.state = agentUp
-	if a.pingTimer != nil {
-		a.pingTimer.Stop()
-		a.pingTimer = nil
+	a.awaitingRereg = false
+	for _, t := range []*Timer{&a.pingTimer, &a.reregTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
 	}
-	a.log.WithField("was_unreachable", wasUnreachable).Info("agent re-registered")
+	a.log.WithFields(logrus.Fields{"was_unreachable": wasUnreachable, "after_master_failover": rejoined}).Info("agent re-registered")
 	reported := map[taskKey]*agentTask{}
 	for k, e := range a.executors {
-		if e.orphaned || c.frameworks[k.framework] == nil {
+		f := c.frameworks[k.framework]
+		if f == nil && !e.orphaned && e.state != execTerminating && e.state != execTerminated && !slices.Contains(c.removed, k.framework) {
+			if info, ok := a.frameworks[k.framework]; ok {
+				f = c.recoverFramework(k.framework, info)
+			}
+		}
+		if e.orphaned || f == nil {
 			e.silent = true
 			a.shutdownExecutor(e, false)
 			continue
@@ -144,20 +169,38 @@ func (c *Cluster) reregister(a *agent) {
 	for _, fid := range sortedKeys(c.frameworks) {
 		f := c.frameworks[fid]
 		for _, id := range sortedKeys(f.unreachable) {
-			t := f.unreachable[id]
-			if t.agent != a {
-				continue
-			}
-			delete(f.unreachable, id)
-			at := reported[taskKey{fid, id}]
-			if at == nil {
+			if t := f.unreachable[id]; t.agent == a && reported[taskKey{fid, id}] == nil {
+				delete(f.unreachable, id)
 				state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
 				a.agentUpdate(fid, id, t.executorID, state, mesos.REASON_RECONCILIATION, "Task is unknown to the agent")
-				continue
 			}
-			f.tasks[id] = t
-			t.state = at.state
-			c.masterUpdate(f, id, a.id, t.executorID, at.state, mesos.REASON_AGENT_REREGISTERED,
+		}
+	}
+	keys := make([]taskKey, 0, len(reported))
+	for k := range reported {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].framework != keys[j].framework {
+			return keys[i].framework < keys[j].framework
+		}
+		return keys[i].task < keys[j].task
+	})
+	for _, k := range keys {
+		f, at := c.frameworks[k.framework], reported[k]
+		if f.tasks[k.task] != nil {
+			continue // the master has it (a link broken and restored before the agent was unreachable)
+		}
+		t := f.unreachable[k.task]
+		if t != nil && t.agent == a {
+			delete(f.unreachable, k.task)
+		} else {
+			t = newTask(a, at.info)
+		}
+		t.state = at.state
+		f.tasks[k.task] = t
+		if wasUnreachable {
+			c.masterUpdate(f, k.task, a.id, t.executorID, at.state, mesos.REASON_AGENT_REREGISTERED,
 				"Unreachable agent re-reregistered", nil)
 		}
 	}
@@ -182,10 +225,15 @@ func (c *Cluster) MarkAgentGone(id string) error {
 	case a.state == agentGone:
 		return nil
 	}
-	wasRegistered := a.state == agentUp || a.state == agentPartitioned
+	// An agent a master that took over has not heard from yet is not registered with it: that
+	// master knows none of its tasks (Mesos's Master::markGone, MESOS-9739).
+	wasRegistered := (a.state == agentUp || a.state == agentPartitioned) && !a.awaitingRereg
 	a.state = agentGone
-	if a.pingTimer != nil {
-		a.pingTimer.Stop()
+	a.awaitingRereg = false
+	for _, t := range []Timer{a.pingTimer, a.reregTimer} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	c.rescindAgentOffers(a)
 	a.killAll()

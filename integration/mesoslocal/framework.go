@@ -122,7 +122,7 @@ func (c *Cluster) admit(sub *scheduler.Call_Subscribe, st *stream) (*framework, 
 		f.stopTimers()
 		c.discardOffers(f)
 	} else {
-		id := c.masterID + fmt.Sprintf("-%04d", c.nextFramework)
+		id := c.masterInfo.ID + fmt.Sprintf("-%04d", c.nextFramework)
 		if info.ID != nil { // an id this master never saw: a recovered framework
 			id = info.ID.Value
 		} else {

@@ -24,7 +24,8 @@ type Options struct {
 	OfferTimeout                  time.Duration // 0 = offers never expire
 	AgentPingTimeout              time.Duration // 15s
 	MaxAgentPingTimeouts          int           // 5
-	AgentReregisterTimeout        time.Duration // 10m
+	AgentReregisterTimeout        time.Duration // 10m: after a master failover, agents not back by then are unreachable
+	AgentReregisterDelay          time.Duration // 1s: how long agents take to re-register with a new master (--registration_backoff_factor)
 	StatusUpdateRetryMin          time.Duration // 10s
 	StatusUpdateRetryMax          time.Duration // 10m
 	ExecutorRegistrationTimeout   time.Duration // 1m
@@ -97,6 +98,7 @@ func (o *Options) setDefaults() error {
 		o.MaxAgentPingTimeouts = 5
 	}
 	def(&o.AgentReregisterTimeout, 10*time.Minute)
+	def(&o.AgentReregisterDelay, time.Second)
 	def(&o.StatusUpdateRetryMin, 10*time.Second)
 	def(&o.StatusUpdateRetryMax, 10*time.Minute)
 	def(&o.ExecutorRegistrationTimeout, time.Minute)

@@ -23,6 +23,15 @@ type stateDoc struct {
 	Frameworks          []frameworkDoc   `json:"frameworks"`
 	CompletedFrameworks []map[string]any `json:"completed_frameworks"`
 	Slaves              []slaveDoc       `json:"slaves"`
+	// RecoveredSlaves are the agents a master that took over knows from its registry only: they
+	// have not re-registered with it yet (Mesos lists them so, too).
+	RecoveredSlaves []recoveredDoc `json:"recovered_slaves"`
+}
+
+type recoveredDoc struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	Port     int    `json:"port"`
 }
 
 type frameworkDoc struct {
@@ -99,8 +108,8 @@ func resourceDoc(rs mesos.Resources) map[string]any {
 }
 
 func (c *Cluster) state() stateDoc {
-	doc := stateDoc{Version: Version, ID: c.masterID, PID: *c.masterInfo.PID, Hostname: c.host,
-		CompletedFrameworks: []map[string]any{}}
+	doc := stateDoc{Version: Version, ID: c.masterInfo.ID, PID: *c.masterInfo.PID, Hostname: c.host,
+		CompletedFrameworks: []map[string]any{}, RecoveredSlaves: []recoveredDoc{}}
 	switch leading, leader := c.leader(); {
 	case leading:
 		doc.Leader = doc.PID
@@ -149,8 +158,11 @@ func (c *Cluster) state() stateDoc {
 				offered.Add(o.resources...)
 			}
 		}
-		if a.state == agentUp {
+		if a.linked() {
 			doc.ActivatedSlaves++
+		}
+		if a.awaitingRereg {
+			doc.RecoveredSlaves = append(doc.RecoveredSlaves, recoveredDoc{ID: a.id, Hostname: a.hostname, Port: a.port})
 		}
 		doc.Slaves = append(doc.Slaves, slaveDoc{ID: a.id, Hostname: a.hostname, Port: a.port, PID: a.pid(),
 			Active: a.linked(), State: a.state.String(), Resources: resourceDoc(a.total), UsedResources: resourceDoc(c.used(a)),

@@ -93,6 +93,15 @@ func (s *stream) close() {
 	s.signal()
 }
 
+// abort ends the stream at once, dropping what is queued, as the connection of a master that
+// dies ends: no ERROR, no last events.
+func (s *stream) abort() {
+	s.mu.Lock()
+	s.queue, s.closing = nil, true
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *stream) signal() {
 	select {
 	case s.wake <- struct{}{}:

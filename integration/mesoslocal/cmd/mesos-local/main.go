@@ -33,6 +33,8 @@ func main() {
 	fs.DurationVar(&o.OfferTimeout, "offer-timeout", 0, "rescind offers held this long (Mesos: never)")
 	fs.DurationVar(&o.AgentPingTimeout, "agent-ping-timeout", 0, "agent ping timeout (Mesos: 15s)")
 	fs.IntVar(&o.MaxAgentPingTimeouts, "max-agent-ping-timeouts", 0, "missed pings before an agent is unreachable (Mesos: 5)")
+	fs.DurationVar(&o.AgentReregisterTimeout, "agent-reregister-timeout", 0, "after a master failover, agents not re-registered by then are unreachable (Mesos: 10m)")
+	fs.DurationVar(&o.AgentReregisterDelay, "agent-reregister-delay", 0, "how long agents take to re-register with a new master (Mesos: up to --registration_backoff_factor, 1s)")
 	fs.DurationVar(&o.StatusUpdateRetryMin, "status-update-retry", 0, "first status update retry interval (Mesos: 10s)")
 	fs.DurationVar(&o.StatusUpdateRetryMax, "status-update-retry-max", 0, "largest status update retry interval (Mesos: 10m)")
 	fs.DurationVar(&o.ExecutorRegistrationTimeout, "executor-registration-timeout", 0, "(Mesos: 1m)")
@@ -50,7 +52,9 @@ func main() {
 	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
-		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone}; state: GET /master/state.")
+		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone}; POST /local/master/failover[?hold=<agent id>…]\n"+
+		"(a new master takes over: frameworks must re-subscribe, agents re-register after --agent-reregister-delay, held ones\n"+
+		"only when healed, and those not back within --agent-reregister-timeout are unreachable); state: GET /master/state.")
 	if err := envflag.Parse(fs, os.Args[1:], os.Getenv); err != nil {
 		if err == flag.ErrHelp {
 			os.Exit(0)
