@@ -70,6 +70,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			l.Ready = append(l.Ready, p.Launch.Ready...)
 			l.Failover = append(l.Failover, p.Launch.Failover...)
 			l.Overlapping = append(l.Overlapping, p.Launch.Overlapping...)
+			l.Configs = append(l.Configs, p.Launch.Configs...)
 		}
 		if err := ld.store.RecordLaunch(ctx, l); err != nil {
 			if errors.Is(err, state.ErrTooLarge) && len(chunk) > 1 {
@@ -285,7 +286,7 @@ func (ld *leader) snapshot(ctx context.Context) (plan.Snapshot, error) {
 	for _, f := range s.Failovers {
 		queued[f.Meta.JobName] = true
 	}
-	if s.Jobs, err = ld.store.JobsNamed(ctx, slices.Sorted(maps.Keys(queued))); err != nil {
+	if s.Jobs, s.JobVersions, err = ld.store.JobsNamed(ctx, slices.Sorted(maps.Keys(queued))); err != nil {
 		return s, err
 	}
 	apps, err := ld.store.Apps(ctx)

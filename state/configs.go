@@ -130,6 +130,10 @@ func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 		}
 		if marker != nil {
 			ops = append(ops, deleteOp(s.path(disableAppDir, name), marker.Version))
+		} else {
+			// A disable written since the read would outlive the app, and an app registered
+			// again under its name would begin disabled: its marker must still be absent.
+			ops = append(ops, s.absentOps(s.path(disableAppDir, name))...)
 		}
 		deleted = deleted[:0]
 		for _, n := range jobs {
@@ -145,7 +149,7 @@ func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 			deleted = append(deleted, n.name)
 		}
 		if err := s.multi(ctx, ops...); err != nil {
-			return fmt.Errorf("delete app %q: %w", name, err)
+			return fmt.Errorf("delete app %q: %w", name, conflictIfExists(err)) // a marker made since the read: read again
 		}
 		return nil
 	})
@@ -239,27 +243,28 @@ func (s *Store) JobsJSON(ctx context.Context) ([]json.RawMessage, error) {
 // JobsNamed reads the named jobs at once (pipelined); a job that does not exist is absent from
 // the result. The offer cycle uses it to read only the jobs that have work queued, rather
 // than every job.
-func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]config.Job, error) {
+func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]config.Job, map[string]int32, error) {
 	paths := make([]string, len(names))
 	for i, n := range names {
 		paths[i] = s.path(jobsDir, n)
 	}
 	nodes, err := s.getMany(ctx, paths)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[string]config.Job, len(names))
+	versions := make(map[string]int32, len(names))
 	for i, n := range nodes {
 		if !n.exists {
 			continue
 		}
 		j, err := cachedParse(n.mn, "job", names[i], n.data, config.ParseJob)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[names[i]] = j
+		out[names[i]], versions[names[i]] = j, n.version
 	}
-	return out, nil
+	return out, versions, nil
 }
 
 // UpdateJob replaces a job's config and returns the previous one, which the caller compares
@@ -301,6 +306,18 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 				return err
 			}
 			ops = append(ops, restart...)
+		}
+		if cur.JobExecutionType == config.Daemon && j.JobExecutionType != config.Daemon {
+			// A DAEMON's ready entry asks for its missing shards to be started (a rerun), not
+			// for a run: left to the TRANSIENT job, it would be one nobody asked for.
+			rp := s.path(readyDir, j.JobName)
+			st, err := s.stat(ctx, rp)
+			if err != nil {
+				return err
+			}
+			if st != nil {
+				ops = append(ops, deleteOp(rp, st.Version))
+			}
 		}
 		if !from.IsZero() {
 			change, err := s.cronChangeOps(ctx, cur, j, from)
@@ -362,7 +379,7 @@ func (s *Store) deleteJob(ctx context.Context, name string, between func()) erro
 			between()
 		}
 		if err := s.multi(ctx, ops...); err != nil {
-			return fmt.Errorf("delete job %q: %w", name, err)
+			return fmt.Errorf("delete job %q: %w", name, conflictIfExists(err)) // a marker made since the read: read again
 		}
 		return nil
 	})
@@ -371,13 +388,21 @@ func (s *Store) deleteJob(ctx context.Context, name string, between func()) erro
 // deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
 func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
 	ops := []any{deleteOp(s.path(jobsDir, name), version)}
+	// A disable, a stop or a fire written between the read and the multi would outlive the job
+	// (neither checks the job's version), and a job registered again under its name would
+	// begin disabled, stopped, or catching up from the old ledger: where absent, these must
+	// still be, or the multi fails and reads again.
+	mustStayAbsent := map[string]bool{s.path(disableJobDir, name): true, s.path(stoppedDir, name): true, s.path(firesDir, name): true}
 	for _, p := range []string{s.path(readyDir, name), s.path(disableJobDir, name), s.path(stoppedDir, name), s.path(firesDir, name), s.path(restartsDir, name)} {
 		st, err := s.stat(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if st != nil {
+		switch {
+		case st != nil:
 			ops = append(ops, deleteOp(p, st.Version))
+		case mustStayAbsent[p]:
+			ops = append(ops, s.absentOps(p)...)
 		}
 	}
 	// Each deletion is checked against the version read, so that an entry a launch or a retry

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
@@ -96,6 +97,33 @@ func TestAppLifecycle(t *testing.T) {
 	}
 	if _, err := s.UpdateApp(ctx, "a", func(a config.App) (config.App, error) { a.AppName = "c"; return a, nil }); err == nil {
 		t.Fatal("UpdateApp must refuse a rename")
+	}
+}
+
+// A DAEMON's ready entry asks for its missing shards to be started; an update that makes the
+// job TRANSIENT drops it with the change, else it became a TRANSIENT run nobody asked for. A
+// TRANSIENT job's queued runs stay through an update.
+func TestAnUpdateFromDaemonDropsItsReadyEntry(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	for _, tc := range []struct {
+		from      string
+		wantReady int
+	}{
+		{config.Daemon, 0},
+		{config.Transient, 1},
+	} {
+		j := testJob("job-"+tc.from, "app")
+		j.JobExecutionType = tc.from
+		must(t, s.CreateJob(ctx, j), "CreateJob")
+		must(t, s.AddReady(ctx, j.JobName, false), "AddReady")
+		j.JobExecutionType = config.Transient
+		_, err := s.UpdateJob(ctx, j)
+		must(t, err, "UpdateJob")
+		if r, err := s.ReadyOf(ctx, j.JobName); err != nil || r.Count != tc.wantReady {
+			t.Errorf("%s → TRANSIENT: ready count %d (%v); want %d", tc.from, r.Count, err, tc.wantReady)
+		}
 	}
 }
 
@@ -212,12 +240,12 @@ func TestJobsNamed(t *testing.T) {
 		{[]string{"gone"}, nil},
 	}
 	for _, c := range cases {
-		got, err := s.JobsNamed(ctx, c.names)
+		got, versions, err := s.JobsNamed(ctx, c.names)
 		if err != nil {
 			t.Fatalf("JobsNamed(%v): %v", c.names, err)
 		}
-		if len(got) != len(c.want) {
-			t.Fatalf("JobsNamed(%v) = %v; want %v", c.names, got, c.want)
+		if len(got) != len(c.want) || len(versions) != len(c.want) {
+			t.Fatalf("JobsNamed(%v) = %v, versions %v; want %v", c.names, got, versions, c.want)
 		}
 		for _, n := range c.want {
 			if got[n].JobName != n || got[n].AppName != "app" {
@@ -283,6 +311,57 @@ func TestDeleteJobReadsAgainWhenALaunchTakesAFailoverEntry(t *testing.T) {
 	}
 	if fo, err := s.Failovers(ctx); err != nil || len(fo) != 0 {
 		t.Fatalf("failover entries after DeleteJob: %v (%v); want none", fo, err)
+	}
+}
+
+// A disable, a stop or a fire written between DeleteJob's reads and its multi does not outlive
+// the job (none of them checks the job's version): the delete reads again and removes it. A job
+// registered again under the name begins enabled, not stopped, and without the old ledger (it
+// would catch up from the old job's last slot). Before, the node was left behind.
+func TestDeleteJobLeavesNothingWrittenMeanwhile(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	slot := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	job := ""
+	for k, tc := range []struct {
+		name     string
+		meantime func(t *testing.T, id taskid.ID)
+		left     func() bool
+	}{
+		{"a disable", func(t *testing.T, _ taskid.ID) { must(t, s.DisableJob(ctx, job), "DisableJob") },
+			func() bool { off, err := s.JobDisabled(ctx, job); must(t, err, "JobDisabled"); return off }},
+		{"a stop", func(t *testing.T, id taskid.ID) {
+			_, err := s.EndTaskAndStop(ctx, id, state.Stop{Reason: "unknown jobClass", TaskID: id.String()})
+			must(t, err, "EndTaskAndStop")
+		}, func() bool { _, stopped, err := s.Stopped(ctx, job); must(t, err, "Stopped"); return stopped }},
+		{"a fire", func(t *testing.T, _ taskid.ID) {
+			_, err := s.RecordFires(ctx, job, state.Fires{Cron: "0 * * * * ?", Zone: "UTC", Last: slot,
+				Entries: []state.FireEntry{{Slot: slot, Count: 1, Outcome: state.OutcomeFired}}})
+			must(t, err, "RecordFires")
+		}, func() bool { _, ok, err := s.FireLedger(ctx, job); must(t, err, "FireLedger"); return ok }},
+	} {
+		job = fmt.Sprintf("job%d", k)
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, s.CreateJob(ctx, testJob(job, "app")), "CreateJob")
+			id := taskid.New(taskid.Meta{JobName: job, Item: 0}, taskid.Ready, "S0")
+			must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
+			attempts := 0
+			err := s.DeleteJobAfter(ctx, job, func() {
+				if attempts++; attempts == 1 {
+					tc.meantime(t, id)
+				}
+			})
+			must(t, err, "DeleteJob")
+			if _, err := s.EndTask(ctx, id, state.NoFollowUp); err != nil {
+				t.Fatal(err)
+			}
+			must(t, s.CreateJob(ctx, testJob(job, "app")), "CreateJob again")
+			if tc.left() {
+				t.Fatalf("%s written while the job was deleted outlived it (delete attempts: %d)", tc.name, attempts)
+			}
+			must(t, s.DeleteJob(ctx, job), "DeleteJob")
+		})
 	}
 }
 

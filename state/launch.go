@@ -27,6 +27,16 @@ type Launch struct {
 	// tasks' running nodes are named by task id, so that a shard may run twice at once. The
 	// others' are named by shard, and a shard already running refuses the launch.
 	Overlapping []string
+	// Configs are the launched jobs' config versions as the cycle read them, checked: an
+	// update written since refuses the launch. Else its tasks would run the replaced config
+	// for good, since the update's kills read the running tasks before this launch is written.
+	Configs []JobAt
+}
+
+// JobAt is a job's config node version as read.
+type JobAt struct {
+	JobName string
+	Version int32
 }
 
 // RecordLaunch writes a launch ahead of telling Mesos, as one multi: it creates the running
@@ -52,6 +62,9 @@ func (s *Store) RecordLaunch(ctx context.Context, l Launch) error {
 			return fmt.Errorf("record launch: %w", err)
 		}
 		ops = append(ops, s.createOp(parent+"/"+nodeName(id, slices.Contains(l.Overlapping, id.JobName)), []byte(id.String())))
+	}
+	for _, c := range l.Configs {
+		ops = append(ops, checkOp(s.path(jobsDir, c.JobName), c.Version))
 	}
 	failoverJobs := map[string]bool{}
 	for _, f := range l.Failover {

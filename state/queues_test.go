@@ -165,6 +165,45 @@ func TestRecordLaunchWithAStaleVersionChangesNothing(t *testing.T) {
 	}
 }
 
+// A launch planned on a job's config that an update replaced since is refused: the update's
+// kills read the running tasks when it is written, before this launch, and would miss its
+// tasks, which would run the replaced config for good (a DAEMON's old script or cron).
+func TestRecordLaunchRefusesAConfigReplacedSinceItsPlan(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	for _, tc := range []struct {
+		name    string
+		between func()
+		want    error
+	}{
+		{"the config as planned", func() {}, nil},
+		{"an update between the plan and the launch", func() {
+			j := testJob("job", "app")
+			j.ScriptCommandLine = "echo new"
+			_, err := s.UpdateJob(ctx, j)
+			must(t, err, "UpdateJob")
+		}, state.ErrConflict},
+	} {
+		_, versions, err := s.JobsNamed(ctx, []string{"job"})
+		must(t, err, "JobsNamed")
+		tc.between()
+		id := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")
+		err = s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}, Configs: []state.JobAt{{JobName: "job", Version: versions["job"]}}})
+		if tc.want == nil {
+			must(t, err, tc.name)
+			_, err := s.EndTask(ctx, id, state.NoFollowUp) // the shard is free again
+			must(t, err, "EndTask")
+			continue
+		}
+		mustIs(t, err, tc.want, tc.name)
+		if running, _ := s.RunningOf(ctx, "job"); len(running) != 0 {
+			t.Fatalf("%s: running %+v; want nothing written", tc.name, running)
+		}
+	}
+}
+
 func TestRecordLaunchRefusesAShardThatIsRunning(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)

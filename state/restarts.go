@@ -18,9 +18,10 @@ import (
 // task running kills it, as it kills a task of a disabled or deleted job.
 
 // restartOps returns the ops that make the job's restart list its running tasks as read now:
-// the list goes when none runs. Read from the model, not checked in the multi: a launch
-// recorded after this read was planned by the same leader's loop, which kills it with the
-// others once the update is written.
+// the list goes when none runs. Read from the model, not checked in the multi: a launch of the
+// old config written after this read and before the update is among the tasks the caller's
+// kills read once the update is written; one written after the update is refused, its config
+// version checked (Launch.Configs).
 func (s *Store) restartOps(ctx context.Context, job string) ([]any, error) {
 	running, err := s.RunningOf(ctx, job)
 	if err != nil {

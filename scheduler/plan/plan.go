@@ -23,10 +23,13 @@ type Snapshot struct {
 	Failovers []state.FailoverEntry
 	Running   []state.RunningEntry
 	Jobs      map[string]config.Job // at least every job with an entry in Ready or Failovers
-	Apps      map[string]config.App
-	OffApps   map[string]bool // disabled apps
-	OffJobs   map[string]bool // disabled jobs
-	Stopped   map[string]bool // jobs stopped for a failure relaunching cannot heal
+	// JobVersions are the config node versions Jobs were read at: a launch is written ahead
+	// only if each is still current (state.Launch.Configs).
+	JobVersions map[string]int32
+	Apps        map[string]config.App
+	OffApps     map[string]bool // disabled apps
+	OffJobs     map[string]bool // disabled jobs
+	Stopped     map[string]bool // jobs stopped for a failure relaunching cannot heal
 }
 
 // Work is what a cycle may launch: one binpack group per job, failover groups first.
@@ -36,6 +39,7 @@ type Work struct {
 	Apps     map[string]config.App            // by name
 	Ready    map[string]state.ReadyEntry      // by job, for READY groups
 	Failover map[string][]state.FailoverEntry // by job, for FAILOVER groups
+	Versions map[string]int32                 // by job: Snapshot.JobVersions
 	// Entries whose job no longer exists: the leader removes them.
 	StaleReady    []string
 	StaleFailover []state.FailoverEntry
@@ -56,7 +60,7 @@ type Work struct {
 // shard's second failover entry waits for the next cycle, so that each relaunch replaces one
 // failed task.
 func Eligible(s Snapshot, due func(taskid.Meta) bool) Work {
-	w := Work{Apps: s.Apps, Ready: map[string]state.ReadyEntry{}, Failover: map[string][]state.FailoverEntry{}}
+	w := Work{Apps: s.Apps, Ready: map[string]state.ReadyEntry{}, Failover: map[string][]state.FailoverEntry{}, Versions: s.JobVersions}
 	runningShard := map[taskid.Meta]bool{}
 	runningJob := map[string]bool{}
 	for _, r := range s.Running {
@@ -203,6 +207,9 @@ func Parts(w Work, res binpack.Result, agents []binpack.Agent) []Part {
 		}
 		if job.ConcurrencyPolicy == config.Allow {
 			p.Launch.Overlapping = []string{job.JobName}
+		}
+		if v, ok := w.Versions[job.JobName]; ok {
+			p.Launch.Configs = []state.JobAt{{JobName: job.JobName, Version: v}}
 		}
 		if group.Integrity {
 			p.Launch.Ready = append(p.Launch.Ready, w.Ready[job.JobName])

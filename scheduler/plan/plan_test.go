@@ -131,10 +131,11 @@ func TestEligible(t *testing.T) {
 func TestPartsAndChunks(t *testing.T) {
 	failed := taskid.NewInRun(meta("b", 2), taskid.Ready, "S0", taskid.NewRun())
 	snap := Snapshot{
-		Jobs:      map[string]config.Job{"a": job("a", 2), "b": job("b", 3)},
-		Apps:      map[string]config.App{"app": {AppName: "app"}},
-		Ready:     []state.ReadyEntry{{JobName: "a", Count: 2, Version: 7}},
-		Failovers: []state.FailoverEntry{{Meta: meta("b", 0), Version: 1}, {Meta: meta("b", 2), TaskID: failed.String(), Version: 4}},
+		Jobs:        map[string]config.Job{"a": job("a", 2), "b": job("b", 3)},
+		JobVersions: map[string]int32{"a": 3, "b": 9},
+		Apps:        map[string]config.App{"app": {AppName: "app"}},
+		Ready:       []state.ReadyEntry{{JobName: "a", Count: 2, Version: 7}},
+		Failovers:   []state.FailoverEntry{{Meta: meta("b", 0), Version: 1}, {Meta: meta("b", 2), TaskID: failed.String(), Version: 4}},
 	}
 	w := Eligible(snap, func(taskid.Meta) bool { return true })
 	agents := []binpack.Agent{{ID: "S0"}, {ID: "S1"}}
@@ -165,6 +166,9 @@ func TestPartsAndChunks(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a.Launch.Ready, []state.ReadyEntry{{JobName: "a", Count: 2, Version: 7}}) {
 		t.Errorf("a consumes %+v; want its ready entry as read", a.Launch.Ready)
+	}
+	if !reflect.DeepEqual(a.Launch.Configs, []state.JobAt{{JobName: "a", Version: 3}}) || !reflect.DeepEqual(b.Launch.Configs, []state.JobAt{{JobName: "b", Version: 9}}) {
+		t.Errorf("configs checked: a %+v, b %+v; want each job's as read (3, 9)", a.Launch.Configs, b.Launch.Configs)
 	}
 	if u := Unplaced(w, res); !reflect.DeepEqual(u, map[string]map[string]int{"b": {"cpu": 2}}) {
 		t.Errorf("unplaced = %v", u)
