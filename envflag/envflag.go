@@ -23,7 +23,7 @@ func Name(flagName string) string {
 //
 // A bad flag is only returned: the flag package would print it and then the whole usage, and
 // a command reports a start-up error on one line (SPEC §2). --help prints the usage and
-// returns flag.ErrHelp.
+// returns flag.ErrHelp. An argument that is not a flag is an error: the commands take none.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	usage, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
@@ -40,6 +40,12 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		// The flag package stops at the first argument that is not a flag, and every flag
+		// after it would be dropped without a word: "--insecure-http false --auth-root x" sets
+		// insecure-http and nothing else. None of ejcloud's commands takes an argument.
+		return fmt.Errorf("unexpected argument %q: the flags after it were not read (a bool flag takes its value after '=', as --insecure-http=false)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

@@ -55,12 +55,15 @@ func TestParseLeavesTheReportToTheCommand(t *testing.T) {
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: "-bogus"},
 		{name: "bad value", args: []string{"--failover-timeout=soon"}, wantErr: "failover-timeout"},
 		{name: "help", args: []string{"--help"}, wantErr: flag.ErrHelp.Error(), wantUsage: true},
+		// A bool flag's value as the next argument ends the flags: what follows was dropped.
+		{name: "a stray argument", args: []string{"--insecure", "false", "--failover-timeout=1s"}, wantErr: `unexpected argument "false"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
 			var out strings.Builder
 			fs.SetOutput(&out)
 			fs.Duration("failover-timeout", time.Hour, "")
+			fs.Bool("insecure", false, "")
 			Usage(fs, "x: a command")
 			err := Parse(fs, tc.args, func(string) string { return "" })
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -121,8 +121,16 @@ func Flags(fs *flag.FlagSet) *Config {
 // Validate checks what the flags alone cannot.
 func (c *Config) Validate() error {
 	c.warnings = nil
-	if c.MesosStartupTimeout < 0 {
-		return fmt.Errorf("--mesos-startup-timeout must not be negative, got %v", c.MesosStartupTimeout)
+	// Zero values are refused, not taken for the defaults: an operator who writes 0 means
+	// "never" or "none", and would get a minute, a month of trace or a dialer out of time.
+	if c.MesosStartupTimeout <= 0 {
+		return fmt.Errorf("--mesos-startup-timeout must be positive, got %v", c.MesosStartupTimeout)
+	}
+	if c.ZKSessionTimeout <= 0 {
+		return fmt.Errorf("--zk-session-timeout must be positive, got %v", c.ZKSessionTimeout)
+	}
+	if strings.TrimSpace(c.Hostname) == "" {
+		return fmt.Errorf("--hostname must not be empty: it is advertised to Mesos (webui_url) and in standbys' redirects")
 	}
 	if c.TaskLease < 0 || c.TaskLease > 0 && c.TaskLease >= c.UnreachableTimeout {
 		return fmt.Errorf("--task-lease must be 0 (off) or shorter than --unreachable-timeout (%v), got %v: a task must be dead before its relaunch", c.UnreachableTimeout, c.TaskLease)
@@ -148,7 +156,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--event-trace-db: %w", err)
 		}
 	}
-	if c.EventTraceRetention < 0 {
+	if c.EventTraceRetention <= 0 {
 		return fmt.Errorf("--event-trace-retention must be positive, got %v", c.EventTraceRetention)
 	}
 	if err := c.parseMesosURL(); err != nil {
@@ -189,7 +197,7 @@ func (c *Config) parseMesosURL() error {
 	for _, u := range masters {
 		p, err := url.Parse(u)
 		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
-			return fmt.Errorf("--mesos-url: %q is not a zk://, http:// or https:// master URL", u)
+			return fmt.Errorf("--mesos-url: %q is not a zk://, http:// or https:// master URL", withoutUserinfo(u))
 		}
 		if p.User != nil {
 			// It would be logged, and shown to guests as the master subscribed at.
@@ -315,4 +323,26 @@ func defaultExecutor() string {
 		return "ejcloud-executor"
 	}
 	return filepath.Join(filepath.Dir(exe), "ejcloud-executor")
+}
+
+// withoutUserinfo is a URL as an error may show it: anything before an '@' of its authority
+// (a password) left out.
+func withoutUserinfo(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		scheme, rest = "", u
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return u
+	}
+	out := "…@" + authority[at+1:]
+	if ok {
+		out = scheme + "://" + out
+	}
+	if path != "" || strings.Contains(rest, "/") {
+		out += "/" + path
+	}
+	return out
 }

@@ -158,8 +158,22 @@ func (c *Config) subscribe(ctx context.Context, frameworkID, webui string) (*sub
 		}
 		errs = append(errs, err)
 	}
-	return nil, errors.Join(errs...)
+	return nil, allFailed(errs)
 }
+
+// allFailed is every master's failure, on one line (SPEC §2: a fatal error is one line;
+// errors.Join puts each on a line of its own).
+type allFailed []error
+
+func (e allFailed) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e allFailed) Unwrap() []error { return e }
 
 // refused is a master's answer that another master would give too.
 type refused struct{ error }

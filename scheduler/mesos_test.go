@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"flag"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,5 +69,23 @@ func TestASubscriptionAtTheDetectedLeaderDoesNotFollowItsRedirects(t *testing.T)
 	defer sub.resp.Close()
 	if sub.frameworkID == "" || asked.Load() < 3 {
 		t.Fatalf("subscribed as %q after %d calls; want a FrameworkID after two redirects", sub.frameworkID, asked.Load())
+	}
+}
+
+// When no master of a --mesos-url list answers, the error names each, on one line: it ends
+// the scheduler as its fatal start-up message (SPEC §2).
+func TestNoMasterOfAListAnswersOnOneLine(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg := Flags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := freeAddr(t), freeAddr(t) // nothing listens there
+	cfg.MesosURL = "http://" + a + ",http://" + b
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := cfg.subscribe(ctx, "", "")
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("subscribe to two dead masters: %q; want one line naming both", err)
 	}
 }

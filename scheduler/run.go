@@ -24,6 +24,11 @@ import (
 	"github.com/ejcloud/ejcloud/state"
 )
 
+// shutdownGrace bounds the HTTP server's part of a shutdown; the event trace's writing gets
+// traceCloseGrace after it. Together under the 10 s a container runtime or Marathon
+// (taskKillGracePeriodSeconds) gives before its SIGKILL.
+const shutdownGrace = 4 * time.Second
+
 // Run runs a scheduler instance until ctx ends, then stops cleanly and returns nil. A fatal
 // start-up error (ZooKeeper unreachable, address in use) is returned as one line naming it.
 func Run(ctx context.Context, cfg Config, log logrus.FieldLogger) error {
@@ -138,7 +143,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 		"namespace": cfg.ZKNamespace}).Info("scheduler started")
 
 	<-ctx.Done()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	srv.Shutdown(shutdownCtx)
 	wg.Wait()

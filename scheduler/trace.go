@@ -51,7 +51,7 @@ func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*trace
 // close writes every queued event, then closes the database.
 // traceCloseGrace bounds the writing of the queued events at shutdown: a database that is down
 // must not hold the process past its supervisor's patience (SIGKILL loses them anyway).
-const traceCloseGrace = 10 * time.Second
+const traceCloseGrace = 5 * time.Second
 
 func (t *tracer) close() {
 	if t == nil {

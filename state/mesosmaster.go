@@ -38,6 +38,11 @@ func ParseMesosZK(s string) (MesosZK, error) {
 		return MesosZK{}, fmt.Errorf("%q is not a zk:// URL", s)
 	}
 	hosts, p, _ := strings.Cut(rest, "/")
+	if strings.Contains(p, "@") {
+		// As Mesos reads it, the servers end at the first '/': an '@' after it is a password
+		// holding a '/', which the errors below would print a part of.
+		return MesosZK{}, fmt.Errorf("zk:// URL: an '@' after the first '/': credentials may not contain '/'")
+	}
 	var u MesosZK
 	if at := strings.LastIndex(hosts, "@"); at >= 0 {
 		u.Auth, hosts = hosts[:at], hosts[at+1:]

@@ -45,6 +45,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// A second signal ends the process at once, as without the handler: an operator's
+		// second Ctrl-C is not to be ignored while the shutdown waits.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := scheduler.Run(ctx, *cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err)
 		os.Exit(1)
