@@ -235,7 +235,17 @@ func (ld *leader) endTask(ctx context.Context, store *state.Store, id taskid.ID,
 	var stop *state.Stop
 	if failed {
 		f = classify(st)
-		if ld.relaunch.stops(id.Meta, f) {
+		restarted := false
+		if f.class != retryable {
+			// A task of a config an update has replaced since (its restart list names it)
+			// says nothing of the config now: its failure, arriving after the update cleared
+			// the stop, must not stop the job again.
+			var err error
+			if restarted, err = store.Restarted(ctx, id); err != nil {
+				return func() {}, state.Ended{}, err
+			}
+		}
+		if !restarted && ld.relaunch.stops(id.Meta, f) {
 			stop = &state.Stop{Reason: f.reason, Message: st.GetMessage(), TaskID: id.String(), State: st.GetState().String(), Since: now.UTC()}
 			if st.Reason != nil {
 				stop.StatusReason = st.Reason.String()

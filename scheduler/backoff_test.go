@@ -1,11 +1,14 @@
 package scheduler
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -188,4 +191,41 @@ func TestRelaunches(t *testing.T) {
 			t.Fatal("a forgotten shard must be due at once")
 		}
 	})
+}
+
+// An unhealable failure (an unknown jobClass) stops the job, unless the task ran a config an
+// update has replaced since: its restart list names it, and its failure, arriving after the
+// update cleared the stop, says nothing of the config now. Before, it stopped the fixed job.
+func TestAFailureOfAReplacedConfigDoesNotStopTheJob(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	j, err := w.ld.store.Job(ctx, "fo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.JobType, j.JobClass, j.ScriptCommandLine = config.Simple, "fixed.Job", "" // the fix: the tasks running now are restarted
+	if _, err := w.ld.store.UpdateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	unknownClass := func(id taskid.ID, uuid string) mesos.TaskStatus {
+		st := upd(id, mesos.TASK_ERROR, uuid)
+		msg := "unknown jobClass \"broken.Job\""
+		st.Message = &msg
+		return st
+	}
+	// Task 0 ran the replaced config.
+	w.ld.updates(ctx, []mesos.TaskStatus{unknownClass(w.tasks[0], "e0")})
+	if _, stopped, err := w.ld.store.Stopped(ctx, "fo"); err != nil || stopped {
+		t.Fatalf("stopped %v (%v) by a task of the replaced config; want not stopped", stopped, err)
+	}
+	// A task launched after the update runs the config now: its unknown jobClass stops the job.
+	w.ld.updates(ctx, []mesos.TaskStatus{upd(w.tasks[1], mesos.TASK_KILLED, "k1")})
+	fresh := taskid.New(taskid.Meta{JobName: "fo", Item: 1}, taskid.Failover, "S0")
+	if err := w.ld.store.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{fresh}}); err != nil {
+		t.Fatal(err)
+	}
+	w.ld.updates(ctx, []mesos.TaskStatus{unknownClass(fresh, "e1")})
+	if _, stopped, err := w.ld.store.Stopped(ctx, "fo"); err != nil || !stopped {
+		t.Fatalf("stopped %v (%v) by a task of the config now; want stopped", stopped, err)
+	}
 }
