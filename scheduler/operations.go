@@ -237,6 +237,11 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 			}
 		}
 	}
+	// The update clears the stop mark in its own multi; read here for the leader's side.
+	_, wasStopped, err := ld.store.Stopped(ctx, j.JobName)
+	if err != nil {
+		return err
+	}
 	oldCron, oldZone := cur.FiredCron()
 	if newCron, newZone := j.FiredCron(); newCron != oldCron || newZone != oldZone {
 		// A new cron or zone: written with the config, after the old cron's slots up to the
@@ -251,9 +256,7 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	if err != nil {
 		return err
 	}
-	if err := ld.clearStop(ctx, j.JobName, "job update"); err != nil {
-		return err
-	}
+	ld.stopCleared(j.JobName, "job update", wasStopped)
 	if prev.RestartsTasks(j) {
 		if err := ld.killJobs(ctx, j.JobName); err != nil {
 			return err

@@ -270,6 +270,7 @@ func (s *Store) JobsNamed(ctx context.Context, names []string) (map[string]confi
 // UpdateJob replaces a job's config and returns the previous one, which the caller compares
 // (config.Job.RestartsTasks) to decide whether running tasks must be killed; such an update
 // records, in the same multi, the tasks running now in the job's restart list (restarts.go).
+// The job's stop mark, if any, goes in the multi too.
 // The job must exist (ErrNotFound) and its app too (ErrAppNotFound).
 func (s *Store) UpdateJob(ctx context.Context, j config.Job) (config.Job, error) {
 	return s.UpdateJobFrom(ctx, j, time.Time{})
@@ -306,6 +307,14 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 				return err
 			}
 			ops = append(ops, restart...)
+		}
+		// An update is how an operator tells a stopped job to try again (stopped.go): its stop
+		// mark goes in the same multi, so that an update written is never one left stopped.
+		sp := s.path(stoppedDir, j.JobName)
+		if st, err := s.stat(ctx, sp); err != nil {
+			return err
+		} else if st != nil {
+			ops = append(ops, deleteOp(sp, st.Version))
 		}
 		if cur.JobExecutionType == config.Daemon && j.JobExecutionType != config.Daemon {
 			// A DAEMON's ready entry asks for its missing shards to be started (a rerun), not

@@ -127,6 +127,30 @@ func TestAnUpdateFromDaemonDropsItsReadyEntry(t *testing.T) {
 	}
 }
 
+// An update clears the job's stop mark in its own multi: a second write, failing, answered the
+// operator with an error for an update that was made, and left the job stopped.
+func TestAnUpdateClearsTheStopMarkWithTheConfig(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	j := testJob("job", "app")
+	must(t, s.CreateJob(ctx, j), "CreateJob")
+	id := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
+	_, err := s.EndTaskAndStop(ctx, id, state.Stop{Reason: "unknown jobClass", TaskID: id.String()})
+	must(t, err, "EndTaskAndStop")
+	before := s.Multis()
+	j.Description = "fixed"
+	_, err = s.UpdateJob(ctx, j)
+	must(t, err, "UpdateJob")
+	if _, stopped, err := s.Stopped(ctx, "job"); err != nil || stopped {
+		t.Fatalf("stopped after the update: %v (%v); want cleared", stopped, err)
+	}
+	if n := s.Multis() - before; n != 1 {
+		t.Fatalf("the update took %d writes; want the config and the stop mark in one", n)
+	}
+}
+
 func TestUpdateJobReturnsThePreviousConfig(t *testing.T) {
 	s := newStore(t)
 	ctx := ctxT(t)
