@@ -82,18 +82,34 @@ func TestASchedulerStopsWhileZooKeeperIsDown(t *testing.T) {
 	tree.Close()
 	zk.Stop()
 	for _, p := range []*proc{leader, standby} {
-		began := time.Now()
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- p.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("%s exited with %v after SIGTERM; want status 0", p.name, err)
-			}
-			t.Logf("stopped %v after SIGTERM", time.Since(began).Round(time.Millisecond))
-		case <-time.After(20 * time.Second):
-			t.Fatalf("the scheduler (pid %d) did not stop within 20 s of SIGTERM with ZooKeeper down:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 3000))
-		}
+		stopsCleanly(t, p, syscall.SIGTERM)
 	}
+}
+
+// stopsCleanly sends sig and requires the process to exit with status 0 within 20 s.
+func stopsCleanly(t *testing.T, p *proc, sig syscall.Signal) {
+	t.Helper()
+	began := time.Now()
+	p.cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s exited with %v after %v; want status 0", p.name, err, sig)
+		}
+		t.Logf("stopped %v after %v", time.Since(began).Round(time.Millisecond), sig)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s (pid %d) did not stop within 20 s of %v:\n%s", p.name, p.cmd.Process.Pid, sig, tail(p.log.String(), 3000))
+	}
+}
+
+// SIGHUP (a closed terminal, a supervisor's hangup) stops the scheduler as SIGTERM does: it
+// resigns and exits 0. It killed it at once, leaving its election node to the session timeout.
+func TestSIGHUPStopsTheSchedulerCleanly(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	p := start(t, "ejcloud-scheduler", "elected leader", "--zk-servers", strings.Join(env.Servers, ","), "--zk-namespace", env.Namespace,
+		"--mesos-url", "http://"+freeAddr(t), "--http-addr", freeAddr(t), "--hostname", "127.0.0.1", "--auth-root", creds)
+	stopsCleanly(t, p, syscall.SIGHUP)
+	await.True(t, 5*time.Second, "it says it stopped", func() bool { return strings.Contains(p.log.String(), "scheduler stopped") })
 }

@@ -43,7 +43,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ejcloud-scheduler: --log-format must be text or json")
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal or a supervisor's hangup would otherwise kill it at once,
+	// without resigning (the standby waiting out the session) or writing the queued trace.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	go func() {
 		// A second signal ends the process at once, as without the handler: an operator's
