@@ -79,14 +79,8 @@ func TestTracerRecordsUpdates(t *testing.T) {
 // A DAEMON run counts once in the task results however often its COMPLETE comes: the agent
 // sends an update again until it is acknowledged, and the run's BEGIN is what starts the next.
 func TestADaemonRunCountsOnce(t *testing.T) {
-	w := newGroupWorld(t)
+	w, tr := newTracedGroupWorld(t)
 	ctx := context.Background()
-	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
-	w.ld.inst.trace = tr
 	say := func(msg, uuid string) mesos.TaskStatus {
 		st := upd(w.tasks[0], mesos.TASK_RUNNING, uuid)
 		st.Message = &msg

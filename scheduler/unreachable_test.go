@@ -30,14 +30,8 @@ func fromMaster(id taskid.ID, s mesos.TaskState, reason mesos.TaskStatus_Reason)
 // The task results count each shard's end once: the finished task, and the lost one (traced as
 // TASK_LOST from the scheduler); not the reconciliation's TASK_GONE of the finished task.
 func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
-	w := newGroupWorld(t)
+	w, tr := newTracedGroupWorld(t)
 	ctx := context.Background()
-	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
-	w.ld.inst.trace = tr
 	w.ld.cfg.UnreachableTimeout = 0 // every unreachable task is past it
 	w.ld.updates(ctx, []mesos.TaskStatus{
 		fromMaster(w.tasks[0], mesos.TASK_UNREACHABLE, mesos.REASON_AGENT_REMOVED),
@@ -116,4 +110,17 @@ func TestTheUnreachableTimeoutCountsFromMesossUnreachableTime(t *testing.T) {
 	if idle != 0 {
 		t.Errorf("%d heartbeat states kept after the task was lost; want none", idle)
 	}
+}
+
+// newTracedGroupWorld is newGroupWorld whose leader traces into an SQLite database of the test.
+func newTracedGroupWorld(t *testing.T) (*groupWorld, *tracer) {
+	t.Helper()
+	w := newGroupWorld(t)
+	tr, err := openTracer(context.Background(), Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	w.ld.inst.trace = tr
+	return w, tr
 }

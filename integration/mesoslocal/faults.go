@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
@@ -176,17 +175,7 @@ func (c *Cluster) reregister(a *agent) {
 			}
 		}
 	}
-	keys := make([]taskKey, 0, len(reported))
-	for k := range reported {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].framework != keys[j].framework {
-			return keys[i].framework < keys[j].framework
-		}
-		return keys[i].task < keys[j].task
-	})
-	for _, k := range keys {
+	for _, k := range sortedTaskKeys(reported) {
 		f, at := c.frameworks[k.framework], reported[k]
 		if f.tasks[k.task] != nil {
 			continue // the master has it (a link broken and restored before the agent was unreachable)

@@ -138,7 +138,8 @@ func (a *agent) resumeUpdates(frameworkID string) {
 	}
 }
 
-func sortedTaskKeys(m map[taskKey]*updateStream) []taskKey {
+// sortedTaskKeys is m's keys by framework, then task: the order updates go out in.
+func sortedTaskKeys[V any](m map[taskKey]V) []taskKey {
 	keys := make([]taskKey, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
