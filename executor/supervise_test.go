@@ -59,6 +59,18 @@ func pids(dir string, names ...string) ([]int, bool) {
 	return out, true
 }
 
+// awaitPIDs waits until every named pid file of dir holds a pid, and returns them.
+func awaitPIDs(t *testing.T, dir, what string, names ...string) []int {
+	t.Helper()
+	var out []int
+	await.True(t, 10*time.Second, what, func() bool {
+		var ok bool
+		out, ok = pids(dir, names...)
+		return ok
+	})
+	return out
+}
+
 // running reports whether pid is a process that has not ended (a zombie has ended).
 func running(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -181,12 +193,7 @@ func TestAKilledScriptsProcessesKeepTheGracePeriod(t *testing.T) {
 			defer cancel()
 			ran := make(chan error, 1)
 			go func() { ran <- r.run(ctx, graceOf(2*time.Second)) }()
-			var child []int
-			await.True(t, 10*time.Second, "the child runs", func() bool {
-				var ok bool
-				child, ok = pids(dir, "child.pid")
-				return ok
-			})
+			child := awaitPIDs(t, dir, "the child runs", "child.pid")
 			cancel()
 			if err := <-ran; !errors.Is(err, errKilled) {
 				t.Fatalf("%v; want killed", err)
@@ -297,12 +304,7 @@ func TestAKilledScriptEndsWithWhatLeftItsGroup(t *testing.T) {
 			defer cancel()
 			ran := make(chan error, 1)
 			go func() { ran <- r.run(ctx, graceOf(tc.grace)) }()
-			var escaped []int
-			await.True(t, 10*time.Second, "the escaped process runs", func() bool {
-				var ok bool
-				escaped, ok = pids(dir, "escaped.pid")
-				return ok
-			})
+			escaped := awaitPIDs(t, dir, "the escaped process runs", "escaped.pid")
 			cancel()
 			select {
 			case err := <-ran:
@@ -331,7 +333,7 @@ func TestALaterKillCutsTheGrace(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- r.run(ctx, k) }()
-	await.True(t, 10*time.Second, "the script runs", func() bool { _, ok := pids(dir, "shell.pid"); return ok })
+	awaitPIDs(t, dir, "the script runs", "shell.pid")
 	cancel()
 	select {
 	case <-k.read: // the ten minutes are asked for
@@ -376,7 +378,7 @@ func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
 			ran := make(chan error, 1)
 			go func() { ran <- r.run(ctx, graceOf(5*time.Second)) }()
 			if !tc.killedFirst {
-				await.True(t, 10*time.Second, "the script runs", func() bool { _, ok := pids(dir, "shell.pid"); return ok })
+				awaitPIDs(t, dir, "the script runs", "shell.pid")
 				cancel()
 			}
 			if err := <-ran; !errors.Is(err, errKilled) {
