@@ -2,7 +2,6 @@ package state
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 )
 
@@ -16,7 +15,7 @@ func TestAnEndedTermsFollowLeavesTheNextTermsWatcher(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.follow(ctx, wf, make(chan string), &atomic.Bool{}, nil)
+			s.follow(ctx, wf, make(chan string), &dropped{wake: make(chan struct{}, 1)}, nil)
 		}()
 		between()
 		cancel()

@@ -804,7 +804,7 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	}
 	m.writeMu.Lock()
 	events := make(chan string, followBuffer)
-	overflow := &atomic.Bool{}
+	overflow := &dropped{wake: make(chan struct{}, 1)}
 	wf := &watchFunc{f: func(ev zk.Event) {
 		if !m.covered(ev.Path) {
 			return
@@ -812,7 +812,7 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 		select {
 		case events <- ev.Path:
 		default:
-			overflow.Store(true) // handled below by reading every watched directory again
+			overflow.note() // handled by follow reading every watched directory again
 		}
 	}}
 	s.watchers.Store(wf)
@@ -903,6 +903,21 @@ type Change struct {
 
 type watchFunc struct{ f func(zk.Event) }
 
+// dropped tells follow that watch events were dropped. It wakes follow too: the dropped
+// events may be the last for a while, and nothing else would send it round again.
+type dropped struct {
+	lost atomic.Bool
+	wake chan struct{} // capacity 1
+}
+
+func (d *dropped) note() {
+	d.lost.Store(true)
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
 // followBuffer is how many watch events wait for follow; beyond it they are dropped, and
 // follow reads every watched directory again, deep.
 var followBuffer = 4096
@@ -914,7 +929,7 @@ const followCoalesce = 20 * time.Millisecond
 // follow reads again what the watches report, until ctx ends. It then stops wf, its mirror's
 // watcher, from being told of events, unless a later mirror of the Store (the next term's) has
 // put its own in place already: that one must go on being told.
-func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string, overflow *atomic.Bool, onChange func(Change)) {
+func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string, overflow *dropped, onChange func(Change)) {
 	defer s.watchers.CompareAndSwap(wf, nil)
 	m := s.mv.m
 	dirs := []string{appsDir, jobsDir, disableAppDir, disableJobDir, stoppedDir, readyDir, failoverDir}
@@ -925,6 +940,7 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 			return
 		case p := <-events:
 			batch = append(batch, p)
+		case <-overflow.wake:
 		}
 		// A burst of changes (every fire of a busy minute creates a ready node) fires the
 		// directory watches one after another: take them together, at a small delay.
@@ -946,7 +962,7 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 		// seen only by reading every child again, which also watches it again (a watch
 		// fires once, and only a read sets it anew).
 		var deep []string
-		if overflow.Swap(false) {
+		if overflow.lost.Swap(false) {
 			for _, d := range dirs {
 				deep = append(deep, s.path(d))
 			}
