@@ -13,10 +13,12 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
+	"strings"
 
 	"github.com/ejcloud/ejcloud/api"
 )
@@ -40,6 +42,11 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console assets: %w", err)
 	}
+	versions, err := assetVersions(files)
+	if err != nil {
+		return nil, err
+	}
+	index = versioned(index, versions)
 	csp, err := policy(index)
 	if err != nil {
 		return nil, err
@@ -53,7 +60,22 @@ func New(cfg Config) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"role": api.Role(cfg.Root, cfg.Guest, r), "authenticated": cfg.Root != ""})
 	})
-	mux.Handle("GET /console/", http.StripPrefix("/console/", http.FileServerFS(files)))
+	assetServer := http.StripPrefix("/console/", http.FileServerFS(files))
+	mux.HandleFunc("GET /console/", func(w http.ResponseWriter, r *http.Request) {
+		v, ok := versions[strings.TrimPrefix(r.URL.Path, "/console/")]
+		if ok && r.URL.Query().Get("v") == v {
+			// The page names each asset with its content's hash, so an asset read once is
+			// read from the browser's cache, without a request, until the binary changes.
+			// Revalidating every load rewrote the cache entries each time (embedded files
+			// carry no validator), and a navigation that left such a write mid-way stalled
+			// the next page's load of that file for 20 s on Chromium's cache lock.
+			w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
+		}
+		if ok {
+			w.Header().Set("ETag", `"`+v+`"`) // a revalidation of an unversioned URL is a 304
+		}
+		assetServer.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
@@ -71,11 +93,42 @@ func New(cfg Config) (http.Handler, error) {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
-		// The assets change only with the binary; revalidating keeps an upgraded scheduler's
-		// console from mixing old and new scripts.
+		// The page, and an asset asked for without its version, are revalidated: an upgraded
+		// scheduler's console must not mix old and new scripts (a versioned asset says
+		// otherwise below).
 		h.Set("Cache-Control", "no-cache")
 		mux.ServeHTTP(w, r)
 	}), nil
+}
+
+// assetVersions maps each asset (its path under assets/) but the page to a hash of its content.
+func assetVersions(files fs.FS) (map[string]string, error) {
+	versions := map[string]string{}
+	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || p == "index.html" {
+			return err
+		}
+		b, err := fs.ReadFile(files, p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		versions[p] = hex.EncodeToString(sum[:8])
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console assets: %w", err)
+	}
+	return versions, nil
+}
+
+// versioned names every asset the page refers to ("/console/…", in its links, its script and
+// its import map) with its version: ?v=<hash>.
+func versioned(index []byte, versions map[string]string) []byte {
+	for p, v := range versions {
+		index = bytes.ReplaceAll(index, []byte(`"/console/`+p+`"`), []byte(`"/console/`+p+`?v=`+v+`"`))
+	}
+	return index
 }
 
 // policy is the Content-Security-Policy of the console: its own origin only, and the page's one

@@ -142,3 +142,52 @@ func TestVendoredFilesMatchVERSIONS(t *testing.T) {
 		}
 	}
 }
+
+// Every asset the page names carries its content's hash and is cached for good under that
+// name; the same asset asked for otherwise is revalidated, and a revalidation is a 304.
+func TestAssetsAreNamedByTheirContent(t *testing.T) {
+	h, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := serve(t, h, "/")
+	if cc := page.Header().Get("Cache-Control"); cc != "no-cache" {
+		t.Fatalf("the page's Cache-Control is %q; want no-cache (it names the assets' versions)", cc)
+	}
+	files, err := fs.Sub(assets, "assets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`"/console/([^"?]+)(\?v=([0-9a-f]+))?"`).FindAllStringSubmatch(page.Body.String(), -1)
+	if len(named) < 8 { // three styles, the script, four modules in the import map
+		t.Fatalf("the page names %d assets: %q", len(named), named)
+	}
+	for _, m := range named {
+		file, v := m[1], m[3]
+		content, err := fs.ReadFile(files, file)
+		if err != nil {
+			t.Fatalf("the page names %s: %v", file, err)
+		}
+		sum := sha256.Sum256(content)
+		if v != hex.EncodeToString(sum[:8]) {
+			t.Fatalf("the page names %s with version %q; want its content's hash %x", file, v, sum[:8])
+		}
+		rec := serve(t, h, "/console/"+file+"?v="+v)
+		if rec.Code != 200 || rec.Header().Get("Cache-Control") != "private, max-age=31536000, immutable" {
+			t.Fatalf("GET %s?v=%s = %d, Cache-Control %q; want 200, cached for good", file, v, rec.Code, rec.Header().Get("Cache-Control"))
+		}
+		for _, q := range []string{"", "?v=0123456789abcdef"} { // unversioned, or another binary's version
+			rec := serve(t, h, "/console/"+file+q)
+			if rec.Code != 200 || rec.Header().Get("Cache-Control") != "no-cache" || rec.Header().Get("ETag") != `"`+v+`"` {
+				t.Fatalf("GET %s%s = %d, Cache-Control %q, ETag %q; want 200, no-cache, ETag %q", file, q, rec.Code, rec.Header().Get("Cache-Control"), rec.Header().Get("ETag"), v)
+			}
+			req := httptest.NewRequest("GET", "/console/"+file+q, nil)
+			req.Header.Set("If-None-Match", `"`+v+`"`)
+			again := httptest.NewRecorder()
+			h.ServeHTTP(again, req)
+			if again.Code != 304 {
+				t.Fatalf("GET %s%s with If-None-Match of its version = %d; want 304", file, q, again.Code)
+			}
+		}
+	}
+}
