@@ -186,10 +186,13 @@ func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
 		return
 	}
 	e.tasks[t.TaskID.Value] = &agentTask{info: t, state: mesos.TASK_STAGING}
-	if e.state == execRunning && e.stream != nil {
+	if e.state == execRunning {
+		// Sent at once even if the executor's connection has dropped: Mesos sends the LAUNCH into
+		// the closed connection, where it is lost, and counts the task as launched. The executor
+		// re-subscribes without it, and the task is dropped then (executorSubscribed).
 		e.deliver(t)
 	} else {
-		e.queue = append(e.queue, t)
+		e.queue = append(e.queue, t) // REGISTERING: sent right after SUBSCRIBED
 	}
 }
 
@@ -220,12 +223,14 @@ func (a *agent) kill(f *framework, taskID string, policy *mesos.KillPolicy) {
 		e.dequeue(taskID)
 		t.state = mesos.TASK_KILLED
 		a.agentUpdate(f.id, taskID, e.id, mesos.TASK_KILLED, mesos.REASON_TASK_KILLED_DURING_LAUNCH, "Killed before delivery to the executor")
-		if !e.everSent && len(e.queue) == 0 {
+		if !e.everSentTask() && len(e.queue) == 0 {
 			a.shutdownExecutor(e, true)
 		}
 	case e.command != nil:
 		e.command.kill(policy)
 	default:
+		// A task sent into a dropped connection gets its KILL the same way: lost, nothing is
+		// reported until the executor re-subscribes without the task and it is dropped.
 		e.send(&executorapi.Event{Type: executorapi.Event_KILL, Kill: &executorapi.Event_Kill{TaskID: mesos.TaskID{Value: taskID}, KillPolicy: policy}})
 	}
 }

@@ -27,7 +27,7 @@ func (a *agent) runCommandTask(f *framework, t mesos.TaskInfo) {
 	info := mesos.ExecutorInfo{ExecutorID: mesos.ExecutorID{Value: id}, FrameworkID: &mesos.FrameworkID{Value: f.id},
 		Command: t.Command, Name: ptr("Command Executor (Task: " + id + ")")}
 	e := &executor{a: a, frameworkID: f.id, id: id, info: info, checkpoint: f.checkpoint(), pa: f.partitionAware(),
-		containerID: newUUID(), tasks: map[string]*agentTask{}, state: execRunning, everSent: true}
+		containerID: newUUID(), tasks: map[string]*agentTask{}, state: execRunning}
 	e.command = &commandTask{e: e, taskID: id}
 	e.tasks[id] = &agentTask{info: t, state: mesos.TASK_STAGING, delivered: true}
 	a.executors[execKey{f.id, id}] = e

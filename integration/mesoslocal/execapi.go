@@ -62,7 +62,10 @@ func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
 		st.serve(w, r)
 		c.mu.Lock()
 		if e.stream == st {
-			e.stream = nil // the connection is gone; the process may re-subscribe
+			// The connection is gone; the executor stays RUNNING and may re-subscribe. What is
+			// sent to it meanwhile is lost, as Mesos's sends into the closed connection are.
+			e.stream = nil
+			e.log().Info("executor disconnected")
 		}
 		c.mu.Unlock()
 		return
@@ -136,21 +139,26 @@ func (a *agent) executorSubscribed(e *executor, sub *executorapi.Call_Subscribe,
 	}
 	if a.recovering {
 		e.reregistered = true
-		listed := map[string]bool{}
-		for _, t := range sub.UnacknowledgedTasks {
-			listed[t.TaskID.Value] = true
-		}
-		for _, id := range sortedKeys(e.tasks) {
-			t := e.tasks[id]
-			if t.state == mesos.TASK_STAGING && t.delivered && !listed[id] {
-				state := lostOr(e.pa, mesos.TASK_DROPPED)
-				t.state = state
-				a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_AGENT_RESTARTED, "Task launched during agent restart")
-			}
+	}
+	// A sent task still STAGING that the executor does not list never reached it: lost with an
+	// agent restart, or sent into a connection that had dropped. Mesos checks on every SUBSCRIBE,
+	// not only after a restart, with the same reason and message either way.
+	listed := map[string]bool{}
+	for _, t := range sub.UnacknowledgedTasks {
+		listed[t.TaskID.Value] = true
+	}
+	for _, id := range sortedKeys(e.tasks) {
+		t := e.tasks[id]
+		if t.state == mesos.TASK_STAGING && t.delivered && !listed[id] {
+			state := lostOr(e.pa, mesos.TASK_DROPPED)
+			t.state = state
+			a.agentUpdate(e.frameworkID, id, e.id, state, mesos.REASON_AGENT_RESTARTED, "Task launched during agent restart")
 		}
 	}
-	if !e.everSent && len(e.queue) == 0 && e.state == execRegistering {
-		a.shutdownExecutor(e, true) // every task was killed before delivery
+	// Checked after the drops, as Mesos does: every task killed before delivery, or every sent
+	// one dropped unreported, leaves an executor with nothing to run.
+	if !e.everSentTask() && len(e.queue) == 0 {
+		a.shutdownExecutor(e, true)
 		return
 	}
 	e.state = execRunning
@@ -191,6 +199,7 @@ func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
 	// unacknowledged one) must not bring a task back in the agent's books.
 	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil && !terminal(t.state) {
 		t.state = *st.State
+		e.reported = true
 	}
 	a.statusUpdate(e.frameworkID, e.id, st)
 	e.send(&executorapi.Event{Type: executorapi.Event_ACKNOWLEDGED, Acknowledged: &executorapi.Event_Acknowledged{TaskID: st.TaskID, UUID: st.UUID}})

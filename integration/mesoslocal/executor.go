@@ -37,8 +37,8 @@ type executor struct {
 	stream       *stream
 	queue        []mesos.TaskInfo      // tasks waiting for SUBSCRIBED
 	tasks        map[string]*agentTask // tasks until their terminal update is acknowledged
-	everSent     bool
-	reregistered bool // re-subscribed since the agent restarted
+	reported     bool                  // the executor has sent an update of one of its tasks
+	reregistered bool                  // re-subscribed since the agent restarted
 
 	proc      *os.Process
 	ct        *container // set once the process is started
@@ -60,8 +60,10 @@ type executor struct {
 }
 
 type agentTask struct {
-	info      mesos.TaskInfo
-	state     mesos.TaskState
+	info  mesos.TaskInfo
+	state mesos.TaskState
+	// delivered: the LAUNCH was sent (Mesos's launched task), whether or not it reached the
+	// executor; a task that is not is still queued.
 	delivered bool
 }
 
@@ -262,13 +264,28 @@ func (e *executor) send(ev *executorapi.Event) {
 	}
 }
 
-// deliver sends LAUNCH for a task. Caller holds c.mu.
+// deliver sends LAUNCH for a task; with no connection, it is lost. Caller holds c.mu.
 func (e *executor) deliver(t mesos.TaskInfo) {
 	if at := e.tasks[t.TaskID.Value]; at != nil {
 		at.delivered = true
 	}
-	e.everSent = true
 	e.send(&executorapi.Event{Type: executorapi.Event_LAUNCH, Launch: &executorapi.Event_Launch{Task: t}})
+}
+
+// everSentTask is Mesos's Executor::everSentTask: a sent task is still live, or the executor
+// has reported on one of its tasks. Sent tasks that the agent dropped because the executor
+// never got them do not count, so an executor left with nothing but those is shut down when it
+// re-subscribes, as one whose tasks were all killed before delivery is.
+func (e *executor) everSentTask() bool {
+	if e.reported {
+		return true
+	}
+	for _, t := range e.tasks {
+		if t.delivered && !terminal(t.state) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *executor) dequeue(taskID string) {

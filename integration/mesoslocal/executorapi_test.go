@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -18,10 +19,13 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/executor"
+	"github.com/mesos/mesos-go/api/v1/lib/recordio"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
+	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
 )
 
@@ -415,5 +419,202 @@ func TestConcurrentFetchesOfOneCachedURI(t *testing.T) {
 	}
 	if hits.Load() != 1 {
 		t.Fatalf("the cached URI was fetched %d times; want once", hits.Load())
+	}
+}
+
+// execConn is one SUBSCRIBE of an executor made over raw HTTP on behalf of a test executor that
+// never subscribes itself, so that the test decides what the executor got and when its
+// connection drops.
+type execConn struct {
+	t      *testing.T
+	url    string
+	call   executor.Call // framework and executor ids for the calls
+	resp   *http.Response
+	events chan executor.Event
+}
+
+// executorSubscribe subscribes executor execID listing tasks as its unacknowledged tasks.
+func executorSubscribe(t *testing.T, o mesos.Offer, fwID, execID string, tasks ...mesos.TaskInfo) *execConn {
+	t.Helper()
+	x := &execConn{t: t, url: "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor",
+		call:   executor.Call{FrameworkID: mesos.FrameworkID{Value: fwID}, ExecutorID: mesos.ExecutorID{Value: execID}},
+		events: make(chan executor.Event, 100)}
+	sub := x.call
+	sub.Type, sub.Subscribe = executor.Call_SUBSCRIBE, &executor.Call_Subscribe{UnacknowledgedTasks: tasks}
+	body, _ := json.Marshal(&sub)
+	resp, text := rawPost(t, x.url, "application/json", "application/json", "", body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("executor SUBSCRIBE: %d %q", resp.StatusCode, text)
+	}
+	x.resp = resp
+	t.Cleanup(x.drop)
+	go func() {
+		defer close(x.events)
+		r := recordio.NewReader(resp.Body)
+		for {
+			frame, err := r.ReadFrame()
+			if err != nil {
+				return
+			}
+			var ev executor.Event
+			if json.Unmarshal(frame, &ev) != nil {
+				return
+			}
+			x.events <- ev
+		}
+	}()
+	return x
+}
+
+// next is the next event on the connection but ACKNOWLEDGED (of the test's own updates).
+func (x *execConn) next(want executor.Event_Type) executor.Event {
+	x.t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case ev, ok := <-x.events:
+			if !ok {
+				x.t.Fatalf("executor connection ended; want %v", want)
+			}
+			if ev.Type == executor.Event_ACKNOWLEDGED {
+				continue
+			}
+			if ev.Type != want {
+				got := ev.Type.String()
+				if ev.Launch != nil {
+					got += " of " + ev.Launch.Task.TaskID.Value
+				}
+				x.t.Fatalf("executor event %s; want %v", got, want)
+			}
+			return ev
+		case <-deadline:
+			x.t.Fatalf("no executor event within %v; want %v", wait, want)
+		}
+	}
+}
+
+// update sends an executor UPDATE of a task.
+func (x *execConn) update(taskID string, state mesos.TaskState) {
+	x.t.Helper()
+	uuid := make([]byte, 16)
+	rand.Read(uuid)
+	call := x.call
+	call.Type, call.Update = executor.Call_UPDATE, &executor.Call_Update{Status: mesos.TaskStatus{
+		TaskID: mesos.TaskID{Value: taskID}, State: state.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: uuid}}
+	body, _ := json.Marshal(&call)
+	if resp, text := rawPost(x.t, x.url, "application/json", "", "", body); resp.StatusCode != http.StatusAccepted {
+		x.t.Fatalf("executor UPDATE: %d %q", resp.StatusCode, text)
+	}
+}
+
+// drop closes the connection from the executor's side, as a network break does.
+func (x *execConn) drop() { x.resp.Body.Close() }
+
+// loggedCluster is a cluster whose log a test can wait on.
+func loggedCluster(t *testing.T) (*mesoslocal.Cluster, *logtest.Hook) {
+	l := mesostest.QuietLogger()
+	hook := logtest.NewLocal(l)
+	return newCluster(t, func(o *mesoslocal.Options) { o.Logger = l }), hook
+}
+
+// awaitLogged waits for the log entry msg about executor execID.
+func awaitLogged(t *testing.T, hook *logtest.Hook, msg, execID string) {
+	t.Helper()
+	await.True(t, wait, "log entry "+msg+" of executor "+execID, func() bool {
+		for _, e := range hook.AllEntries() {
+			if e.Message == msg && e.Data["executor"] == execID {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func wantDroppedAtSubscribe(t *testing.T, st mesos.TaskStatus, state mesos.TaskState) {
+	t.Helper()
+	if *st.State != state || st.GetReason() != mesos.REASON_AGENT_RESTARTED || st.GetMessage() != "Task launched during agent restart" ||
+		st.GetSource() != mesos.SOURCE_AGENT || len(st.UUID) != 16 {
+		t.Fatalf("%s: %v; want %v / AGENT_RESTARTED \"Task launched during agent restart\" from the agent, with a uuid",
+			st.TaskID.Value, st.String(), state)
+	}
+}
+
+// MESOS.md §5.6, §6.3: on every SUBSCRIBE, not only after an agent restart, a sent task still
+// STAGING that the executor does not list is dropped (TASK_LOST for a framework that is not
+// partition-aware); a listed one is not.
+func TestSubscribeDropsSentTasksTheExecutorDoesNotList(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, frameworkInfo())
+	o := s.Offers()[0]
+	e := testExecutor("e1", "nosubscribe")
+	s.Launch(o, task("t1", o, e, "run"))
+	x := executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	x.next(executor.Event_LAUNCH)
+	x.update("t1", mesos.TASK_RUNNING)
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	o = s.Offers()[0]
+	t2, t3 := task("t2", o, e, "run"), task("t3", o, e, "run")
+	s.Launch(o, t2, t3)
+	if id := x.next(executor.Event_LAUNCH).Launch.Task.TaskID.Value; id != "t2" {
+		t.Fatalf("LAUNCH of %s; want t2", id)
+	}
+	x.next(executor.Event_LAUNCH)
+	// The executor lost t2 (say it did not take the LAUNCH before its connection broke) and
+	// comes back with t3 only; the agent itself has not restarted.
+	x.drop()
+	x = executorSubscribe(t, o, s.FrameworkID, "e1", t3)
+	x.next(executor.Event_SUBSCRIBED)
+	wantDroppedAtSubscribe(t, s.Update("t2"), mesos.TASK_LOST)
+	x.update("t3", mesos.TASK_RUNNING)
+	if st := s.Update("t3"); *st.State != mesos.TASK_RUNNING || st.GetSource() != mesos.SOURCE_EXECUTOR {
+		t.Fatalf("t3, listed by the executor: %v; want its TASK_RUNNING", st.String())
+	}
+}
+
+// MESOS.md §6.5, §5.6: a LAUNCH for a RUNNING executor whose connection has dropped is sent into
+// the dropped connection and lost, not kept for a re-subscription, and so is a KILL of that
+// task; the executor re-subscribes without the tasks and they are dropped.
+func TestLaunchIntoADroppedConnectionIsLost(t *testing.T) {
+	c, hook := loggedCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	e := testExecutor("e1", "nosubscribe")
+	s.Launch(o, task("t1", o, e, "run"))
+	x := executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	x.next(executor.Event_LAUNCH)
+	x.update("t1", mesos.TASK_RUNNING)
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	x.drop()
+	awaitLogged(t, hook, "executor disconnected", "e1")
+	o = s.Offers()[0]
+	s.Launch(o, task("t2", o, e, "run"), task("t3", o, e, "run"))
+	s.MustCall(calls.Kill("t3", o.AgentID.Value))
+	x = executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	wantDroppedAtSubscribe(t, s.Update("t3"), mesos.TASK_DROPPED) // its first update: not killed before delivery
+	wantDroppedAtSubscribe(t, s.Update("t2"), mesos.TASK_DROPPED)
+	// Nothing was kept for the new connection: the next event on it is one sent after SUBSCRIBED.
+	s.MustCall(calls.Message(o.AgentID.Value, "e1", []byte("ping")))
+	x.next(executor.Event_MESSAGE)
+}
+
+// MESOS.md §6.3: an executor left by the drops at its SUBSCRIBE with no task it was ever sent
+// and reported on, and nothing queued, is shut down, as Mesos's agent checks after the drops.
+func TestSubscribeShutsDownAnExecutorLeftWithNothingSent(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+	x := executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	x.next(executor.Event_LAUNCH)
+	x.drop() // before the executor took the task
+	x = executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SHUTDOWN)
+	wantDroppedAtSubscribe(t, s.Update("t1"), mesos.TASK_DROPPED)
+	if f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetExecutorID().Value != "e1" {
+		t.Fatalf("FAILURE %v; want executor e1's", f.String())
 	}
 }
