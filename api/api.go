@@ -203,6 +203,7 @@ func body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var fe *config.FieldError
 	var me *MesosError
+	var dep *config.DependentError
 	subject := subjectOf(err)
 	switch {
 	case errors.As(err, &fe):
@@ -219,6 +220,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "the change to "+or(subject, "it")+
 			" touches more than ZooKeeper writes at once (one request, jute.maxbuffer), and it must be one write: nothing changed;"+
 			" make it smaller (an app's jobs can be deleted or disabled first, a few at a time)", "")
+	case errors.As(err, &dep):
+		writeError(w, http.StatusConflict, dep.Error(), "")
 	case errors.Is(err, ErrConflictingState):
 		writeError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), ErrConflictingState.Error()+": "), "")
 	case errors.Is(err, ErrNoSubscription):

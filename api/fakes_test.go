@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -103,6 +105,9 @@ func (f *fakeStore) CreateJob(_ context.Context, j config.Job) error {
 	if _, ok := f.jobs[j.JobName]; ok {
 		return fmt.Errorf("create job: %w", &state.SubjectError{Kind: "job", Name: j.JobName, Err: state.ErrExists})
 	}
+	if err := config.CheckDependsOn(j, slices.Collect(maps.Values(f.jobs))); err != nil { // as the store does
+		return fmt.Errorf("create job: %w", err)
+	}
 	f.jobs[j.JobName] = j
 	return nil
 }
@@ -192,10 +197,21 @@ func (f *fakeSched) UpdateJob(ctx context.Context, j config.Job) error {
 	if err := f.existingJob(ctx, j.JobName); err != nil {
 		return err
 	}
+	jobs, _ := f.store.Jobs(ctx)
+	if err := config.CheckDependsOn(j, jobs); err != nil { // as the store does
+		return err
+	}
 	f.record("update " + j.JobName)
 	return nil
 }
 func (f *fakeSched) DeleteJob(ctx context.Context, job string) error {
+	if err := f.existingJob(ctx, job); err != nil {
+		return err
+	}
+	jobs, _ := f.store.Jobs(ctx)
+	if err := config.CheckNoDependents(jobs, func(j string) bool { return j == job }); err != nil { // as the store does
+		return err
+	}
 	return f.jobOp(ctx, "delete", job)
 }
 func (f *fakeSched) DisableJob(ctx context.Context, job string) error {
@@ -214,6 +230,17 @@ func (f *fakeSched) EnableApp(ctx context.Context, app string) error {
 	return f.appOp(ctx, "enable-app", app)
 }
 func (f *fakeSched) DeleteApp(ctx context.Context, app string) error {
+	if err := f.existingApp(ctx, app); err != nil {
+		return err
+	}
+	jobs, _ := f.store.Jobs(ctx)
+	of := map[string]bool{}
+	for _, j := range jobs {
+		of[j.JobName] = j.AppName == app
+	}
+	if err := config.CheckNoDependents(jobs, func(j string) bool { return of[j] }); err != nil { // as the store does
+		return err
+	}
 	return f.appOp(ctx, "delete-app", app)
 }
 func (f *fakeSched) Idle(taskID string) bool { return f.idle[taskID] }

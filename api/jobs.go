@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
-	"github.com/ejcloud/ejcloud/scheduler/schedule"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -76,65 +74,13 @@ func (s *Server) jobBody(w http.ResponseWriter, r *http.Request) (config.Job, bo
 	if !ok {
 		return config.Job{}, false
 	}
+	// Its dependsOn is checked against the other jobs by the store, in the write itself.
 	j, err := config.DecodeJob(b, s.cfg.Zone)
-	if err == nil {
-		err = s.checkDependsOn(r.Context(), j)
-	}
 	if err != nil {
 		s.fail(w, r, err)
 		return config.Job{}, false
 	}
 	return j, true
-}
-
-// checkDependsOn validates a job's dependsOn against the other jobs (issue 19): each names a
-// TRANSIENT job with a cron and without concurrencyPolicy Allow (whose overlapping runs give a
-// logical time no single run to wait for), and together they close no cycle — a job in a
-// cycle would wait for itself. The 400 names the field and the cycle. A job becomes Allow only
-// while no job depends on it.
-func (s *Server) checkDependsOn(ctx context.Context, j config.Job) error {
-	// A job others may depend on must stay one they can wait for: TRANSIENT, with a cron, not
-	// Allow. Only a job that is none of those needs the other jobs read to be sure.
-	waitable := j.JobExecutionType == config.Transient && j.Cron != "" && j.ConcurrencyPolicy != config.Allow
-	if len(j.DependsOn) == 0 && waitable {
-		return nil
-	}
-	jobs, err := s.store.Jobs(ctx)
-	if err != nil {
-		return err
-	}
-	deps := map[string][]string{}
-	byName := map[string]config.Job{}
-	for _, o := range jobs {
-		deps[o.JobName], byName[o.JobName] = o.DependsOn, o
-		if !waitable && o.JobName != j.JobName && slices.Contains(o.DependsOn, j.JobName) {
-			switch {
-			case j.ConcurrencyPolicy == config.Allow:
-				return &config.FieldError{Field: "concurrencyPolicy", Message: fmt.Sprintf("job %q depends on this job: a job others depend on cannot have concurrencyPolicy Allow", o.JobName)}
-			case j.JobExecutionType != config.Transient:
-				return &config.FieldError{Field: "jobExecutionType", Message: fmt.Sprintf("job %q depends on this job: a job others depend on must be TRANSIENT", o.JobName)}
-			default:
-				return &config.FieldError{Field: "cron", Message: fmt.Sprintf("job %q depends on this job: a job others depend on must have a cron", o.JobName)}
-			}
-		}
-	}
-	deps[j.JobName] = j.DependsOn
-	for _, d := range j.DependsOn {
-		o, ok := byName[d]
-		switch {
-		case d == j.JobName:
-		case !ok:
-			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which does not exist", d)}
-		case o.JobExecutionType != config.Transient || o.Cron == "":
-			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, which is not a TRANSIENT job with a cron", d)}
-		case o.ConcurrencyPolicy == config.Allow:
-			return &config.FieldError{Field: "dependsOn", Message: fmt.Sprintf("dependsOn names job %q, whose concurrencyPolicy is Allow (its runs overlap: a logical time has no single run to wait for)", d)}
-		}
-	}
-	if c := schedule.Cycle(deps, j.JobName); c != nil {
-		return &config.FieldError{Field: "dependsOn", Message: "dependsOn would close a cycle: " + strings.Join(c, " → ")}
-	}
-	return nil
 }
 
 // jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms).
@@ -162,31 +108,7 @@ func (s *Server) deregisterJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.noDependents(r.Context(), func(j string) bool { return j == name }); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.op(w, r, s.sched.DeleteJob, name)
-}
-
-// noDependents refuses (409) the deletion of the jobs gone says are going while another job
-// depends on one of them: that job's runs would wait for ever for a run that never comes.
-func (s *Server) noDependents(ctx context.Context, gone func(job string) bool) error {
-	jobs, err := s.store.Jobs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, o := range jobs {
-		if gone(o.JobName) {
-			continue
-		}
-		for _, d := range o.DependsOn {
-			if gone(d) {
-				return fmt.Errorf("%w: job %q depends on job %q: take it out of %q's dependsOn first", ErrConflictingState, o.JobName, d, o.JobName)
-			}
-		}
-	}
-	return nil
+	s.op(w, r, s.sched.DeleteJob, name) // refused (409) while another job depends on it
 }
 
 func (s *Server) triggerJob(w http.ResponseWriter, r *http.Request) {

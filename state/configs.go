@@ -115,6 +115,17 @@ func (s *Store) UpdateApp(ctx context.Context, name string, change func(config.A
 func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 	var deleted []string
 	err := retry(ctx, func() error {
+		// A job of another app may not depend on one of the app's; its own jobs go together.
+		guard, err := s.dependsOps(ctx, func(jobs []config.Job) error {
+			of := map[string]bool{}
+			for _, j := range jobs {
+				of[j.JobName] = j.AppName == name
+			}
+			return config.CheckNoDependents(jobs, func(j string) bool { return of[j] })
+		})
+		if err != nil {
+			return fmt.Errorf("delete app %q: %w", name, err)
+		}
 		_, version, err := s.readApp(ctx, name)
 		if err != nil {
 			return err
@@ -123,7 +134,7 @@ func (s *Store) DeleteApp(ctx context.Context, name string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		ops := []any{deleteOp(s.path(appsDir, name), version)}
+		ops := append(guard, deleteOp(s.path(appsDir, name), version))
 		marker, err := s.stat(ctx, s.path(disableAppDir, name))
 		if err != nil {
 			return err
@@ -168,11 +179,15 @@ func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
 		return err
 	}
 	return retry(ctx, func() error {
+		guard, err := s.jobDependsOps(ctx, j)
+		if err != nil {
+			return fmt.Errorf("create job %q: %w", j.JobName, err)
+		}
 		app, err := s.appOp(ctx, j.AppName)
 		if err != nil {
 			return fmt.Errorf("create job %q: %w", j.JobName, err)
 		}
-		if err := s.multi(ctx, app, s.createOp(s.path(jobsDir, j.JobName), data)); err != nil {
+		if err := s.multi(ctx, append(guard, app, s.createOp(s.path(jobsDir, j.JobName), data))...); err != nil {
 			return fmt.Errorf("create job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
 		}
 		return nil
@@ -292,6 +307,10 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 	}
 	var prev config.Job
 	err = retry(ctx, func() error {
+		guard, err := s.jobDependsOps(ctx, j)
+		if err != nil {
+			return fmt.Errorf("update job %q: %w", j.JobName, err)
+		}
 		cur, version, err := s.readJob(ctx, j.JobName)
 		if err != nil {
 			return err
@@ -300,7 +319,7 @@ func (s *Store) UpdateJobFrom(ctx context.Context, j config.Job, from time.Time)
 		if err != nil {
 			return fmt.Errorf("update job %q: %w", j.JobName, err)
 		}
-		ops := []any{app, setOp(s.path(jobsDir, j.JobName), data, version)}
+		ops := append(guard, app, setOp(s.path(jobsDir, j.JobName), data, version))
 		if cur.RestartsTasks(j) {
 			restart, err := s.restartOps(ctx, j.JobName)
 			if err != nil {
@@ -376,6 +395,10 @@ func (s *Store) DeleteJob(ctx context.Context, name string) error { return s.del
 // deleteJob is DeleteJob; a test's between runs after each attempt's reads.
 func (s *Store) deleteJob(ctx context.Context, name string, between func()) error {
 	return retry(ctx, func() error {
+		guard, err := s.deleteDependsOps(ctx, func(j string) bool { return j == name })
+		if err != nil {
+			return fmt.Errorf("delete job %q: %w", name, err)
+		}
 		_, version, err := s.readJob(ctx, name)
 		if err != nil {
 			return err
@@ -384,6 +407,7 @@ func (s *Store) deleteJob(ctx context.Context, name string, between func()) erro
 		if err != nil {
 			return err
 		}
+		ops = append(ops, guard...)
 		if between != nil {
 			between()
 		}

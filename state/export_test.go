@@ -27,6 +27,13 @@ func SetLoadedHook(f func()) (restore func()) {
 	return func() { loadedHook.Store(nil) }
 }
 
+// SetDependsCheckedHook runs f after each dependsOn check that passed, before its write, until
+// the returned func is called.
+func SetDependsCheckedHook(f func()) (restore func()) {
+	dependsCheckedHook.Store(&f)
+	return func() { dependsCheckedHook.Store(nil) }
+}
+
 // ModelDump renders every node of a mirrored Store's model: path, version, data and children.
 func (s *Store) ModelDump() string {
 	m := s.mv.m

@@ -3,7 +3,6 @@ package schedule
 import (
 	"fmt"
 	"math/rand"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,27 +216,6 @@ func TestBeforeEdges(t *testing.T) {
 	// Plan of a cron with no slot left: nothing, and the ledger stays where it was.
 	if d := Plan(yearly, time.UTC, slot, slot.AddDate(5, 0, 0), Options{Policy: FireAll}, false); len(d.Slots) != 0 || !d.Last.Equal(slot) {
 		t.Errorf("a spent cron: %+v", d)
-	}
-}
-
-func TestCycle(t *testing.T) {
-	cases := []struct {
-		name string
-		deps map[string][]string
-		job  string
-		want []string
-	}{
-		{"none", map[string][]string{"d": {"b", "c"}, "b": {"a"}, "c": {"a"}}, "d", nil},
-		{"self", map[string][]string{"a": {"a"}}, "a", []string{"a", "a"}},
-		{"three", map[string][]string{"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a", []string{"a", "b", "c", "a"}},
-		{"through a diamond", map[string][]string{"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": {"a"}}, "a", []string{"a", "b", "d", "a"}},
-		{"a cycle elsewhere is not this job's", map[string][]string{"x": {"y"}, "y": {"x"}, "a": {"x"}}, "a", nil},
-		{"unknown dependencies", map[string][]string{"a": {"ghost"}}, "a", nil},
-	}
-	for _, c := range cases {
-		if got := Cycle(c.deps, c.job); !slices.Equal(got, c.want) {
-			t.Errorf("%s: %v; want %v", c.name, got, c.want)
-		}
 	}
 }
 
