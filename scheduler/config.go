@@ -159,6 +159,9 @@ func (c *Config) Validate() error {
 	if c.EventTraceRetention <= 0 {
 		return fmt.Errorf("--event-trace-retention must be positive, got %v", c.EventTraceRetention)
 	}
+	if err := c.checkExecutorBinary(); err != nil {
+		return err
+	}
 	if err := c.parseMesosURL(); err != nil {
 		return err
 	}
@@ -315,6 +318,29 @@ func osHostname() string {
 		return h
 	}
 	return "localhost"
+}
+
+// checkExecutorBinary refuses an --executor-binary that names no readable regular file: a typo
+// would otherwise show only as a 404 to every agent fetching it. The default, beside the
+// scheduler's own binary, may be absent (apps whose packages carry their executor do not
+// fetch it): a warning then, since GET /executor/ejcloud-executor answers 404.
+func (c *Config) checkExecutorBinary() error {
+	f, err := os.Open(c.ExecutorBinary)
+	if err == nil {
+		var st os.FileInfo
+		if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("not a regular file")
+		}
+		f.Close()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case c.ExecutorBinary != defaultExecutor():
+		return fmt.Errorf("--executor-binary %s: %w", c.ExecutorBinary, err)
+	}
+	c.warnings = append(c.warnings, fmt.Sprintf("no ejcloud-executor to serve (--executor-binary %s: %v): GET /executor/ejcloud-executor answers 404", c.ExecutorBinary, err))
+	return nil
 }
 
 func defaultExecutor() string {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,9 @@ func TestConfigValidation(t *testing.T) {
 		{"an event trace DSN without a scheme", func(c *Config) { c.EventTraceDB = "trace.db" }, "--event-trace-db"},
 		{"an event trace in an unknown database", func(c *Config) { c.EventTraceDB = "oracle://db/x" }, "--event-trace-db"},
 		{"a negative retention", func(c *Config) { c.EventTraceRetention = -time.Hour }, "--event-trace-retention"},
+		{"an executor binary that is there", func(c *Config) { c.ExecutorBinary = secret }, ""},
+		{"an executor binary that is not there", func(c *Config) { c.ExecutorBinary = filepath.Join(dir, "nope") }, "--executor-binary " + filepath.Join(dir, "nope")},
+		{"an executor binary that is a directory", func(c *Config) { c.ExecutorBinary = dir }, "not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base
@@ -216,6 +220,24 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("secret %q; want s3cret", c.mesosSecret)
 			}
 		})
+	}
+}
+
+// The default --executor-binary, beside the scheduler's binary, may be absent (apps whose
+// packages carry their executor never fetch it): a warning, not a refusal.
+func TestAMissingDefaultExecutorBinaryIsWarnedAbout(t *testing.T) {
+	c := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
+	if c.ExecutorBinary != defaultExecutor() {
+		t.Fatalf("the default --executor-binary is %q; want %q", c.ExecutorBinary, defaultExecutor())
+	}
+	if _, err := os.Stat(c.ExecutorBinary); err == nil {
+		t.Fatalf("%s exists beside the test binary: the test needs it absent", c.ExecutorBinary)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v; want a warning only", err)
+	}
+	if !slices.ContainsFunc(c.Warnings(), func(w string) bool { return strings.Contains(w, "GET /executor/ejcloud-executor answers 404") }) {
+		t.Fatalf("warnings %q; want one about the missing executor binary", c.Warnings())
 	}
 }
 
