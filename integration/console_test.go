@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/console"
 	"github.com/ejcloud/ejcloud/internal/await"
 )
@@ -111,6 +114,92 @@ func TestConsole(t *testing.T) {
 	if _, body := s.api(t, "GET", "/api/job/jobs/console-job", ""); !strings.Contains(body, `"description":"changed in the console"`) || !strings.Contains(body, `"timeZone":"Asia/Shanghai"`) ||
 		!strings.Contains(body, `"misfire":true`) || !strings.Contains(body, `"misfirePolicy":"fireOnce"`) {
 		t.Fatalf("after Modify (misfire switched on) the job is %s", body)
+	}
+
+	// Issue 19's options through the form: retries, a concurrency policy and a dependency, saved,
+	// and kept by a modify that changes something else. The form checks the simple rules in the
+	// server's words; a dependency that does not exist is the server's to refuse, beside its field.
+	b.open(t, root, "#/jobs/+new")
+	b.waitText(t, root, `select[name=appName] option[value="app"]`, "app")
+	b.fill(t, root, "jobName", "form-options")
+	b.fill(t, root, "cron", "0 0 0 1 1 ?") // yearly: it does not run during the test
+	b.fill(t, root, "memoryMB", "16")
+	b.fill(t, root, "scriptCommandLine", "true")
+	b.fill(t, root, "retryMaxAttempts", "0")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, `input[name=retryMaxAttempts] ~ small`, "retry maxAttempts must be 1 to 100, got 0")
+	b.fill(t, root, "retryMaxAttempts", "3")
+	b.fill(t, root, "retryBackoff", "2")
+	b.fill(t, root, "retryMaxBackoff", "60")
+	b.fill(t, root, "concurrencyPolicy", "Replace")
+	b.fill(t, root, "dependsOn", "console-job, no-such-job")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	msg = b.waitText(t, root, `input[name=dependsOn] ~ small`, `dependsOn names job "no-such-job", which does not exist`)
+	if invalid := b.eval(t, root, `document.querySelector('input[name=dependsOn]').getAttribute('aria-invalid')`); invalid != "true" {
+		t.Fatalf("the dependsOn field's aria-invalid is %q beside %q; want true", invalid, msg)
+	}
+	b.fill(t, root, "dependsOn", "console-job")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, "main h1", "Job form-options")
+	b.waitText(t, root, "main dl", "maxAttempts 3 · backoff 2 s, doubling · maxBackoff 60 s")
+	b.waitXPathText(t, root, `//main//dl/dd/a[@href="#/jobs/console-job"]`, "console-job") // dependsOn links to the job
+	wantOptions := func(when, description string) map[string]any {
+		t.Helper()
+		_, body := s.api(t, "GET", "/api/job/jobs/form-options", "")
+		var j config.Job
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(body), &j); err != nil {
+			t.Fatalf("%s the job is %s: %v", when, body, err)
+		}
+		if err := json.Unmarshal([]byte(body), &fields); err != nil {
+			t.Fatal(err)
+		}
+		if j.Retry == nil || *j.Retry != (config.Retry{MaxAttempts: 3, Backoff: 2, MaxBackoff: 60}) || j.ConcurrencyPolicy != "Replace" ||
+			!slices.Equal(j.DependsOn, []string{"console-job"}) || j.Description != description {
+			t.Fatalf("%s the job is %s; want retry {3, 2, 60}, concurrencyPolicy Replace, dependsOn [console-job], description %q", when, body, description)
+		}
+		return fields
+	}
+	// Fields the form has no control for are sent back as they were: two set through the API.
+	fields := wantOptions("after Add", "")
+	fields["startingDeadline"], fields["misfirePolicy"] = 30, "fireAll"
+	update, _ := json.Marshal(fields)
+	s.must(t, 204, "PUT", "/api/job/update", string(update))
+	options := `['retryMaxAttempts', 'retryBackoff', 'retryMaxBackoff', 'concurrencyPolicy', 'dependsOn', 'shardsIndependent']
+		.map((n) => document.querySelector('form [name=' + n + ']')).map((e) => (!e ? '-' : e.type === 'checkbox' ? String(e.checked) : e.value)).join(' | ')`
+	b.open(t, root, "#/jobs/form-options/edit")
+	b.waitText(t, root, "main h1", "Modify job form-options")
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | -" {
+		t.Fatalf("the edit form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	}
+	// Allow: neither retries nor dependencies (the server refuses both with it), and only with
+	// shardsIndependent, which the form asks for in the server's words. Switched back, what was
+	// set is still there.
+	b.fill(t, root, "concurrencyPolicy", "Allow")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, `select[name=concurrencyPolicy] ~ small`, "concurrencyPolicy Allow runs a shard again while its last run still runs: set shardsIndependent to true")
+	if v := b.eval(t, root, options); v != "- | - | - | Allow | - | false" {
+		t.Fatalf("with Allow the form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	}
+	b.fill(t, root, "concurrencyPolicy", "Replace")
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | -" {
+		t.Fatalf("switched back from Allow the form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	}
+	b.fill(t, root, "description", "options kept")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, "main dl", "options kept")
+	if fields := wantOptions("after Modify", "options kept"); fields["startingDeadline"] != 30.0 || fields["misfirePolicy"] != "fireAll" {
+		t.Fatalf("after Modify the job has startingDeadline %v and misfirePolicy %v; want 30 and fireAll, as the API set them", fields["startingDeadline"], fields["misfirePolicy"])
+	}
+	// A job others depend on cannot become Allow: the server's 400 shows beside concurrencyPolicy.
+	b.open(t, root, "#/jobs/console-job/edit")
+	b.waitText(t, root, "main h1", "Modify job console-job")
+	b.fill(t, root, "concurrencyPolicy", "Allow")
+	press(t, b, root, chromedp.CSS(`form [name=shardsIndependent]`))
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, `select[name=concurrencyPolicy] ~ small`, `job "form-options" depends on this job: a job others depend on cannot have concurrencyPolicy Allow`)
+	if _, body := s.api(t, "GET", "/api/job/jobs/console-job", ""); !strings.Contains(body, `"concurrencyPolicy":"Forbid"`) {
+		t.Fatalf("after a refused Modify console-job is %s", body)
 	}
 
 	// A job too big for any agent waits in ready, and its page says why.

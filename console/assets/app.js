@@ -232,7 +232,47 @@ function validateJob(j) {
       if (typeof p !== 'object' || Array.isArray(p) || p === null || Object.values(p).some((v) => typeof v !== 'string')) throw new Error();
     } catch (x) { e.jobProperties = 'jobProperties must be a JSON object of strings, such as {"key":"value"}'; }
   }
+  const o = jobOptions(j);
+  if (o.retry) {
+    const a = num(j.retryMaxAttempts), b = num(j.retryBackoff), m = num(j.retryMaxBackoff);
+    if (!(Number.isInteger(a) && a >= 1 && a <= 100)) e.retryMaxAttempts = 'retry maxAttempts must be 1 to 100, got ' + j.retryMaxAttempts;
+    if (!(b >= 0 && b <= 86400)) e.retryBackoff = 'retry backoff must be 0 to 86400 seconds, got ' + j.retryBackoff;
+    if (!(m >= 0 && m <= 86400)) e.retryMaxBackoff = 'retry maxBackoff must be 0 to 86400 seconds (0: no bound), got ' + j.retryMaxBackoff;
+  }
+  if (o.shardsIndependent && !j.shardsIndependent) {
+    e.concurrencyPolicy = 'concurrencyPolicy Allow runs a shard again while its last run still runs: set shardsIndependent to true to declare that two runs of a shard may overlap';
+  }
+  if (o.dependsOn) {
+    const seen = new Set();
+    for (const d of nameList(j.dependsOn)) {
+      const n = checkName('dependsOn', d) || (seen.has(d) ? 'dependsOn names "' + d + '" twice' : '');
+      if (n) { e.dependsOn = n; break; }
+      seen.add(d);
+    }
+  }
   return e;
+}
+
+// jobOptions says which of issue 19's options the server takes for the job as the form has it
+// (config.Job.Validate), and so which the form shows and sends: a concurrency policy and retries
+// for TRANSIENT jobs, shardsIndependent with Allow only, dependsOn for TRANSIENT jobs with a
+// cron, and neither retries nor dependsOn with Allow. Whether the jobs named exist, have a cron,
+// or close a cycle is the server's to say.
+function jobOptions(j) {
+  const transient = j.jobExecutionType === 'TRANSIENT';
+  const allow = transient && j.concurrencyPolicy === 'Allow';
+  return { concurrencyPolicy: transient, shardsIndependent: allow, retry: transient && !allow, dependsOn: transient && !allow && !!(j.cron || '').trim() };
+}
+
+// nameList reads job names separated by commas or spaces (neither is in a valid name).
+const nameList = (s) => (s || '').split(/[\s,]+/).filter(Boolean);
+
+// jobErrorKey is the form's field for a 400 naming the job's field: retry's message names which
+// of its numbers is wrong ("retry backoff must be …"); the others are about maxAttempts.
+function jobErrorKey(e) {
+  if (e.field !== 'retry') return e.field;
+  const m = /^retry (maxAttempts|backoff|maxBackoff)\b/.exec(e.message);
+  return { maxAttempts: 'retryMaxAttempts', backoff: 'retryBackoff', maxBackoff: 'retryMaxBackoff' }[m ? m[1] : 'maxAttempts'];
 }
 
 // ---------------------------------------------------------------- Apps
@@ -269,11 +309,15 @@ function AppsPage({ canWrite }) {
 
 // useForm is what the app and job forms share: the values (set once loaded), the field errors
 // and a general one, a Field per value (f), and a submit that validates, lets save send the
-// values, and puts a 400 that names one of the form's fields beside that field.
-function useForm(defaults, validate, save) {
+// values, and puts a 400 that names one of the fields the form shows beside that field (place
+// maps the server's field to the form's key where they differ); a 400 naming a field the form
+// does not show (one hidden for the job as it is) is shown above the form, not lost.
+function useForm(validate, save, place = (e) => e.field) {
   const [form, setForm] = useState(null);
   const [errors, setErrors] = useState({});
   const [general, setGeneral] = useState(null);
+  const shown = useRef(new Set());
+  shown.current = new Set(); // the error keys of the fields this render shows (f adds them)
   const set = (k) => (v) => setForm((f) => ({ ...f, [k]: v })); // functional: keystrokes between renders all count
   const submit = async (ev) => {
     ev.preventDefault();
@@ -284,17 +328,23 @@ function useForm(defaults, validate, save) {
     try {
       await save(form);
     } catch (e) {
-      if (e.field && e.field in defaults) { setErrors({ [e.field]: e.message }); focusError(); } else setGeneral(e);
+      const k = e.field && place(e);
+      if (k && shown.current.has(k)) { setErrors({ [k]: e.message }); focusError(); } else setGeneral(e);
     }
   };
-  const f = (k, label, extra) => html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[k]} ...${extra || {}} />`;
+  // errKey: the key of the field's errors when it is not the value's (jobPropertiesText's are jobProperties').
+  const f = (k, label, extra = {}) => {
+    const { errKey = k, ...rest } = extra;
+    shown.current.add(errKey);
+    return html`<${Field} name=${k} label=${label} value=${form[k]} onInput=${set(k)} error=${errors[errKey]} ...${rest} />`;
+  };
   return { form, setForm, errors, general, submit, f };
 }
 
 function AppForm({ name }) {
   const editing = !!name;
   const existing = useApi(editing ? '/api/app/' + enc(name) : null);
-  const { form, setForm, general, submit, f } = useForm(appDefaults, validateApp, async (form) => {
+  const { form, setForm, general, submit, f } = useForm(validateApp, async (form) => {
     const body = { ...form, cpuCount: num(form.cpuCount), memoryMB: num(form.memoryMB), eventTraceSamplingCount: num(form.eventTraceSamplingCount) };
     await api(editing ? 'PUT' : 'POST', '/api/app', body);
     location.hash = '#/apps/' + enc(form.appName);
@@ -359,6 +409,9 @@ const jobDefaults = {
   shardingTotalCount: '1', shardingItemParameters: '', jobParameter: '', cpuCount: '0.1', memoryMB: '64',
   failover: false, misfire: false, streamingProcess: false, scriptCommandLine: '', placement: 'SPREAD',
   jobShardingStrategyType: 'AVG_ALLOCATION', description: '', jobProperties: {},
+  // Issue 19's options; retry's numbers are fields of the form's own (the job has the object
+  // retry), and dependsOn is the form's text of names.
+  concurrencyPolicy: 'Forbid', shardsIndependent: false, dependsOn: '', retryMaxAttempts: '1', retryBackoff: '0', retryMaxBackoff: '0',
 };
 
 function describeUnplaced(reasons) {
@@ -437,12 +490,23 @@ function JobForm({ name }) {
   const editing = !!name;
   const existing = useApi(editing ? '/api/job/jobs/' + enc(name) : null);
   const apps = useApi('/api/app/list');
-  const { form, setForm, errors, general, submit, f } = useForm(jobDefaults, validateJob, async (form) => {
-    const { jobPropertiesText, ...body } = form;
+  const { form, setForm, general, submit, f } = useForm(validateJob, async (form) => {
+    const { jobPropertiesText, retryMaxAttempts, retryBackoff, retryMaxBackoff, ...body } = form;
     body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
     for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
     if (!body.timeZone) delete body.timeZone; // the scheduler's zone
     if (body.jobType !== 'DATAFLOW') body.streamingProcess = false; // its box is shown for DATAFLOW only
+    // Issue 19's options are sent where the server takes them, as their fields are shown: a
+    // value in a field that a switch hid stays in the form, and shows again when switched back.
+    const o = jobOptions(form);
+    if (!o.concurrencyPolicy) delete body.concurrencyPolicy; // a DAEMON job has none
+    if (!o.shardsIndependent) delete body.shardsIndependent;
+    const retry = { maxAttempts: num(retryMaxAttempts), backoff: num(retryBackoff), maxBackoff: num(retryMaxBackoff) };
+    // A job that had no retry and is given none (1 attempt, no backoff) is sent without one, as before.
+    if (o.retry && (body.retry || retry.maxAttempts !== 1 || retry.backoff !== 0 || retry.maxBackoff !== 0)) body.retry = retry;
+    else delete body.retry;
+    const deps = nameList(body.dependsOn);
+    if (o.dependsOn && deps.length) body.dependsOn = deps; else delete body.dependsOn;
     // The misfire policy follows misfire unless set otherwise (the form has no field for it):
     // switching misfire on or off lets the scheduler derive it again where it was the derived
     // one (fireOnce with misfire, skip without); one set otherwise (fireAll) is kept.
@@ -450,13 +514,22 @@ function JobForm({ name }) {
     if (editing && existing.data && body.misfire !== existing.data.misfire && (!existing.data.misfirePolicy || existing.data.misfirePolicy === derived(existing.data.misfire))) delete body.misfirePolicy;
     await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
     location.hash = '#/jobs/' + enc(form.jobName);
-  });
+  }, jobErrorKey);
   useEffect(() => {
     const base = editing ? existing.data : {};
     if (!base) return;
+    // The job's fields that the form has no field for (misfirePolicy, startingDeadline, …) are
+    // kept as they are and sent back.
     const f = { ...jobDefaults, ...base };
-    for (const k of Object.keys(f)) if (typeof f[k] === 'number') f[k] = String(f[k]);
+    for (const k of Object.keys(jobDefaults)) if (typeof f[k] === 'number') f[k] = String(f[k]);
     f.jobPropertiesText = f.jobProperties && Object.keys(f.jobProperties).length ? JSON.stringify(f.jobProperties) : '';
+    if (base.retry) {
+      f.retryMaxAttempts = String(base.retry.maxAttempts ?? 1);
+      f.retryBackoff = String(base.retry.backoff ?? 0);
+      f.retryMaxBackoff = String(base.retry.maxBackoff ?? 0);
+    }
+    f.dependsOn = (base.dependsOn || []).join(', ');
+    if (!f.concurrencyPolicy) f.concurrencyPolicy = 'Forbid'; // a DAEMON job has none: Forbid if it becomes TRANSIENT
     setForm(f);
   }, [editing, existing.data]);
   useEffect(() => {
@@ -465,6 +538,7 @@ function JobForm({ name }) {
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
   const appNames = (apps.data || []).map((a) => a.appName);
+  const o = jobOptions(form);
   return html`<section>
     <h1>${editing ? 'Modify job ' + name : 'Add a job'}</h1>
     <${Banner} error=${general} />
@@ -486,14 +560,32 @@ function JobForm({ name }) {
         ${f('jobParameter', 'Job parameter')}
         ${f('placement', 'Placement', { options: ['SPREAD', 'BINPACK'] })}
         ${f('jobShardingStrategyType', 'Sharding strategy', { options: ['AVG_ALLOCATION', 'ODEVITY', 'ROUND_ROBIN'] })}
+        ${o.concurrencyPolicy ? f('concurrencyPolicy', 'Concurrency policy', {
+          options: [['Forbid', 'Forbid: wait for the last run'], ['Replace', 'Replace: kill the last run'], ['Allow', 'Allow: run beside the last run']],
+          hint: 'what a fire does that finds the last run still running; Allow takes no retries or dependencies' }) : ''}
+        ${o.shardsIndependent ? f('shardsIndependent', 'Shards independent: two runs of a shard may overlap without harm', { type: 'checkbox' }) : ''}
+        ${o.retry ? f('retryMaxAttempts', 'Retry: max attempts', { type: 'number', step: '1', min: '1', hint: 'runs of a shard that fails by the job\'s own fault, the first included; 1: no retry' }) : ''}
+        ${o.retry ? f('retryBackoff', 'Retry: backoff (s)', { type: 'number', step: 'any', min: '0', hint: 'before the first retry; doubles with each' }) : ''}
+        ${o.retry ? f('retryMaxBackoff', 'Retry: max backoff (s)', { type: 'number', step: 'any', min: '0', hint: '0: no bound' }) : ''}
+        ${o.dependsOn ? f('dependsOn', 'Depends on', { hint: 'job names, comma-separated: TRANSIENT jobs with a cron whose run of the same time must succeed first' }) : ''}
         ${f('description', 'Description', { wide: true })}
-        ${f('jobPropertiesText', 'Job properties (JSON object)', { type: 'textarea', wide: true, error: errors.jobProperties, hint: 'passed to the executor unchanged' })}
+        ${f('jobPropertiesText', 'Job properties (JSON object)', { type: 'textarea', wide: true, errKey: 'jobProperties', hint: 'passed to the executor unchanged' })}
         ${f('failover', 'Failover', { type: 'checkbox' })}
         ${f('misfire', 'Misfire', { type: 'checkbox' })}
         ${form.jobType === 'DATAFLOW' ? f('streamingProcess', 'Streaming process', { type: 'checkbox' }) : ''}
       </div>
       <div class="actions"><button type="submit">${editing ? 'Save' : 'Add job'}</button><a role="button" class="secondary outline" href="#/jobs">Cancel</a></div>
     </form></section>`;
+}
+
+// configValue shows a field of a job's config: the jobs it depends on link to their pages, its
+// retry is said in words; the rest as the API gives it.
+function configValue(k, v) {
+  if (k === 'dependsOn' && Array.isArray(v)) return v.map((d, i) => html`${i ? ', ' : ''}<a href=${'#/jobs/' + enc(d)}>${d}</a>`);
+  if (k === 'retry' && v && typeof v === 'object') {
+    return 'maxAttempts ' + v.maxAttempts + ' · backoff ' + v.backoff + ' s, doubling · maxBackoff ' + (v.maxBackoff ? v.maxBackoff + ' s' : '0 (no bound)');
+  }
+  return typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v);
 }
 
 function JobDetail({ name, canWrite }) {
@@ -536,7 +628,7 @@ function JobDetail({ name, canWrite }) {
         <p class="muted">In your zone (${browserZone}); the job's zone in brackets.</p>
       </article>
     </div>
-    <article><header>Configuration</header><dl class="kv">${Object.entries(job).map(([k, v]) => html`<dt>${k}</dt><dd>${typeof v === 'object' ? JSON.stringify(v) : String(v)}</dd>`)}</dl></article>
+    <article><header>Configuration</header><dl class="kv">${Object.entries(job).map(([k, v]) => html`<dt>${k}</dt><dd>${configValue(k, v)}</dd>`)}</dl></article>
   </section>`;
 }
 
