@@ -837,6 +837,21 @@ function parseRoute() {
   return { page: parts[0] || 'jobs', name: parts[1] || '', sub: parts[2] || '' };
 }
 
+// loadSession asks who the browser signed in as until the scheduler answers. An ask that hangs
+// is given up after 5 s and made again: a request a navigation left behind has been seen to
+// hold the next page's first request in the browser for good (TestConsole, under load), and
+// the console must not stay at "Loading…". A failure is not taken for the guest's role: an
+// administrator would lose every write control until a reload.
+async function loadSession(set, signal) {
+  for (let wait = 250; !signal.aborted; wait = Math.min(wait * 2, 4000)) {
+    try {
+      const r = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store', signal: AbortSignal.any([signal, AbortSignal.timeout(5000)]) });
+      if (r.ok) { set(await r.json()); return; }
+    } catch (e) { /* asked again */ }
+    await new Promise((res) => setTimeout(res, wait));
+  }
+}
+
 function App() {
   const [route, setRoute] = useState(parseRoute());
   const [session, setSession] = useState(null);
@@ -845,8 +860,9 @@ function App() {
     const on = () => setRoute(parseRoute());
     window.addEventListener('hashchange', on);
     standbySeen = () => setStandby(true);
-    fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' }).then((r) => r.json()).then(setSession).catch(() => setSession({ role: 'guest' }));
-    return () => window.removeEventListener('hashchange', on);
+    const stop = new AbortController();
+    loadSession(setSession, stop.signal);
+    return () => { stop.abort(); window.removeEventListener('hashchange', on); };
   }, []);
   const canWrite = !!session && session.role === 'root';
   const nav = [['apps', 'Apps'], ['jobs', 'Jobs'], ['status', 'Status'], ['history', 'History'], ['operations', 'Operations']];
