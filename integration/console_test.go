@@ -250,7 +250,7 @@ func TestConsole(t *testing.T) {
 		} {
 			b.open(t, root, p.hash)
 			b.waitText(t, root, p.wait, p.text)
-			shot(strings.NewReplacer("#/", "", "/", "-").Replace(p.hash))
+			shot(strings.NewReplacer("#/", "", "/", "-", "+", "").Replace(p.hash))
 		}
 		b.run(t, root, chromedp.EmulateViewport(390, 844))
 		b.open(t, root, "#/jobs")
