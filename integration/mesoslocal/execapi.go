@@ -132,11 +132,15 @@ func (a *agent) executorSubscribed(e *executor, sub *executorapi.Call_Subscribe,
 	if e.stream != nil {
 		e.stream.close() // a re-subscription replaces the previous connection
 	}
-	e.stream = st
+	// The carried updates are taken now, and acknowledged after SUBSCRIBED, the stream's first
+	// event (MESOS.md §6.4): Mesos acknowledges them once its update manager has them, later.
+	var acks []*executorapi.Event
 	for _, u := range sub.UnacknowledgedUpdates {
 		u.Status.Source = mesos.SOURCE_EXECUTOR.Enum()
-		a.executorUpdate(e, u.Status)
+		a.takeExecutorUpdate(e, u.Status)
+		acks = append(acks, ackEvent(u.Status))
 	}
+	e.stream = st
 	if a.recovering {
 		e.reregistered = true
 	}
@@ -169,6 +173,9 @@ func (a *agent) executorSubscribed(e *executor, sub *executorapi.Call_Subscribe,
 		ExecutorInfo: e.info, FrameworkInfo: a.frameworks[e.frameworkID], AgentInfo: a.info(),
 		ContainerID: &mesos.ContainerID{Value: e.containerID},
 	}})
+	for _, ack := range acks {
+		st.send(ack)
+	}
 	queue := e.queue
 	e.queue = nil
 	for _, t := range queue {
@@ -195,6 +202,12 @@ func (a *agent) executorHeartbeat(e *executor, st *stream) {
 // executorUpdate takes an executor's UPDATE into the task's stream and acknowledges it to the
 // executor (the agent's ACKNOWLEDGED, not the scheduler's).
 func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
+	a.takeExecutorUpdate(e, st)
+	e.send(ackEvent(st))
+}
+
+// takeExecutorUpdate takes an executor's UPDATE into the agent's books and the task's stream.
+func (a *agent) takeExecutorUpdate(e *executor, st mesos.TaskStatus) {
 	// A terminal state stays: a replayed older update (a re-subscription carries every
 	// unacknowledged one) must not bring a task back in the agent's books.
 	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil && !terminal(t.state) {
@@ -202,5 +215,8 @@ func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
 		e.reported = true
 	}
 	a.statusUpdate(e.frameworkID, e.id, st)
-	e.send(&executorapi.Event{Type: executorapi.Event_ACKNOWLEDGED, Acknowledged: &executorapi.Event_Acknowledged{TaskID: st.TaskID, UUID: st.UUID}})
+}
+
+func ackEvent(st mesos.TaskStatus) *executorapi.Event {
+	return &executorapi.Event{Type: executorapi.Event_ACKNOWLEDGED, Acknowledged: &executorapi.Event_Acknowledged{TaskID: st.TaskID, UUID: st.UUID}}
 }

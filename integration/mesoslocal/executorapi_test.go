@@ -436,11 +436,17 @@ type execConn struct {
 // executorSubscribe subscribes executor execID listing tasks as its unacknowledged tasks.
 func executorSubscribe(t *testing.T, o mesos.Offer, fwID, execID string, tasks ...mesos.TaskInfo) *execConn {
 	t.Helper()
+	return executorSubscribeWith(t, o, fwID, execID, executor.Call_Subscribe{UnacknowledgedTasks: tasks})
+}
+
+// executorSubscribeWith subscribes executor execID with sub.
+func executorSubscribeWith(t *testing.T, o mesos.Offer, fwID, execID string, subscribe executor.Call_Subscribe) *execConn {
+	t.Helper()
 	x := &execConn{t: t, url: "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor",
 		call:   executor.Call{FrameworkID: mesos.FrameworkID{Value: fwID}, ExecutorID: mesos.ExecutorID{Value: execID}},
 		events: make(chan executor.Event, 100)}
 	sub := x.call
-	sub.Type, sub.Subscribe = executor.Call_SUBSCRIBE, &executor.Call_Subscribe{UnacknowledgedTasks: tasks}
+	sub.Type, sub.Subscribe = executor.Call_SUBSCRIBE, &subscribe
 	body, _ := json.Marshal(&sub)
 	resp, text := rawPost(t, x.url, "application/json", "application/json", "", body)
 	if resp.StatusCode != http.StatusOK {
@@ -616,5 +622,40 @@ func TestSubscribeShutsDownAnExecutorLeftWithNothingSent(t *testing.T) {
 	wantDroppedAtSubscribe(t, s.Update("t1"), mesos.TASK_DROPPED)
 	if f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetExecutorID().Value != "e1" {
 		t.Fatalf("FAILURE %v; want executor e1's", f.String())
+	}
+}
+
+// MESOS.md §6.4: SUBSCRIBED is the first event of an executor's stream, also when the
+// subscription carries unacknowledged updates: their ACKNOWLEDGEDs come after it.
+func TestCarriedUpdatesAreAcknowledgedAfterSubscribed(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	t1 := task("t1", o, testExecutor("e1", "nosubscribe"), "run")
+	s.Launch(o, t1)
+	x := executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	x.next(executor.Event_LAUNCH)
+	x.drop() // the executor took the task; its RUNNING is still to be acknowledged
+	uuid := make([]byte, 16)
+	rand.Read(uuid)
+	running := mesos.TaskStatus{TaskID: t1.TaskID, State: mesos.TASK_RUNNING.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: uuid}
+	x = executorSubscribeWith(t, o, s.FrameworkID, "e1", executor.Call_Subscribe{
+		UnacknowledgedTasks: []mesos.TaskInfo{t1}, UnacknowledgedUpdates: []executor.Call_Update{{Status: running}}})
+	for i, want := range []executor.Event_Type{executor.Event_SUBSCRIBED, executor.Event_ACKNOWLEDGED} {
+		select {
+		case ev := <-x.events:
+			if ev.Type != want {
+				t.Fatalf("event %d of the stream: %v; want %v", i+1, ev.Type, want)
+			}
+			if want == executor.Event_ACKNOWLEDGED && !bytes.Equal(ev.Acknowledged.UUID, uuid) {
+				t.Fatalf("ACKNOWLEDGED of %x; want the carried update's %x", ev.Acknowledged.UUID, uuid)
+			}
+		case <-time.After(wait):
+			t.Fatalf("no event %d within %v; want %v", i+1, wait, want)
+		}
+	}
+	if st := s.Update("t1"); *st.State != mesos.TASK_RUNNING || !bytes.Equal(st.UUID, uuid) {
+		t.Fatalf("t1: %v; want the carried TASK_RUNNING", st.String())
 	}
 }
