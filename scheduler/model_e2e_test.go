@@ -80,7 +80,7 @@ func TestOthersChangesReachTheLeaderWithinASecond(t *testing.T) {
 	await.True(t, time.Second, "the disable marker", func() bool {
 		return strings.TrimSpace(getBody(t, addr, "/api/job/edited/disable")) == "true"
 	})
-	if err := s.store.EnableJob(ctx, "edited"); err != nil {
+	if _, err := s.store.EnableJob(ctx, "edited"); err != nil {
 		t.Fatal(err)
 	}
 	await.True(t, time.Second, "the marker's removal", func() bool {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,12 +152,11 @@ func (s *instance) EnableJob(ctx context.Context, job string) error {
 	if err != nil {
 		return err
 	}
-	if err := ld.store.EnableJob(ctx, job); err != nil {
+	cleared, err := ld.store.EnableJob(ctx, job)
+	if err != nil {
 		return err
 	}
-	if err := ld.clearStop(ctx, job, "job enable"); err != nil {
-		return err
-	}
+	ld.stopCleared(job, "job enable", cleared)
 	s.JobChanged(ctx, job)
 	return nil
 }
@@ -183,10 +183,8 @@ func (s *instance) EnableApp(ctx context.Context, app string) error {
 	if err != nil {
 		return err
 	}
-	if err := ld.store.EnableApp(ctx, app); err != nil {
-		return err
-	}
-	if err := ld.clearStopsOf(ctx, app, "app enable"); err != nil {
+	cleared, err := ld.store.EnableApp(ctx, app)
+	if err != nil {
 		return err
 	}
 	jobs, err := ld.jobsOf(ctx, app)
@@ -194,6 +192,7 @@ func (s *instance) EnableApp(ctx context.Context, app string) error {
 		return err
 	}
 	for _, j := range jobs {
+		ld.stopCleared(j, "app enable", slices.Contains(cleared, j))
 		s.JobChanged(ctx, j)
 	}
 	return nil

@@ -574,8 +574,8 @@ func TestRecordFiresWithTheAppRequiresTheJobEnabled(t *testing.T) {
 		disable, enable func(context.Context, string) error
 		marked          string
 	}{
-		{"job disabled", s.DisableJob, s.EnableJob, "j"},
-		{"app disabled", s.DisableApp, s.EnableApp, "app"},
+		{"job disabled", s.DisableJob, func(ctx context.Context, job string) error { _, err := s.EnableJob(ctx, job); return err }, "j"},
+		{"app disabled", s.DisableApp, func(ctx context.Context, app string) error { _, err := s.EnableApp(ctx, app); return err }, "app"},
 	} {
 		must(t, tc.disable(ctx, tc.marked), tc.name)
 		if err := trigger(); !errors.Is(err, state.ErrDisabled) {

@@ -76,28 +76,98 @@ func (s *Store) disableOps(ctx context.Context, dir, name string, jobs []string)
 	return ops, nil
 }
 
-// EnableJob removes a job's disable marker; the job must exist.
-func (s *Store) EnableJob(ctx context.Context, job string) error {
-	if _, err := s.Job(ctx, job); err != nil {
-		return err
+// EnableJob removes a job's disable marker and its stop mark (stopped.go) in one multi, and
+// says whether there was a stop mark: enabling is how an operator tells a stopped job to try
+// again, and an enable written is never one left stopped. The job must exist.
+func (s *Store) EnableJob(ctx context.Context, job string) (clearedStop bool, err error) {
+	err = retry(ctx, func() error {
+		ops := []any{checkOp(s.path(jobsDir, job), -1)}
+		more, stops, err := s.enableOps(ctx, disableJobDir, job, []string{job})
+		if err != nil {
+			return err
+		}
+		if err := s.multi(ctx, append(ops, more...)...); err != nil {
+			return notFoundAs(err, s.path(jobsDir, job), "job", job)
+		}
+		clearedStop = len(stops) > 0
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("enable job %q: %w", job, err)
 	}
-	return s.removeMarker(ctx, disableJobDir, job)
+	return clearedStop, nil
 }
 
-// EnableApp removes an app's disable marker; the app must exist.
-func (s *Store) EnableApp(ctx context.Context, app string) error {
-	if _, err := s.App(ctx, app); err != nil {
-		return err
+// EnableApp removes an app's disable marker and the stop marks of its jobs in one multi, and
+// returns the jobs whose stop it cleared. The app must exist.
+func (s *Store) EnableApp(ctx context.Context, app string) (clearedStops []string, err error) {
+	err = retry(ctx, func() error {
+		jobs, err := s.Jobs(ctx)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, j := range jobs {
+			if j.AppName == app {
+				names = append(names, j.JobName)
+			}
+		}
+		// The app's node set again as it is: a job created for the app meanwhile (its create
+		// sets the app too, appOp) fails the multi, which reads the jobs again.
+		n, err := s.get(ctx, s.path(appsDir, app))
+		if err != nil {
+			return err
+		}
+		if !n.exists {
+			return &SubjectError{Kind: "app", Name: app, Err: ErrNotFound}
+		}
+		hold := setOp(s.path(appsDir, app), n.data, n.version)
+		more, stops, err := s.enableOps(ctx, disableAppDir, app, names)
+		if err != nil {
+			return err
+		}
+		if err := s.multi(ctx, append([]any{hold}, more...)...); err != nil {
+			return err
+		}
+		clearedStops = stops
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enable app %q: %w", app, err)
 	}
-	return s.removeMarker(ctx, disableAppDir, app)
+	return clearedStops, nil
 }
 
-func (s *Store) removeMarker(ctx context.Context, dir, name string) error {
-	err := s.multi(ctx, deleteOp(s.path(dir, name), -1))
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("enable %q: %w", name, err)
+// notFoundAs is a multi's error, with a failed check of p's existence said as the missing
+// kind name.
+func notFoundAs(err error, p, kind, name string) error {
+	var op *OpError
+	if errors.As(err, &op) && op.Path == p && errors.Is(err, ErrNotFound) {
+		return &SubjectError{Kind: kind, Name: name, Err: ErrNotFound}
 	}
-	return nil
+	return err
+}
+
+// enableOps returns the ops deleting a disable marker, if there is one, and the stop marks of
+// jobs, with the jobs that have one.
+func (s *Store) enableOps(ctx context.Context, dir, name string, jobs []string) (ops []any, stopped []string, err error) {
+	if st, err := s.stat(ctx, s.path(dir, name)); err != nil {
+		return nil, nil, err
+	} else if st != nil {
+		ops = append(ops, deleteOp(s.path(dir, name), st.Version))
+	}
+	for _, job := range jobs {
+		p := s.path(stoppedDir, job)
+		st, err := s.stat(ctx, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st != nil {
+			ops = append(ops, deleteOp(p, st.Version))
+			stopped = append(stopped, job)
+		}
+	}
+	return ops, stopped, nil
 }
 
 // JobDisabled reports whether the job itself is disabled (not counting its app).

@@ -78,7 +78,8 @@ func TestMirrorFollowsOthersChangesToConfigsAndMarkers(t *testing.T) {
 	})
 	must(t, other.DisableJob(ctx, "job"), "DisableJob")
 	await.True(t, time.Second, "the model has the disable marker", func() bool { d, err := m.JobDisabled(ctx, "job"); return err == nil && d })
-	must(t, other.EnableJob(ctx, "job"), "EnableJob")
+	_, err = other.EnableJob(ctx, "job")
+	must(t, err, "EnableJob")
 	await.True(t, time.Second, "the model lost the disable marker", func() bool { d, err := m.JobDisabled(ctx, "job"); return err == nil && !d })
 
 	seen := map[state.Change]bool{}

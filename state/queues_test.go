@@ -326,7 +326,8 @@ func TestDisableMarkers(t *testing.T) {
 	if d, _ := s.JobOrAppDisabled(ctx, j); !d {
 		t.Fatal("job not reported disabled")
 	}
-	must(t, s.EnableJob(ctx, "job"), "EnableJob")
+	_, err := s.EnableJob(ctx, "job")
+	must(t, err, "EnableJob")
 	if d, _ := s.JobOrAppDisabled(ctx, j); d {
 		t.Fatal("job still disabled after EnableJob")
 	}
@@ -344,8 +345,10 @@ func TestDisableMarkers(t *testing.T) {
 	if !apps["app"] || len(jobs) != 0 {
 		t.Fatalf("Disabled = %v, %v", apps, jobs)
 	}
-	must(t, s.EnableApp(ctx, "app"), "EnableApp")
-	mustIs(t, s.EnableApp(ctx, "nope"), state.ErrNotFound, "EnableApp of a missing app")
+	_, err = s.EnableApp(ctx, "app")
+	must(t, err, "EnableApp")
+	_, err = s.EnableApp(ctx, "nope")
+	mustIs(t, err, state.ErrNotFound, "EnableApp of a missing app")
 }
 
 func TestFrameworkID(t *testing.T) {

@@ -2,6 +2,9 @@ package state_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,7 +106,15 @@ func TestFiresThatClearTheStopMark(t *testing.T) {
 	if _, ok, err := s.Stopped(ctx, "job"); err != nil || !ok {
 		t.Fatalf("stop mark after a refused trigger: %v, %v; want kept", ok, err)
 	}
-	must(t, s.EnableJob(ctx, "job"), "EnableJob")
+	cleared, err := s.EnableJob(ctx, "job")
+	must(t, err, "EnableJob")
+	if _, ok, err := s.Stopped(ctx, "job"); err != nil || ok || !cleared {
+		t.Fatalf("stop mark after the enable: %v, %v (cleared %v); want cleared in the enable's multi", ok, err, cleared)
+	}
+	again := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S1")
+	must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{again}}), "RecordLaunch")
+	_, err = s.EndTaskAndStop(ctx, again, state.Stop{Reason: "unknown jobClass", TaskID: again.String()})
+	must(t, err, "EndTaskAndStop")
 	_, err = s.RecordFires(ctx, "job", trigger)
 	must(t, err, "RecordFires")
 	if _, ok, err := s.Stopped(ctx, "job"); err != nil || ok {
@@ -116,5 +127,39 @@ func TestFiresThatClearTheStopMark(t *testing.T) {
 	must(t, err, "RecordFires without a mark")
 	if r, err := s.ReadyOf(ctx, "job"); err != nil || r.Count != 2 {
 		t.Fatalf("ready %+v (%v); want two runs", r, err)
+	}
+}
+
+// Enabling an app removes its marker and the stop marks of its jobs, not other apps', in one
+// multi, and says whose it cleared.
+func TestEnableAppClearsItsJobsStops(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	for _, app := range []string{"app", "other"} {
+		must(t, s.CreateApp(ctx, testApp(app)), "CreateApp")
+	}
+	for i, j := range []struct{ name, app string }{{"a", "app"}, {"b", "app"}, {"c", "app"}, {"x", "other"}} {
+		must(t, s.CreateJob(ctx, testJob(j.name, j.app)), "CreateJob")
+		if j.name == "c" {
+			continue // not stopped
+		}
+		id := taskid.New(taskid.Meta{JobName: j.name, Item: 0}, taskid.Ready, fmt.Sprintf("S%d", i))
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}}), "RecordLaunch")
+		_, err := s.EndTaskAndStop(ctx, id, state.Stop{Reason: "unknown jobClass", TaskID: id.String()})
+		must(t, err, "EndTaskAndStop")
+	}
+	must(t, s.DisableApp(ctx, "app"), "DisableApp")
+	cleared, err := s.EnableApp(ctx, "app")
+	must(t, err, "EnableApp")
+	if !slices.Equal(cleared, []string{"a", "b"}) {
+		t.Fatalf("EnableApp cleared the stops of %v; want [a b]", cleared)
+	}
+	stopped, err := s.StoppedJobs(ctx)
+	must(t, err, "StoppedJobs")
+	if !maps.Equal(stopped, map[string]bool{"x": true}) {
+		t.Fatalf("stopped jobs %v after the enable; want x's only", stopped)
+	}
+	if off, err := s.AppDisabled(ctx, "app"); err != nil || off {
+		t.Fatalf("app disabled %v (%v) after the enable", off, err)
 	}
 }
