@@ -28,15 +28,9 @@ func (s *Store) DisableJob(ctx context.Context, job string) error {
 // DisableApp marks an app disabled and drops the pending runs of its jobs, in one multi.
 func (s *Store) DisableApp(ctx context.Context, app string) error {
 	err := retry(ctx, func() error {
-		jobs, err := s.Jobs(ctx)
+		names, err := s.jobsOfApp(ctx, app)
 		if err != nil {
 			return err
-		}
-		var names []string
-		for _, j := range jobs {
-			if j.AppName == app {
-				names = append(names, j.JobName)
-			}
 		}
 		ops := []any{checkOp(s.path(appsDir, app), -1)}
 		more, err := s.disableOps(ctx, disableAppDir, app, names)
@@ -102,15 +96,9 @@ func (s *Store) EnableJob(ctx context.Context, job string) (clearedStop bool, er
 // returns the jobs whose stop it cleared. The app must exist.
 func (s *Store) EnableApp(ctx context.Context, app string) (clearedStops []string, err error) {
 	err = retry(ctx, func() error {
-		jobs, err := s.Jobs(ctx)
+		names, err := s.jobsOfApp(ctx, app)
 		if err != nil {
 			return err
-		}
-		var names []string
-		for _, j := range jobs {
-			if j.AppName == app {
-				names = append(names, j.JobName)
-			}
 		}
 		// The app's node set again as it is: a job created for the app meanwhile (its create
 		// sets the app too, appOp) fails the multi, which reads the jobs again.
@@ -146,6 +134,21 @@ func notFoundAs(err error, p, kind, name string) error {
 		return &SubjectError{Kind: kind, Name: name, Err: ErrNotFound}
 	}
 	return err
+}
+
+// jobsOfApp names the app's jobs.
+func (s *Store) jobsOfApp(ctx context.Context, app string) ([]string, error) {
+	jobs, err := s.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, j := range jobs {
+		if j.AppName == app {
+			names = append(names, j.JobName)
+		}
+	}
+	return names, nil
 }
 
 // enableOps returns the ops deleting a disable marker, if there is one, and the stop marks of
