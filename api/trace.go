@@ -111,14 +111,17 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 			writeJSON(w, http.StatusOK, res)
 		case t != nil && (period == "online" || period == "lastWeek" || period == "lastDay"):
-			// lastDay, an addition (2.1.5 answers it with zeros, and the console shows it):
-			// the hours of the last 24.
+			// A row stamped T holds the period before T, and the sums take the rows from since
+			// on. lastWeek is 2.1.5's: the day rows from 7 days before today's, 8 days of
+			// results (plus today's, not yet in a row), kept so for its figures. lastDay, an
+			// addition (2.1.5 answers it with zeros, and the console shows it): the 24 hour
+			// rows from 23 hours before this hour's, plus this hour's not yet in a row.
 			iv, since := eventtrace.Day, online
 			switch period {
 			case "lastWeek":
 				since = eventtrace.Day.Truncate(now).Add(-7 * 24 * time.Hour)
 			case "lastDay":
-				iv, since = eventtrace.Hour, eventtrace.Hour.Truncate(now).Add(-24*time.Hour)
+				iv, since = eventtrace.Hour, eventtrace.Hour.Truncate(now).Add(-23*time.Hour)
 			}
 			succ, fail, err := t.DB.SumTaskResults(r.Context(), iv, since)
 			if err != nil {

@@ -167,3 +167,37 @@ func TestTraceEndpointsWhenTheDatabaseFails(t *testing.T) {
 		t.Errorf("an injection with the database down: %d %s; want 400", rec.Code, rec.Body)
 	}
 }
+
+// lastDay sums the hour rows of the last 24 hours: a row stamped H holds the hour before H, so
+// the row stamped 24 hours ago holds the 25th hour back and is left out. This hour's results,
+// not yet in a row, are added.
+func TestTraceLastDayIsTheLast24Hours(t *testing.T) {
+	f, db := traced(t)
+	ctx := context.Background()
+	if err := db.AddTaskResult(ctx, eventtrace.Hour, now.Add(-24*time.Hour), 100, 100); err != nil { // 24 to 25 hours ago
+		t.Fatal(err)
+	}
+	if err := db.AddTaskResult(ctx, eventtrace.Hour, now.Add(-23*time.Hour), 10, 20); err != nil { // 23 to 24 hours ago
+		t.Fatal(err)
+	}
+	rec := f.do("GET", "/api/job/statistics/tasks/results/lastDay", "")
+	// The fixture's hour row at now holds 2 successes and 1 failure, and 1 success is pending.
+	if want := `"successCount":13,"failedCount":21`; rec.Code != 200 || !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("lastDay: %d %s; want %s", rec.Code, rec.Body, want)
+	}
+}
+
+// A sharding item is an INT column: a filter beyond int32 is refused naming the parameter,
+// with or without a database (PostgreSQL could not bind it: a 503).
+func TestTraceShardingItemIsBounded(t *testing.T) {
+	f, _ := traced(t)
+	for _, c := range []struct {
+		item string
+		code int
+	}{{"2147483647", 200}, {"2147483648", 400}, {"9223372036854775808", 400}, {"-1", 400}, {"x", 400}} {
+		rec := f.do("GET", "/api/job/events/executions?shardingItem="+c.item, "")
+		if rec.Code != c.code || c.code == 400 && !strings.Contains(rec.Body.String(), `"field":"shardingItem"`) {
+			t.Errorf("shardingItem=%s: %d %s; want %d (a 400 naming shardingItem)", c.item, rec.Code, rec.Body, c.code)
+		}
+	}
+}

@@ -124,7 +124,20 @@ func mysqlConfig(rest string) (*mysqldrv.Config, error) {
 	if cfg.DBName == "" {
 		return nil, errors.New("no database named")
 	}
+	// The driver sends and reads times in UTC (Loc); the session must take them so too, or the
+	// TIMESTAMP columns of tables 2.1.5 made convert them from the server's zone: other instants
+	// for anyone else reading them, and an hour lost or doubled at its daylight saving changes.
+	// DATETIME columns (the tables ejcloud makes) do not convert. A DSN's own time_zone stands.
 	cfg.ParseTime, cfg.Loc = true, time.UTC
+	for k := range cfg.Params {
+		if strings.EqualFold(k, "time_zone") {
+			return cfg, nil
+		}
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
 	return cfg, nil
 }
 
@@ -137,15 +150,7 @@ func redact(dsn string) string {
 				u.User = url.UserPassword(u.User.Username(), "xxxxx")
 			}
 		}
-		q := u.Query()
-		for k := range q {
-			if strings.Contains(strings.ToLower(k), "pass") {
-				q.Set(k, "xxxxx")
-			}
-		}
-		if len(q) > 0 {
-			u.RawQuery = q.Encode()
-		}
+		u.RawQuery = redactQuery(u.RawQuery)
 		return u.String()
 	}
 	// Not a URL to Go (MySQL's tcp(host:port) address): the user information runs from the
@@ -159,6 +164,27 @@ func redact(dsn string) string {
 	return dsn
 }
 
+// redactQuery masks the value of every query parameter whose name says pass, reading the raw
+// pairs: url.ParseQuery drops a pair it cannot unescape (password=sec%zzret), and a pair
+// dropped is a pair not masked. The other pairs are kept as given.
+func redactQuery(raw string) string {
+	if raw == "" {
+		return raw
+	}
+	pairs := strings.Split(raw, "&")
+	for i, p := range pairs {
+		k, _, ok := strings.Cut(p, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			name = k
+		}
+		if ok && strings.Contains(strings.ToLower(name), "pass") {
+			pairs[i] = k + "=xxxxx"
+		}
+	}
+	return strings.Join(pairs, "&")
+}
+
 // CheckDSN checks the form of a DSN without opening anything.
 func CheckDSN(dsn string) error {
 	_, err := parseDSN(dsn)
@@ -167,8 +193,20 @@ func CheckDSN(dsn string) error {
 
 // DB is an open event trace database.
 type DB struct {
-	db *sql.DB
-	d  dialect
+	// db serves the API's reads, the statistics and the purge; w is the event writer's own, a
+	// connection that slow reads cannot take from it (a pool they share starved the writer,
+	// and its queue overflowed, while a few history searches ran).
+	db, w *sql.DB
+	d     dialect
+}
+
+// readTimeout bounds each read the API makes (a search, a statistics query): a slow one gives
+// up with a 503 rather than holding a connection for as long as its client waits.
+var readTimeout = 30 * time.Second
+
+// reading is ctx bounded by readTimeout.
+func reading(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, readTimeout)
 }
 
 // Open connects to the database of dsn and creates the tables and indexes that are absent.
@@ -183,20 +221,27 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	db.SetMaxOpenConns(defaultMaxOpenConn)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	t := &DB{db: db, d: d}
-	if err := db.PingContext(ctx); err != nil {
+	w, err := sql.Open(d.driver, d.dsn)
+	if err != nil {
 		db.Close()
+		return nil, fmt.Errorf("open the event trace database %s: %w", redact(dsn), err)
+	}
+	w.SetMaxOpenConns(1) // one goroutine writes, one transaction at a time
+	w.SetConnMaxIdleTime(5 * time.Minute)
+	t := &DB{db: db, w: w, d: d}
+	if err := db.PingContext(ctx); err != nil {
+		t.Close()
 		return nil, fmt.Errorf("cannot reach the event trace database %s: %w", redact(dsn), err)
 	}
 	if err := t.createSchema(ctx); err != nil {
-		db.Close()
+		t.Close()
 		return nil, fmt.Errorf("create the event trace tables in %s: %w", redact(dsn), err)
 	}
 	return t, nil
 }
 
 // Close closes the connections.
-func (t *DB) Close() error { return t.db.Close() }
+func (t *DB) Close() error { return errors.Join(t.db.Close(), t.w.Close()) }
 
 // Dialect names the database: sqlite, postgres or mysql.
 func (t *DB) Dialect() string { return t.d.name }

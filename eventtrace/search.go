@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -274,6 +275,8 @@ func (t *DB) search(ctx context.Context, lt logTable, q Query, total *int, scan 
 			args[i] = t.ts(tm)
 		}
 	}
+	ctx, cancel := reading(ctx)
+	defer cancel()
 	if err := t.db.QueryRowContext(ctx, t.q("SELECT COUNT(*) FROM "+lt.table+where), args...).Scan(total); err != nil {
 		return fmt.Errorf("count %s: %w", lt.table, err)
 	}
@@ -338,12 +341,14 @@ func checkIP(v string) (any, error) {
 	return v, nil
 }
 
+// checkItem bounds an item to sharding_item's INT: PostgreSQL refuses to bind a larger one
+// (a failed search, answered 503), the others find nothing.
 func checkItem(v string) (any, error) {
-	n, err := strconv.Atoi(v)
+	n, err := strconv.ParseInt(v, 10, 32)
 	if err != nil || n < 0 {
-		return nil, fmt.Errorf("must be a sharding item (an integer from 0), got %q", v)
+		return nil, fmt.Errorf("must be a sharding item (an integer from 0 to %d), got %q", math.MaxInt32, v)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 func checkBool(v string) (any, error) {

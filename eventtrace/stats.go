@@ -77,7 +77,8 @@ type Registered struct {
 }
 
 // Results counts task results for each interval until its row is written. The leader adds to
-// it as it records status updates.
+// it as it records status updates. The counts are a leadership term's: the term writes what is
+// left when it ends (Statistics.Flush), and the next starts from none (Reset).
 type Results struct {
 	mu     sync.Mutex // guards counts
 	counts map[Interval][2]int
@@ -118,6 +119,17 @@ func (r *Results) Pending(iv Interval) (success, failed int) {
 	return c[0], c[1]
 }
 
+// Reset empties the counters at the start of a leadership term, and returns the day's counts
+// it discarded (they hold the hour's and minute's): what an earlier term could not write. They
+// are of periods gone, maybe days ago; the new term's first rows must not take them.
+func (r *Results) Reset() (success, failed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.counts[Day]
+	clear(r.counts)
+	return c[0], c[1]
+}
+
 // giveBack returns counts whose row could not be written, so the next row holds them.
 func (r *Results) giveBack(iv Interval, success, failed int) {
 	r.mu.Lock()
@@ -144,12 +156,16 @@ type Statistics struct {
 	Source  Source
 	Log     logrus.FieldLogger
 	Now     func() time.Time // default time.Now
+	// ticked is the minute boundary Run last wrote at (or started at): the results counted
+	// since are of the periods that began then, whatever the clock says when Flush runs.
+	ticked time.Time
 }
 
 // Run writes the statistics at each minute boundary until ctx ends.
 func (s *Statistics) Run(ctx context.Context) {
 	now := s.now()
 	last := Minute.Truncate(now)
+	s.ticked = last
 	for {
 		timer := time.NewTimer(last.Add(time.Minute).Sub(s.now()))
 		select {
@@ -164,6 +180,29 @@ func (s *Statistics) Run(ctx context.Context) {
 		}
 		s.Tick(ctx, last, at)
 		last = at
+		s.ticked = at
+	}
+}
+
+// Flush writes the task results counted and not yet in a row, as a leadership term ends (after
+// Run has returned): each interval's into the row of the period in progress, stamped at the
+// period's end as Tick stamps it, to which the next term's Tick of that period adds its own
+// counts (AddTaskResult). Without it a leader change or a shutdown lost up to a day of them.
+// What cannot be written is left in Results, and logged.
+func (s *Statistics) Flush(ctx context.Context) {
+	from := s.ticked
+	if from.IsZero() {
+		from = s.now()
+	}
+	for _, iv := range intervals {
+		succ, fail := s.Results.take(iv)
+		if succ == 0 && fail == 0 {
+			continue
+		}
+		if err := s.DB.AddTaskResult(ctx, iv, iv.Truncate(from).Add(iv.Duration()), succ, fail); err != nil {
+			s.Results.giveBack(iv, succ, fail)
+			s.Log.WithError(err).WithFields(logrus.Fields{"interval": iv, "success": succ, "failed": fail}).Warn("task result statistics of the leadership term not written")
+		}
 	}
 }
 
@@ -212,8 +251,10 @@ func (s *Statistics) now() time.Time {
 	return time.Now()
 }
 
-// AddTaskResult writes a task result row at statistics time at, after zero rows for the
-// periods since the latest row.
+// AddTaskResult adds task results to the row at statistics time at, after zero rows for the
+// periods since the latest row. A row at at already there (the period's results that an
+// earlier leadership term wrote as it ended, see Statistics.Flush) takes the counts: one row a
+// period, holding them all.
 func (t *DB) AddTaskResult(ctx context.Context, iv Interval, at time.Time, success, failed int) error {
 	return t.inTx(ctx, func(tx *sql.Tx) error {
 		gaps, err := t.gaps(ctx, tx, iv.table(), iv, at)
@@ -227,8 +268,19 @@ func (t *DB) AddTaskResult(ctx context.Context, iv Interval, at time.Time, succe
 				return fmt.Errorf("fill %s: %w", iv.table(), err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, ins, success, failed, t.ts(at), t.ts(now)); err != nil {
-			return fmt.Errorf("insert into %s: %w", iv.table(), err)
+		var id int64
+		err = tx.QueryRowContext(ctx, t.q(`SELECT id FROM `+iv.table()+` WHERE statistics_time = ? ORDER BY id LIMIT 1`), t.ts(at)).Scan(&id)
+		switch {
+		case err == sql.ErrNoRows:
+			if _, err := tx.ExecContext(ctx, ins, success, failed, t.ts(at), t.ts(now)); err != nil {
+				return fmt.Errorf("insert into %s: %w", iv.table(), err)
+			}
+		case err != nil:
+			return fmt.Errorf("find the row of %s at %v: %w", iv.table(), at, err)
+		default:
+			if _, err := tx.ExecContext(ctx, t.q(`UPDATE `+iv.table()+` SET success_count = COALESCE(success_count, 0) + ?, failed_count = COALESCE(failed_count, 0) + ? WHERE id = ?`), success, failed, id); err != nil {
+				return fmt.Errorf("add to %s: %w", iv.table(), err)
+			}
 		}
 		return nil
 	})
@@ -313,6 +365,8 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 
 // TaskResults returns the rows of an interval's table from since on, oldest first.
 func (t *DB) TaskResults(ctx context.Context, iv Interval, since time.Time) ([]TaskResult, error) {
+	ctx, cancel := reading(ctx)
+	defer cancel()
 	rows, err := t.db.QueryContext(ctx, t.q("SELECT id, success_count, failed_count, statistics_time, creation_time FROM "+iv.table()+" WHERE statistics_time >= ? ORDER BY statistics_time, id"), t.ts(since))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", iv.table(), err)
@@ -331,11 +385,14 @@ func (t *DB) TaskResults(ctx context.Context, iv Interval, since time.Time) ([]T
 	return out, rows.Err()
 }
 
-// LatestTaskResult returns the newest row of an interval's table, or a zero row at now.
+// LatestTaskResult returns the newest row of an interval's table up to now, or a zero row at
+// now. A row of the period in progress (Statistics.Flush wrote it) is not the last period's.
 func (t *DB) LatestTaskResult(ctx context.Context, iv Interval, now time.Time) (TaskResult, error) {
+	ctx, cancel := reading(ctx)
+	defer cancel()
 	r := TaskResult{StatisticInterval: iv, StatisticsTime: now.UnixMilli(), CreationTime: now.UnixMilli()}
 	var st, ct nullTime
-	err := t.db.QueryRowContext(ctx, "SELECT id, success_count, failed_count, statistics_time, creation_time FROM "+iv.table()+" ORDER BY statistics_time DESC, id DESC LIMIT 1").
+	err := t.db.QueryRowContext(ctx, t.q("SELECT id, success_count, failed_count, statistics_time, creation_time FROM "+iv.table()+" WHERE statistics_time <= ? ORDER BY statistics_time DESC, id DESC LIMIT 1"), t.ts(now)).
 		Scan(&r.ID, &r.SuccessCount, &r.FailedCount, &st, &ct)
 	if err == sql.ErrNoRows {
 		return r, nil
@@ -349,6 +406,8 @@ func (t *DB) LatestTaskResult(ctx context.Context, iv Interval, now time.Time) (
 
 // SumTaskResults sums an interval's rows from since on.
 func (t *DB) SumTaskResults(ctx context.Context, iv Interval, since time.Time) (success, failed int, err error) {
+	ctx, cancel := reading(ctx)
+	defer cancel()
 	var s, f sql.NullInt64
 	if err := t.db.QueryRowContext(ctx, t.q("SELECT SUM(success_count), SUM(failed_count) FROM "+iv.table()+" WHERE statistics_time >= ?"), t.ts(since)).Scan(&s, &f); err != nil {
 		return 0, 0, fmt.Errorf("sum %s: %w", iv.table(), err)
@@ -385,6 +444,8 @@ func (t *DB) JobRegister(ctx context.Context, since time.Time) ([]Registered, er
 }
 
 func (t *DB) counts(ctx context.Context, table, col string, since time.Time, add func(id int64, n int, st, ct int64)) error {
+	ctx, cancel := reading(ctx)
+	defer cancel()
 	rows, err := t.db.QueryContext(ctx, t.q("SELECT id, "+col+", statistics_time, creation_time FROM "+table+" WHERE statistics_time >= ? ORDER BY statistics_time, id"), t.ts(since))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", table, err)

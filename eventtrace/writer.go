@@ -4,15 +4,24 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ejcloud/ejcloud/taskdata"
 )
@@ -54,7 +63,9 @@ type TaskEnd struct {
 
 // Writer writes events in batches from one goroutine, so that the scheduler's offer cycle and
 // status acknowledgements never wait for the database. Offer never blocks: when the queue is
-// full the event is dropped, counted and logged. Close writes everything queued before it.
+// full the event is dropped, counted and logged. While the database is unavailable the writer
+// holds its batch and retries it, and the queue holds the rest (write). Close writes
+// everything queued before it.
 type Writer struct {
 	db     *DB
 	log    logrus.FieldLogger
@@ -72,6 +83,9 @@ type Writer struct {
 	failed  atomic.Int64
 	written atomic.Int64
 	lastLog atomic.Int64 // unix nanoseconds of the last "dropped" warning
+	// downSince is when the database became unavailable (zero while it takes writes), and
+	// downLogged when that was last logged; only the writing goroutine uses them.
+	downSince, downLogged time.Time
 }
 
 // WriterConfig sizes a Writer.
@@ -176,12 +190,13 @@ func (w *Writer) Flush(ctx context.Context) error {
 	}
 }
 
-// Close writes everything queued, then stops the writer. Later events are dropped.
+// Close writes everything queued, then stops the writer. Later events are dropped. It waits
+// for a database that is unavailable to come back.
 func (w *Writer) Close() { w.CloseWithin(-1) }
 
 // CloseWithin is Close for at most grace (none if negative): a database that is down or hangs
-// would hold a scheduler's shutdown for each queued batch's retries and timeouts, for half an
-// hour with a full queue. What is not written by then is counted failed.
+// would hold a scheduler's shutdown for as long as it is. What is not written by then is
+// counted failed.
 func (w *Writer) CloseWithin(grace time.Duration) {
 	w.mu.Lock()
 	if !w.closed {
@@ -229,33 +244,53 @@ func (w *Writer) run() {
 	}
 }
 
-// write writes a batch in one transaction, retrying a few times: a restarting database should
-// not cost the events. Markers are released once the events before them are written.
+// Attempts at a batch while the database is unavailable: the first retries come soon (a
+// failover, a restart), later ones at most retryMost apart, so that the writer notices the
+// database's return within seconds without hammering it meanwhile.
+const (
+	retryFirst     = 200 * time.Millisecond
+	retryMost      = 5 * time.Second
+	attemptTimeout = 30 * time.Second // one transaction: a database that hangs is unavailable
+	pingTimeout    = 5 * time.Second
+)
+
+// write writes a batch in one transaction. While the database is unavailable (unreachable,
+// restarting, out of connections, locked: see unavailable) the batch is kept and tried again,
+// and the events offered meanwhile wait in the queue: a restarting database costs no event,
+// and only a queue that overflows drops (counted). A batch the database answers with an error
+// about its rows is written one event at a time (writeEach). Once the writer is abandoned
+// (CloseWithin's grace is over) what is left is counted failed. Markers are released once the
+// events before them are done with.
 func (w *Writer) write(buf []event) {
-	n := 0
+	evs := make([]event, 0, len(buf))
 	for _, e := range buf {
 		if e.flush == nil {
-			n++
+			evs = append(evs, e)
 		}
 	}
-	if n > 0 {
-		err := fmt.Errorf("abandoned at the end of the writer's grace: %w", context.Canceled)
-		for attempt := 0; attempt < 3 && w.ctx.Err() == nil; attempt++ {
-			if attempt > 0 {
-				time.Sleep(time.Duration(attempt) * 200 * time.Millisecond) // backoff between retries of a failed transaction
-			}
-			ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
-			err = w.db.writeBatch(ctx, buf)
-			cancel()
-			if err == nil {
+	backoff := retryFirst
+	for len(evs) > 0 {
+		if w.ctx.Err() != nil {
+			w.failed.Add(int64(len(evs)))
+			w.log.WithField("events", len(evs)).Error("event trace: events not written: the writer's grace at close is over")
+			break
+		}
+		err := w.attempt(evs)
+		if err == nil {
+			w.written.Add(int64(len(evs)))
+			break
+		}
+		if !w.unavailable(err) {
+			if evs, err = w.writeEach(evs); len(evs) == 0 {
 				break
 			}
 		}
-		if err != nil {
-			w.writeEach(buf, err)
-		} else {
-			w.written.Add(int64(n))
+		if w.ctx.Err() != nil {
+			continue
 		}
+		w.wentDown(err, len(evs))
+		w.pause(backoff)
+		backoff = min(2*backoff, retryMost)
 	}
 	for _, e := range buf {
 		if e.flush != nil {
@@ -264,41 +299,148 @@ func (w *Writer) write(buf []event) {
 	}
 }
 
-// writeEach writes a batch that failed as a whole one event at a time, so that one event the
-// database refuses (a value too long for its column, say) costs that event only. A database
-// that refuses several in a row is taken to be down, and the rest are not tried.
-func (w *Writer) writeEach(buf []event, batchErr error) {
-	const downAfter = 3
-	var failed, refusedInARow int
-	var last error
-	for _, e := range buf {
-		if e.flush != nil {
-			continue
-		}
-		if refusedInARow < downAfter && w.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
-			last = w.db.writeBatch(ctx, []event{e})
-			cancel()
-			if last == nil {
-				w.written.Add(1)
-				refusedInARow = 0
-				continue
-			}
-			refusedInARow++
-		}
-		failed++
+// attempt writes events in one transaction.
+func (w *Writer) attempt(evs []event) error {
+	ctx, cancel := context.WithTimeout(w.ctx, attemptTimeout)
+	defer cancel()
+	err := w.db.writeBatch(ctx, evs)
+	if err == nil && !w.downSince.IsZero() {
+		w.log.WithField("unavailable_for", time.Since(w.downSince).Round(time.Millisecond)).Info("event trace: the database takes writes again")
+		w.downSince = time.Time{}
 	}
-	if failed > 0 {
-		if last == nil {
-			last = batchErr
-		}
-		w.failed.Add(int64(failed))
-		w.log.WithError(last).WithField("events", failed).Error("event trace: events could not be written")
+	return err
+}
+
+// wentDown logs that the database is unavailable: when it becomes so, and then once a minute.
+func (w *Writer) wentDown(err error, held int) {
+	now := time.Now()
+	if w.downSince.IsZero() {
+		w.downSince = now
+	} else if now.Sub(w.downLogged) < time.Minute {
+		return
+	}
+	w.downLogged = now
+	w.log.WithError(err).WithFields(logrus.Fields{"held": held, "queued": len(w.in), "unavailable_for": now.Sub(w.downSince).Round(time.Second)}).
+		Warn("event trace: the database is unavailable; the events wait and are retried (they are dropped only if the queue fills)")
+}
+
+// pause waits d, or until the writer is abandoned.
+func (w *Writer) pause(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.ctx.Done():
 	}
 }
 
+// unavailable tells a database that cannot take writes now from one that refuses the rows:
+// an error that says so (transient), or a database that does not answer a ping. Retrying later
+// writes the rows then. Otherwise the database answered about the rows themselves, and
+// retrying would not help: an unknown error, too, is taken so once a ping shows the database
+// up, lest an event no database takes held the writer, and with it every event, for good.
+func (w *Writer) unavailable(err error) bool {
+	if transient(err) || w.ctx.Err() != nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, pingTimeout)
+	defer cancel()
+	return w.db.w.PingContext(ctx) != nil
+}
+
+// writeEach writes, one event at a time, a batch the database refused as a whole, so that an
+// event it refuses (a value too long for its column, say) costs that event only. If the
+// database becomes unavailable meanwhile, the events not yet written are returned to be
+// retried as a batch.
+func (w *Writer) writeEach(evs []event) (rest []event, err error) {
+	var refused int
+	var last error
+	defer func() {
+		if refused > 0 {
+			w.failed.Add(int64(refused))
+			w.log.WithError(last).WithField("events", refused).Error("event trace: the database refused events")
+		}
+	}()
+	for i, e := range evs {
+		if w.ctx.Err() != nil {
+			return evs[i:], w.ctx.Err()
+		}
+		err := w.attempt([]event{e})
+		switch {
+		case err == nil || e.trace != nil && duplicate(err):
+			// A status trace already there is this very event (its id is its own): an earlier
+			// attempt wrote it, and the reply to its commit was lost with its connection.
+			w.written.Add(1)
+		case w.unavailable(err):
+			return evs[i:], err
+		default:
+			refused++
+			last = err
+		}
+	}
+	return nil, nil
+}
+
+// transient says that err is the database being unavailable rather than refusing what it was
+// sent: no connection or a broken one, no answer in time, a server shutting down, starting up,
+// out of connections, memory or disk, read-only (a standby, a primary being demoted), a lock
+// not granted in time, a deadlock or serialization failure. Whatever else a server answers is
+// about the statement and its rows (data and constraint errors: a value too long, a NULL, a
+// duplicate key).
+func transient(err error) bool {
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	var me *mysqldrv.MySQLError
+	var se *sqlite.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, mysqldrv.ErrInvalidConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.As(err, &ne), errors.As(err, &ce), pgconn.Timeout(err):
+		return true
+	case errors.As(err, &pe):
+		switch pe.Code[:min(2, len(pe.Code))] {
+		case "08", "40", "53", "57", "58": // connection, rollback (deadlock, serialization), resources, operator intervention, system
+			return true
+		}
+		return pe.Code == "55P03" || pe.Code == "25006" // lock not available; read-only transaction
+	case errors.As(err, &me):
+		switch me.Number {
+		case 1021, 1037, 1038, 1040, 1041, 1053, 1114, 1152, 1158, 1159, 1160, 1161, 1205, 1213, 1290, 1792, 1836, 1927, 4031:
+			// disk full, out of memory (2), too many connections, out of resources, shutdown,
+			// table full, aborted connection, network read and write errors (4), lock wait
+			// timeout, deadlock, --read-only, read-only transaction, read-only mode, connection
+			// killed (MariaDB), idle connection closed (MySQL 8)
+			return true
+		}
+	case errors.As(err, &se):
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+	}
+	return false
+}
+
+// duplicate says that err is a primary key or unique constraint violated.
+func duplicate(err error) bool {
+	var pe *pgconn.PgError
+	var me *mysqldrv.MySQLError
+	var se *sqlite.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe.Code == "23505"
+	case errors.As(err, &me):
+		return me.Number == 1062 // ER_DUP_ENTRY
+	case errors.As(err, &se):
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+	}
+	return false
+}
+
 func (t *DB) writeBatch(ctx context.Context, buf []event) error {
-	tx, err := t.db.BeginTx(ctx, nil)
+	tx, err := t.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -82,6 +82,9 @@ func (m *metrics) observeZK(op string, d time.Duration) {
 
 func (s *instance) metricsHandler() http.Handler {
 	s.metrics.reg.MustRegister(instanceCollector{s})
+	if s.trace != nil {
+		s.metrics.reg.MustRegister(traceCollector{s.trace})
+	}
 	// ContinueOnError: a scrape shows what could be gathered rather than nothing.
 	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }

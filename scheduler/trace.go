@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/api"
@@ -48,16 +49,25 @@ func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*trace
 		retention: cfg.EventTraceRetention, purgeEvery: 10 * time.Minute}, nil
 }
 
-// close writes every queued event, then closes the database.
 // traceCloseGrace bounds the writing of the queued events at shutdown: a database that is down
 // must not hold the process past its supervisor's patience (SIGKILL loses them anyway).
 const traceCloseGrace = 5 * time.Second
 
+// termFlushGrace bounds the writing of a leadership term's task results as it ends.
+const termFlushGrace = 2 * time.Second
+
+// close writes the task results left and every queued event, then closes the database.
 func (t *tracer) close() {
 	if t == nil {
 		return
 	}
-	t.w.CloseWithin(traceCloseGrace)
+	// Results counted after the last term's end was written (its work was unwinding) go in
+	// too, within the same grace as the events.
+	deadline := time.Now().Add(traceCloseGrace)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	(&eventtrace.Statistics{DB: t.db, Results: t.results, Log: t.log}).Flush(ctx)
+	cancel()
+	t.w.CloseWithin(max(0, time.Until(deadline)))
 	if s := t.w.Stats(); s.Dropped > 0 || s.Failed > 0 {
 		t.log.WithFields(logrus.Fields{"written": s.Written, "dropped": s.Dropped, "failed": s.Failed}).Warn("event trace: not every event was written")
 	}
@@ -125,6 +135,23 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	}
 }
 
+// traceEventsDesc exports the writer's counts (eventtrace.Writer.Stats), which were only logged.
+var traceEventsDesc = prometheus.NewDesc("ejcloud_event_trace_events_total",
+	"event trace events by outcome: written; dropped (the queue was full, or the writer closed); failed (refused by the database, or left unwritten when the shutdown's grace ended)",
+	[]string{"outcome"}, nil)
+
+// traceCollector reads the writer's counts at each scrape.
+type traceCollector struct{ t *tracer }
+
+func (c traceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- traceEventsDesc }
+
+func (c traceCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.t.w.Stats()
+	ch <- prometheus.MustNewConstMetric(traceEventsDesc, prometheus.CounterValue, float64(s.Written), "written")
+	ch <- prometheus.MustNewConstMetric(traceEventsDesc, prometheus.CounterValue, float64(s.Dropped), "dropped")
+	ch <- prometheus.MustNewConstMetric(traceEventsDesc, prometheus.CounterValue, float64(s.Failed), "failed")
+}
+
 // api is what the REST API reads of the trace.
 func (t *tracer) api() *api.Trace {
 	if t == nil {
@@ -134,15 +161,33 @@ func (t *tracer) api() *api.Trace {
 }
 
 // lead runs the leader's statistics and retention jobs until ctx ends; wg owns them.
+//
+// The task results not yet in a row are the term's own: they start from none, and the term
+// writes what is left as it ends, into the rows of the periods in progress, which the next
+// term's rows of those periods add to (eventtrace.Statistics.Flush). Counts left from an
+// earlier term (its end could not write them, or they came as its work unwound) are of
+// periods long gone maybe, and are discarded, logged, rather than written into this term's
+// first rows. Rows computed from the minute rows instead would be exact across terms too, but
+// would cost the statistics jobs and the API a sum of up to 1,440 rows each, and fail when the
+// retention is shorter than a day.
 func (t *tracer) lead(ctx context.Context, wg *sync.WaitGroup, store *state.Store) {
 	if t == nil {
 		return
+	}
+	if succ, fail := t.results.Reset(); succ > 0 || fail > 0 {
+		t.log.WithFields(logrus.Fields{"success": succ, "failed": fail}).Warn("task results an earlier leadership term could not write are discarded")
 	}
 	stats := &eventtrace.Statistics{DB: t.db, Results: t.results, Source: traceSource{store}, Log: t.log}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		stats.Run(ctx)
+		// The term is over: its context is done, but its counts are still to be written, in a
+		// few small transactions; briefly, since a shutdown waits for them (during the HTTP
+		// server's grace).
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), termFlushGrace)
+		defer cancel()
+		stats.Flush(flushCtx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -3,7 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +102,94 @@ func TestADaemonRunCountsOnce(t *testing.T) {
 		w.ld.updates(ctx, tc.updates)
 		if s, f := tr.results.Pending(eventtrace.Minute); s != tc.want || f != 0 {
 			t.Fatalf("%s: results %d/%d; want %d successes, no failure", tc.name, s, f, tc.want)
+		}
+	}
+}
+
+// The task results a leadership term counted are written when it ends, into the rows of the
+// periods in progress, so that a leader change or a shutdown does not lose them; and a term
+// starts from none, so that a process that leads again, maybe days later, does not write what
+// it counted before into its first rows.
+func TestTraceTermsWriteTheirResultsAndStartAfresh(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	tr, err := openTracer(ctx, Config{EventTraceDB: dsn}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := func(during func()) {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		tr.lead(ctx, &wg, w.ld.store)
+		during()
+		cancel()
+		wg.Wait()
+	}
+	sums := func(db *eventtrace.DB) string {
+		var out []string
+		for _, iv := range []eventtrace.Interval{eventtrace.Minute, eventtrace.Hour, eventtrace.Day} {
+			s, f, err := db.SumTaskResults(ctx, iv, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s %d/%d", iv, s, f))
+		}
+		return strings.Join(out, ", ")
+	}
+	term(func() {
+		tr.results.Add(true)
+		tr.results.Add(false)
+	})
+	if got, want := sums(tr.db), "MINUTE 1/1, HOUR 1/1, DAY 1/1"; got != want {
+		t.Errorf("after the term: %s; want %s", got, want)
+	}
+	tr.results.Add(true) // counted after the term's end was written: no term's
+	term(func() {
+		for _, iv := range []eventtrace.Interval{eventtrace.Minute, eventtrace.Hour, eventtrace.Day} {
+			if s, f := tr.results.Pending(iv); s != 0 || f != 0 {
+				t.Errorf("a new term starts with %d/%d %s results of an earlier one", s, f, iv)
+			}
+		}
+	})
+	if got, want := sums(tr.db), "MINUTE 1/1, HOUR 1/1, DAY 1/1"; got != want {
+		t.Errorf("after a term that counted nothing: %s; want %s", got, want)
+	}
+	tr.results.Add(false) // a shutdown writes what is left
+	tr.close()
+	db, err := eventtrace.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, want := sums(db), "MINUTE 1/2, HOUR 1/2, DAY 1/2"; got != want {
+		t.Fatalf("after the shutdown: %s; want %s", got, want)
+	}
+}
+
+// The writer's counts of events written, dropped (a full queue, or after its close) and
+// failed are Prometheus counters.
+func TestTraceWriterCountsAreMetrics(t *testing.T) {
+	w, tr := newTracedGroupWorld(t)
+	inst := w.ld.inst
+	inst.store = w.ld.store
+	h := inst.metricsHandler()
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: w.tasks[0].String()}}, "")
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: w.tasks[1].String()}}, "")
+	tr.w.Close()
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: w.tasks[2].String()}}, "") // dropped: the writer is closed
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var got []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, "ejcloud_event_trace") {
+			got = append(got, l)
+		}
+	}
+	for _, want := range []string{`ejcloud_event_trace_events_total{outcome="written"} 2`, `ejcloud_event_trace_events_total{outcome="dropped"} 1`,
+		`ejcloud_event_trace_events_total{outcome="failed"} 0`} {
+		if !strings.Contains(rec.Body.String(), want+"\n") {
+			t.Errorf("/metrics lacks %s; its event trace lines: %q", want, got)
 		}
 	}
 }
