@@ -1,11 +1,24 @@
 package lite
 
-import "time"
+import (
+	"sort"
+	"time"
+
+	"github.com/ejcloud/ejcloud/state"
+)
 
 // SetBeforeMulti makes in call f just before it sends a claim ("claim"), a taking ("take") or
-// a failover flag ("flag"), on the goroutine that sends it; set it before Run.
+// a failover flag ("flag"), and in an election before it takes the latch ("elect") and before
+// it creates the leader's node ("lead"), on the goroutine that does it; set it before Run.
 func SetBeforeMulti(in *Instance, f func(op string)) { in.beforeMulti = f }
 
 // SetObserveOp makes in's ZooKeeper session tell f of every request (state.Config.ObserveOp);
 // set it before Run.
 func SetObserveOp(in *Instance, f func(op string, d time.Duration)) { in.observeOp = f }
+
+// MaxShards is the largest shard count whose transactions fit in one ZooKeeper request, for a
+// job in a namespace: the most New accepts.
+func MaxShards(namespace, jobName string) int {
+	t := state.Offline(namespace)
+	return sort.Search(10001, func(n int) bool { return n > 0 && writesFit(t, jobName, n) != nil }) - 1
+}

@@ -203,13 +203,20 @@ func startWith(t *testing.T, servers []string, ns, id string, cfg lite.JobConfig
 	if hook != nil {
 		lite.SetBeforeMulti(in, hook)
 	}
+	return runInstance(t, in)
+}
+
+// runInstance runs a prepared instance until the test ends; Run returning an error before that fails
+// the test.
+func runInstance(t *testing.T, in *lite.Instance) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	x := &instance{in: in, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(x.done)
 		x.err = in.Run(ctx)
 		if x.err != nil && ctx.Err() == nil {
-			t.Errorf("%s: Run: %v", id, x.err)
+			t.Errorf("%s: Run: %v", in.ID(), x.err)
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-x.done })

@@ -56,9 +56,11 @@ type Options struct {
 	// address, as Elastic-Job-Lite.
 	IP string
 	// InstanceID defaults to "{ip}@-@{pid}". Several instances of one job in one process (tests)
-	// need their own; it must start with "{ip}@-@".
+	// need their own; it must start with "{ip}@-@" and have at most 64 characters.
 	InstanceID string
-	// Overwrite makes this instance's JobConfig replace the one in ZooKeeper.
+	// Overwrite makes this instance's JobConfig replace the one in ZooKeeper when Run starts;
+	// not when the instance registers again after a lost session, which would undo the changes
+	// made in ZooKeeper since.
 	Overwrite bool
 	Logger    logrus.FieldLogger
 }
@@ -79,7 +81,8 @@ type Instance struct {
 
 	// beforeMulti, set by tests only (export_test.go), is called just before a claim ("claim"),
 	// a taking ("take") or a failover flag ("flag") is sent, so that a test can lose its
-	// answer or hold it back.
+	// answer or hold it back; and in an election, before the latch is taken ("elect") and
+	// before the leader's node is created ("lead"), so that a test can choose the winner.
 	beforeMulti func(op string)
 	// observeOp, set by tests only, is the ZooKeeper session's state.Config.ObserveOp.
 	observeOp func(op string, d time.Duration)
@@ -96,6 +99,11 @@ type Instance struct {
 	// retake: items an earlier session of this instance took over and did not give back
 	// (findRetakes); the runner's next failover runs them before it takes new ones.
 	retake []int
+
+	// registered: a session of this Run has registered the config (registerConfig); the next
+	// ones register the instance again, and neither overwrite the config in ZooKeeper nor stop
+	// on an invalid one. Only Run's goroutine uses it.
+	registered bool
 }
 
 // New checks the config and prepares an instance; j is a job.SimpleJob for SIMPLE, a
@@ -132,6 +140,12 @@ func New(cfg JobConfig, j any, opts Options) (*Instance, error) {
 	}
 	if !strings.HasPrefix(in.id, in.ip+"@-@") || strings.Contains(in.id, "/") {
 		return nil, fmt.Errorf("lite: instance id %q must start with %q and have no '/'", in.id, in.ip+"@-@")
+	}
+	if len(in.id) > maxInstanceIDLen {
+		return nil, fmt.Errorf("lite: instance id %q is longer than %d characters", in.id, maxInstanceIDLen)
+	}
+	if err := in.shardsFit(p.ShardingTotalCount); err != nil {
+		return nil, err
 	}
 	in.log = opts.Logger
 	if in.log == nil {
@@ -180,6 +194,7 @@ func (in *Instance) Run(ctx context.Context) error {
 	}
 	in.tree = t
 	defer t.Close()
+	in.registered = false
 	for {
 		err := in.session(ctx)
 		switch {
@@ -209,8 +224,16 @@ func (in *Instance) Run(ctx context.Context) error {
 // lives, holding every resharding (which waits for them to go) and the items themselves. No
 // run of this instance is in progress here: the last session's ended with it. The items'
 // records still say their fires were not done, and they are run again as interrupted ones.
+// So is no resharding: a processing node of the session is a resharding's that was cut short,
+// and goes too, or it would stop every claim (this instance's own first, which would wait for
+// it) for as long as the process lives.
 func (in *Instance) dropStaleRunning(ctx context.Context) {
 	t := in.tree
+	if dropped, err := in.dropOwnProcessing(ctx); err != nil {
+		in.log.WithError(err).Warn("cannot delete the processing node of a resharding the last session stopped")
+	} else if dropped {
+		in.log.Info("deleted the processing node of a resharding stopped when the server stopped hearing from this instance")
+	}
 	items, err := t.Children(ctx, in.p("sharding"))
 	if err != nil {
 		in.log.WithError(err).Warn("cannot look for the running markers of runs the last session stopped")
@@ -333,11 +356,20 @@ func (in *Instance) register(ctx context.Context) error {
 }
 
 // registerConfig keeps the config in ZooKeeper unless there is none or Overwrite is set.
+//
+// Overwrite applies when the instance starts, at the first session of Run, as Elastic-Job-Lite
+// 2.1.5 writes the config only at startup: the sessions that follow (after a lost lease or an
+// expiry: a network blip) take the config in ZooKeeper, or every blip would undo an operator's
+// change on every instance. Nor does an invalid config in ZooKeeper stop them: like a running
+// instance (watchConfig), they keep the config they have.
 func (in *Instance) registerConfig(ctx context.Context) error {
 	for {
 		err := in.tryRegisterConfig(ctx)
 		// Another instance wrote it between our read and our write: read again.
 		if !errors.Is(err, state.ErrExists) && !errors.Is(err, state.ErrConflict) {
+			if err == nil {
+				in.registered = true
+			}
 			return err
 		}
 	}
@@ -349,9 +381,13 @@ func (in *Instance) tryRegisterConfig(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lite: read config: %w", err)
 	}
-	if n.Exists && !in.opts.Overwrite {
-		p, err := decodeConfig(n.Data)
-		if err != nil {
+	if n.Exists && (!in.opts.Overwrite || in.registered) {
+		p, err := in.decode(n.Data)
+		switch {
+		case err != nil && in.registered:
+			in.log.WithError(err).Error("the config in ZooKeeper is invalid: keeping the current one")
+			return nil
+		case err != nil:
 			return fmt.Errorf("lite: the config in ZooKeeper: %w", err)
 		}
 		in.setConfig(p)
@@ -437,6 +473,7 @@ func (in *Instance) leader(ctx context.Context) (string, error) {
 // leader raises the resharding flag.
 func (in *Instance) elect(ctx context.Context) error {
 	t := in.tree
+	in.testHook("elect")
 	release, err := t.Lock(ctx, in.p("leader/election/latch"))
 	if err != nil {
 		return fmt.Errorf("lite: election: %w", err)
@@ -446,7 +483,15 @@ func (in *Instance) elect(ctx context.Context) error {
 	if err != nil || n.Exists {
 		return err
 	}
+	in.testHook("lead")
 	if err := t.Do(ctx, t.Create(in.p("leader/election/instance"), []byte(in.id), true)); err != nil {
+		if errors.Is(err, state.ErrExists) {
+			// Another candidate made it first without the latch (a process of an older version,
+			// whose goroutines could hold the latch together): it won, and the callers read the
+			// leader again. An error would fail the registration (Run) or skip a fire.
+			in.log.Info("another candidate became leader first")
+			return nil
+		}
 		return fmt.Errorf("lite: become leader: %w", err)
 	}
 	in.log.Info("elected leader")
@@ -536,7 +581,14 @@ func (in *Instance) runner(ctx context.Context) {
 			in.mu.Lock()
 			last := in.lastFire
 			in.mu.Unlock()
-			if err := in.reshardIfIdle(ctx, last+1); err != nil && ctx.Err() == nil {
+			// New items owe no run for a fire before the resharding that makes them: their
+			// record says done up to now, the label a fire made now would have (fires are
+			// labelled by their scheduled time, triggers by when they came: never later than
+			// now). The leader's last fire alone would not do: a leader that has not fired
+			// (just elected, or a job that fires rarely) would write 0, and the others would
+			// catch up on the new items for fires they ran before the items existed.
+			now := time.Now().UnixMilli()
+			if err := in.reshardIfIdle(ctx, max(last, now)+1); err != nil && ctx.Err() == nil {
 				in.log.WithError(err).Warn("sharding failed")
 			}
 			if last != 0 && in.config().MonitorExecution {

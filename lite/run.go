@@ -168,12 +168,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 			continue
 		}
 		if cfg.MonitorExecution {
-			ops := []state.Op{t.Check(in.p("leader/sharding"), sh.Version), t.Absent(in.p("leader/sharding/processing"))}
-			for _, it := range chosen {
-				base := in.p("sharding/" + strconv.Itoa(it.i))
-				data, _ := json.Marshal(record{Fire: fire})
-				ops = append(ops, t.Set(base, data, it.recVersion), t.Create(base+"/running", []byte(in.id), true))
-			}
+			ops := in.claimOps(t, fire, sh.Version, chosen)
 			sid := t.SessionID()
 			in.testHook("claim")
 			if err := t.Multi(ctx, ops...); err != nil {
@@ -181,7 +176,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 				case isRace(err):
 					// The sharding moved, the leader is resharding, or another instance claimed
 					// first: read again (after the resharding) and claim what is left.
-					if err := in.waitGone(ctx, in.p("leader/sharding/processing")); err != nil {
+					if err := in.awaitNoResharding(ctx); err != nil {
 						return
 					}
 					continue
@@ -205,13 +200,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 		}
 		finished := in.runItems(ctx, cfg, fire, chosen)
 		if cfg.MonitorExecution {
-			ops := make([]state.Op, 0, 2*len(chosen))
-			for _, it := range chosen {
-				base := in.p("sharding/" + strconv.Itoa(it.i))
-				data, _ := json.Marshal(record{Fire: fire, Done: true})
-				ops = append(ops, t.Set(base, data, -1), t.Delete(base+"/running", -1))
-			}
-			if err := in.complete(ctx, ops); err != nil {
+			if err := in.complete(ctx, in.completeOps(t, fire, chosen)); err != nil {
 				// The session ended under the run: the items count as interrupted, and are
 				// taken over and run again for this fire, unless this instance comes back
 				// before anyone claims them and records the runs that did finish.
@@ -223,6 +212,62 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 		}
 		if len(waitFor) == 0 || !cfg.MonitorExecution {
 			return
+		}
+	}
+}
+
+// claimOps builds a claim of the chosen items for fire: each item's record moves to the fire
+// (at the version read) and its running marker goes up, checked against the sharding's
+// version and against a resharding in progress.
+func (in *Instance) claimOps(t *state.Tree, fire int64, sharding int32, chosen []item) []state.Op {
+	ops := make([]state.Op, 0, 2+2*len(chosen))
+	ops = append(ops, t.Check(in.p("leader/sharding"), sharding), t.Absent(in.p("leader/sharding/processing")))
+	data, _ := json.Marshal(record{Fire: fire})
+	for _, it := range chosen {
+		base := in.p("sharding/" + strconv.Itoa(it.i))
+		ops = append(ops, t.Set(base, data, it.recVersion), t.Create(base+"/running", []byte(in.id), true))
+	}
+	return ops
+}
+
+// completeOps builds the completion of the chosen items' runs for fire.
+func (in *Instance) completeOps(t *state.Tree, fire int64, chosen []item) []state.Op {
+	ops := make([]state.Op, 0, 2*len(chosen))
+	data, _ := json.Marshal(record{Fire: fire, Done: true})
+	for _, it := range chosen {
+		base := in.p("sharding/" + strconv.Itoa(it.i))
+		ops = append(ops, t.Set(base, data, -1), t.Delete(base+"/running", -1))
+	}
+	return ops
+}
+
+// awaitNoResharding returns once leader/sharding/processing is gone. A processing node of this
+// session is deleted instead: this instance reshards only on its runner, which is here (a claim
+// runs on the runner, or on the failover goroutines it waits for), so the node is a failed
+// resharding's (one that could not delete it, its connection down): waited for, it would never
+// go, and would stop every claim of every instance for as long as the session lives.
+func (in *Instance) awaitNoResharding(ctx context.Context) error {
+	t := in.tree
+	proc := in.p("leader/sharding/processing")
+	for {
+		n, w, err := t.GetW(ctx, proc)
+		if err != nil {
+			return err
+		}
+		if !n.Exists {
+			return nil
+		}
+		if n.Owner == t.SessionID() {
+			if _, err := in.dropOwnProcessing(ctx); err != nil {
+				return err
+			}
+			in.log.Warn("deleted the processing node of a resharding of this instance that failed")
+			continue
+		}
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

@@ -151,13 +151,54 @@ func (in *Instance) nudge(ctx context.Context) {
 // happens during a run), and writes the whole assignment in one transaction that also
 // clears necessary and processing and is fenced by the leader's election node. A flag raised
 // again meanwhile (an instance came or went after the instances were read) makes it start over.
+//
+// An attempt that fails takes its processing node away: left, it would stop every claim, this
+// instance's own too, until the session ends, and the claims wait for it to go.
 func (in *Instance) reshard(ctx context.Context, fire int64) error {
 	for {
 		again, err := in.reshardOnce(ctx, fire)
-		if !again || ctx.Err() != nil {
-			return err
+		if again && ctx.Err() == nil {
+			continue
 		}
+		if err != nil || again {
+			in.dropProcessing(ctx)
+		}
+		return err
 	}
+}
+
+// dropProcessing deletes this session's processing node after a failed resharding, as far as
+// it can within a third of a session timeout, on a context of its own: the failure may be the
+// connection's, which the deletion waits for that long. When the session's work is over (ctx
+// ended: the lease went, the session expired, the instance stops), it leaves the node: the
+// session's end takes it, or, when the session lives on after a lost lease, the next session
+// of the instance deletes it first thing (dropStaleRunning); waiting here, on a connection that
+// is probably down, would only hold that next session up. A node left by a failed deletion goes
+// at this instance's next claim (awaitNoResharding).
+func (in *Instance) dropProcessing(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), in.sessionTimeout()/3)
+	defer cancel()
+	if _, err := in.dropOwnProcessing(dctx); err != nil {
+		in.log.WithError(err).Warn("cannot delete the processing node of a failed resharding")
+	}
+}
+
+// dropOwnProcessing deletes leader/sharding/processing if this session made it, and says
+// whether it did.
+func (in *Instance) dropOwnProcessing(ctx context.Context) (bool, error) {
+	t := in.tree
+	proc := in.p("leader/sharding/processing")
+	n, err := t.Get(ctx, proc)
+	if err != nil || !n.Exists || n.Owner != t.SessionID() {
+		return false, err
+	}
+	if err := t.Do(ctx, t.Delete(proc, n.Version)); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return false, fmt.Errorf("delete %s: %w", proc, err)
+	}
+	return true, nil
 }
 
 func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, err error) {
@@ -196,53 +237,39 @@ func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, er
 	if len(avail) == 0 || !nec.Exists {
 		return false, t.Do(ctx, t.Delete(in.p("leader/sharding/processing"), -1))
 	}
-	result, err := sharding.Shard(cfg.JobShardingStrategyType, len(avail), cfg.JobName, cfg.ShardingTotalCount)
-	if err != nil {
+	w := shardingWrite{lead: lead.Version, nec: nec.Version, avail: avail, have: map[int]bool{}, owned: map[int]bool{}, drop: map[int][]string{}}
+	if w.result, err = sharding.Shard(cfg.JobShardingStrategyType, len(avail), cfg.JobName, cfg.ShardingTotalCount); err != nil {
 		return false, err
 	}
-	have := map[int]bool{}
 	for _, item := range existing {
 		if i, err := strconv.Atoi(item); err == nil {
-			have[i] = true
+			w.have[i] = true
 		}
 	}
-	var owed []byte // without monitorExecution there are no records
-	if cfg.MonitorExecution {
-		owed, _ = json.Marshal(record{Fire: fire - 1, Done: true})
+	if cfg.MonitorExecution { // without monitorExecution there are no records
+		w.owed, _ = json.Marshal(record{Fire: fire - 1, Done: true})
 	}
-	ops := []state.Op{t.Check(in.p("leader/election/instance"), lead.Version)}
-	for pos, items := range result {
+	for _, items := range w.result {
 		for _, i := range items {
-			item := in.p("sharding/" + strconv.Itoa(i))
-			if !have[i] {
-				// A new item owes no run for the fires before this one: without this record,
-				// an instance catching up would run it for a fire from before it existed.
-				ops = append(ops, t.Create(item, owed, false))
-			} else if n, err := t.Get(ctx, item+"/instance"); err != nil {
-				return false, err
-			} else if n.Exists {
-				ops = append(ops, t.Delete(item+"/instance", -1))
+			if !w.have[i] {
+				continue
 			}
-			ops = append(ops, t.Create(item+"/instance", []byte(avail[pos]), false))
+			n, err := t.Get(ctx, in.p("sharding/"+strconv.Itoa(i)+"/instance"))
+			if err != nil {
+				return false, err
+			}
+			w.owned[i] = n.Exists
 		}
 	}
-	for i := range have { // items beyond a reduced shard count go, with what hangs under them
+	for i := range w.have { // items beyond a reduced shard count go, with what hangs under them
 		if i < cfg.ShardingTotalCount {
 			continue
 		}
-		item := in.p("sharding/" + strconv.Itoa(i))
-		children, err := t.Children(ctx, item)
-		if err != nil {
+		if w.drop[i], err = t.Children(ctx, in.p("sharding/"+strconv.Itoa(i))); err != nil {
 			return false, err
 		}
-		for _, c := range children {
-			ops = append(ops, t.Delete(item+"/"+c, -1))
-		}
-		ops = append(ops, t.Delete(item, -1))
 	}
-	ops = append(ops, t.Set(in.p("leader/sharding"), nil, -1), // wakes instances to catch up
-		t.Delete(in.p("leader/sharding/necessary"), nec.Version), t.Delete(in.p("leader/sharding/processing"), -1))
-	if err := t.Multi(ctx, ops...); err != nil {
+	if err := t.Multi(ctx, in.shardingOps(t, w)...); err != nil {
 		var oe *state.OpError
 		if errors.As(err, &oe) && oe.Path == t.Path(in.p("leader/sharding/necessary")) {
 			return true, nil
@@ -251,6 +278,53 @@ func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, er
 	}
 	in.log.WithField("instances", len(avail)).Info("resharded")
 	return false, nil
+}
+
+// shardingWrite is what the sharding transaction writes, read before it is built (reshardOnce),
+// so that the transaction a shard count makes can be built without ZooKeeper too and measured
+// (shardsFit).
+type shardingWrite struct {
+	lead, nec int32            // the versions of leader/election/instance and of necessary
+	avail     []string         // the instances, in the order of the sharding's result
+	result    [][]int          // the items of each instance
+	have      map[int]bool     // the items that exist
+	owned     map[int]bool     // the existing items that have an instance node
+	drop      map[int][]string // the items beyond the shard count, with their children
+	owed      []byte           // a new item's record
+}
+
+// shardingOps builds the sharding transaction: every assignment, the items beyond the shard
+// count deleted, necessary (at the version read before the instances) and processing cleared,
+// fenced by the leader's election node.
+func (in *Instance) shardingOps(t *state.Tree, w shardingWrite) []state.Op {
+	ops := []state.Op{t.Check(in.p("leader/election/instance"), w.lead)}
+	for pos, items := range w.result {
+		for _, i := range items {
+			item := in.p("sharding/" + strconv.Itoa(i))
+			if !w.have[i] {
+				// A new item owes no run for the fires before this one: without this record,
+				// an instance catching up would run it for a fire from before it existed.
+				ops = append(ops, t.Create(item, w.owed, false))
+			} else if w.owned[i] {
+				ops = append(ops, t.Delete(item+"/instance", -1))
+			}
+			ops = append(ops, t.Create(item+"/instance", []byte(w.avail[pos]), false))
+		}
+	}
+	dropped := make([]int, 0, len(w.drop))
+	for i := range w.drop {
+		dropped = append(dropped, i)
+	}
+	sort.Ints(dropped)
+	for _, i := range dropped {
+		item := in.p("sharding/" + strconv.Itoa(i))
+		for _, c := range w.drop[i] {
+			ops = append(ops, t.Delete(item+"/"+c, -1))
+		}
+		ops = append(ops, t.Delete(item, -1))
+	}
+	return append(ops, t.Set(in.p("leader/sharding"), nil, -1), // wakes instances to catch up
+		t.Delete(in.p("leader/sharding/necessary"), w.nec), t.Delete(in.p("leader/sharding/processing"), -1))
 }
 
 // waitGone returns once the node does not exist.

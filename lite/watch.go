@@ -120,7 +120,7 @@ func (in *Instance) watchConfig(ctx context.Context) {
 			return []state.Watch{w}, nil
 		}
 		last = n.Data
-		p, err := decodeConfig(n.Data)
+		p, err := in.decode(n.Data)
 		if err != nil {
 			in.log.WithError(err).Error("the config in ZooKeeper is invalid: keeping the previous one")
 			return []state.Watch{w}, nil

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,51 @@ import (
 // only its predecessor. The node name carries the session id, so that a create whose answer
 // was lost is found again rather than left to block everyone. It returns the release function;
 // a session lost while holding the latch releases it too.
+//
+// The goroutines of one Tree take a latch one at a time, from before the look for a node until
+// the release: the nodes of a session are told apart by the session alone, so two Locks of one
+// session at once would both count its earliest node as theirs, both hold the latch, and the
+// first release would let other sessions in while the second is still inside.
 func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error) {
+	token := t.latchToken(dir)
+	select {
+	case token <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("take latch %s: %w", dir, ctx.Err())
+	}
+	held, err := t.lock(ctx, dir)
+	if err != nil {
+		<-token
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			held()
+			<-token // only once the node is gone (or its session)
+		})
+	}, nil
+}
+
+// latchToken returns the token of dir's latch (see Lock).
+func (t *Tree) latchToken(dir string) chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.latches == nil {
+		t.latches = map[string]chan struct{}{}
+	}
+	p := t.abs(dir)
+	c, ok := t.latches[p]
+	if !ok {
+		c = make(chan struct{}, 1)
+		t.latches[p] = c
+	}
+	return c
+}
+
+// lock is Lock without the exclusion of the Tree's own goroutines, which it needs: it takes
+// any node of the session for its own.
+func (t *Tree) lock(ctx context.Context, dir string) (release func(), err error) {
 	if err := t.Ensure(ctx, dir); err != nil {
 		return nil, err
 	}
@@ -49,9 +94,11 @@ func (t *Tree) Lock(ctx context.Context, dir string) (release func(), err error)
 			return nil, err
 		}
 		sort.Slice(names, func(i, j int) bool { return seq(names[i]) < seq(names[j]) })
-		// The earliest node of this session is the one it holds; any later one (a lost
-		// create applied after the look for it) goes: waiting on its own node, the latch
-		// would wait for ever, and so would everyone after it.
+		// The earliest node of this session is the one it holds (no other Lock of this Tree is
+		// inside: a node of the session is this call's, made by a create whose answer was lost,
+		// or one whose release failed); any later one (a lost create applied after the look
+		// for it) goes: waiting on its own node, the latch would wait for ever, and so would
+		// everyone after it.
 		var own []string
 		for _, n := range names {
 			if strings.HasPrefix(n, prefix) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -15,7 +16,14 @@ import (
 // Elastic-Job-Lite mode, package lite): plain node access, watches and multis, with this
 // package's error sentinels. Unlike Connect, Dial creates no scheduler layout: a lite namespace
 // holds one node per job and nothing else.
-type Tree struct{ s *Store }
+type Tree struct {
+	s *Store
+
+	mu sync.Mutex // guards latches
+	// latches holds, by latch directory, a token that one Lock of this Tree at a time holds from
+	// before it looks for its node until its release (see Lock).
+	latches map[string]chan struct{}
+}
 
 // Node is one read.
 type Node struct {
@@ -51,13 +59,23 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
 	}
 	s := &Store{shared: &shared{
-		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
+		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: treeACL(),
 		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp,
 	}}
 	if err := s.connected(ctx); err != nil {
 		return nil, err
 	}
 	return &Tree{s: s}, nil
+}
+
+// treeACL is the ACL of the nodes a Tree creates.
+func treeACL() []zk.ACL { return zk.WorldACL(zk.PermAll) }
+
+// Offline returns a Tree without a session, on the namespace: its ops can be built and measured
+// (Fits), to check before Dial that the largest transactions a caller will send fit in one
+// request, but nothing can be read or written through it.
+func Offline(namespace string) *Tree {
+	return &Tree{s: &Store{shared: &shared{root: "/" + namespace, acl: treeACL()}}}
 }
 
 // Close ends the session; its ephemeral nodes go at once.
@@ -203,6 +221,21 @@ func (t *Tree) Multi(ctx context.Context, ops ...Op) error {
 		reqs = append(reqs, o.reqs...)
 	}
 	return t.s.multi(ctx, reqs...)
+}
+
+// Fits says whether ops fit in one Multi: nil, or an error wrapping ErrTooLarge. ZooKeeper takes
+// at most jute.maxbuffer in one request, so a caller whose transactions grow with its data (a
+// shard count, say) measures the largest it will send before it takes the data on: a Multi
+// that does not fit fails, and fails again every time it is sent.
+func (t *Tree) Fits(ops ...Op) error {
+	var reqs []any
+	for _, o := range ops {
+		reqs = append(reqs, o.reqs...)
+	}
+	if n := multiBytes(reqs); n > maxMultiBytes {
+		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request): %w", len(reqs), n, maxMultiBytes, ErrTooLarge)
+	}
+	return nil
 }
 
 // Do runs one op on its own (a Multi of one).
