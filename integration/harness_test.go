@@ -207,11 +207,27 @@ func (m *mesos) fault(t *testing.T, agent, action string) {
 	}
 }
 
+// frameworkFault applies partition or heal to the link between a framework's scheduler and the
+// master, over mesos-local's HTTP API.
+func (m *mesos) frameworkFault(t *testing.T, framework, action string) {
+	t.Helper()
+	resp, err := http.Post(m.url+"/local/frameworks/"+framework+"/"+action, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s framework %s: %d %s", action, framework, resp.StatusCode, b)
+	}
+}
+
 // masterState is the part of mesos-local's /master/state the tests read.
 type masterState struct {
 	Frameworks []struct {
-		ID    string `json:"id"`
-		Tasks []struct {
+		ID        string `json:"id"`
+		Connected bool   `json:"connected"`
+		Tasks     []struct {
 			ID      string `json:"id"`
 			State   string `json:"state"`
 			SlaveID string `json:"slave_id"`
@@ -239,6 +255,16 @@ func (m *mesos) state(t *testing.T) masterState {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// connected says whether the master has the framework connected: subscribed, its stream open.
+func (m *mesos) connected(t *testing.T, framework string) bool {
+	for _, f := range m.state(t).Frameworks {
+		if f.ID == framework {
+			return f.Connected
+		}
+	}
+	return false
 }
 
 // taskStates maps the task ids of a job (active and unreachable) to their states.

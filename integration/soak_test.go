@@ -40,8 +40,9 @@ const (
 	// agent) relaunches them, so that even a partition longer than both timeouts runs no shard
 	// beside its relaunch. Such a run is killed 8 s after the partition began at the latest;
 	// the relaunch comes 13 s after at the earliest (3 s + 10 s). Renewals come every second;
-	// the leaderless gaps here (a takeover, ZooKeeper down for up to 5 s) stay under 7 s. (A
-	// run that ended during the partition ran, and its report is held behind it: the lease
+	// the leaderless gaps here (a takeover, ZooKeeper down for up to 5 s) stay under 7 s; only
+	// the leader cut off from the Mesos master outlasts the lease, on purpose (see the fault).
+	// (A run that ended during the partition ran, and its report is held behind it: the lease
 	// cannot help that one, see attribute.)
 	taskLease = 8 * time.Second
 	// longRun is how long the long jobs' scripts run: longer than the lease and than the
@@ -58,6 +59,10 @@ const (
 	// seconds is far beyond that under the soak's load, and a slot skipped earlier than that
 	// before the fault is a finding (a producer that sat on its writes).
 	ledgerWriteSlack = 2 * time.Second
+	// mesosHeartbeat is mesos-local's --heartbeat-interval. A scheduler gives up on an event
+	// stream silent for five of them (scheduler/mesos.go): 5 s here, not Mesos's 75 s, so that
+	// a scheduler cut off from the master notices within a fault.
+	mesosHeartbeat = time.Second
 	// ledgerReadEvery bounds the time between two reads of the fire ledgers: a ledger keeps
 	// state.LedgerKeep entries, 640 s of a 10 s cron at the least, and the slot audit needs
 	// every entry of the soak.
@@ -78,6 +83,9 @@ const (
 	faultPartitionLong  = "agent partition longer than both unreachable timeouts"
 	faultZooKeeper      = "ZooKeeper SIGKILL and restart"
 	faultZooKeeperBlip  = "ZooKeeper SIGSTOP shorter than the session timeout"
+	// A network partition between the leader and the Mesos master alone: the agents, the
+	// executors and ZooKeeper stay reachable.
+	faultSchedulerPartition = "leader cut off from the Mesos master"
 	// With EJCLOUD_SOAK_ENSEMBLE: the ZooKeeper faults are these instead.
 	faultMemberKill       = "ZooKeeper member SIGKILL and restart"
 	faultMemberHangLeader = "ZooKeeper quorum leader SIGSTOP 20 s"
@@ -85,7 +93,8 @@ const (
 )
 
 var faultKinds = []string{faultExecutorKill, faultLeaderKill, faultLeaderTerm, faultLeaderKillOld, faultAgentRestart,
-	faultPartitionShort, faultPartitionLease, faultPartitionMid, faultPartitionLong, faultZooKeeper, faultZooKeeperBlip}
+	faultPartitionShort, faultPartitionLease, faultPartitionMid, faultPartitionLong, faultZooKeeper, faultZooKeeperBlip,
+	faultSchedulerPartition}
 
 // TestSoak is `make soak`: EJCLOUD_SOAK_JOBS (60: what two cores sustain) jobs × 5 shards firing every 10 s for
 // EJCLOUD_SOAK_DURATION (10m), with a fault from the menu above every EJCLOUD_SOAK_FAULT_EVERY
@@ -129,7 +138,8 @@ func TestSoak(t *testing.T) {
 		w.zk.Servers = []string{s.zk.Addr}
 	}
 	w.mesos = startMesosWith(t, 4, "cpus:64;mem:65536;disk:1000;ports:[31000-32000]",
-		"--agent-ping-timeout", agentPing.String(), "--max-agent-ping-timeouts", fmt.Sprint(maxPings))
+		"--agent-ping-timeout", agentPing.String(), "--max-agent-ping-timeouts", fmt.Sprint(maxPings),
+		"--heartbeat-interval", mesosHeartbeat.String())
 	s.w, s.tail = w, &updateTail{path: w.mesos.updates}
 	t.Logf("soak: ZooKeeper %v, session timeout %v", w.zk.Servers, s.session)
 	s.topUp()
@@ -324,7 +334,10 @@ type ledgerKey struct {
 	triggered bool
 }
 
-// leaderFaults are the faults that may cost the scheduler its leader.
+// leaderFaults are the faults that may cost the scheduler its leader. A leader cut off from the
+// Mesos master is not one: it keeps its ZooKeeper session and leads on, and its producer goes
+// on writing every slot's fire into ZooKeeper, where the runs wait for the re-subscription's
+// offers. A slot it skips then is a lost fire, not one excused by a leaderless span.
 var leaderFaults = map[string]bool{faultLeaderKill: true, faultLeaderTerm: true, faultLeaderKillOld: true, faultZooKeeper: true,
 	faultMemberKill: true, faultMemberHangLeader: true, faultMemberHang: true}
 
@@ -510,7 +523,10 @@ func (s *soak) inject(kind string) {
 	agentBack := func(agent string) func() bool { return func() bool { return s.tail.runningAfter(agent, end) } }
 	leaderBack := func() bool { return s.leader() != nil && s.tail.runningAfter("", end) }
 	detail := ""
-	var blipLeader *instance // the leader a ZooKeeper hang shorter than the session must leave leading
+	// keepLeader is the leader the fault must leave leading (keepWhy says why), if any.
+	var keepLeader *instance
+	var keepWhy string
+	var resubscribed time.Duration // faultSchedulerPartition: from the heal to the framework connected again
 	switch kind {
 	case faultExecutorKill:
 		pids := s.w.mesos.executorPIDs("")
@@ -578,7 +594,59 @@ func (s *soak) inject(kind string) {
 		s.zk.Resume()
 		end, back = time.Now(), leaderBack
 		detail = fmt.Sprintf("hung %v", d)
-		blipLeader = l
+		keepLeader, keepWhy = l, "its session should have outlived the hang"
+	case faultSchedulerPartition:
+		// The leader's watchdog gives up on its silent stream five heartbeat intervals after the
+		// last event, 4–5 s into the partition, and mesos-local sees the close; the leader's
+		// SUBSCRIBE again gets no answer before the heal. The lease renewals are MESSAGE calls
+		// the partition holds too: the executors' leases lapse 7–8 s into it (the last renewal
+		// came up to a renewal period before), and they kill their tasks, as they would in
+		// production. So 1.5 s past the lease: past the watchdog and the lease, away from both
+		// boundaries (a heal between the two would race the first renewal after it against the
+		// lease), and far inside the failover timeout (a week), so that Mesos keeps the
+		// framework and its tasks. The detail says when the master saw the stream closed, when
+		// the leader stopped saying it is ready (/readyz), and when it was subscribed again.
+		l := s.leaderInstance()
+		var cluster struct {
+			FrameworkID string `json:"frameworkId"`
+		}
+		if err := json.Unmarshal([]byte(l.must(s.t, 200, "GET", "/api/operate/cluster", "")), &cluster); err != nil || cluster.FrameworkID == "" {
+			s.t.Fatalf("the leader's /api/operate/cluster names no framework: %v", err)
+		}
+		fw := cluster.FrameworkID
+		d := taskLease + 1500*time.Millisecond
+		from := time.Now()
+		s.w.mesos.frameworkFault(s.t, fw, "partition")
+		var closed, unready time.Duration
+		for time.Since(from) < d { // the length of the partition is the fault
+			if closed == 0 && !s.w.mesos.connected(s.t, fw) {
+				closed = time.Since(from)
+			}
+			if unready == 0 && !l.leads() {
+				unready = time.Since(from)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		s.w.mesos.frameworkFault(s.t, fw, "heal")
+		end = time.Now()
+		back = func() bool {
+			if closed > 0 && resubscribed == 0 && s.w.mesos.connected(s.t, fw) {
+				resubscribed = time.Since(end)
+			}
+			return leaderBack()
+		}
+		detail = fmt.Sprintf("framework %s for %v; ", fw, d)
+		if closed > 0 {
+			detail += fmt.Sprintf("the leader closed its stream %v into it, ", closed.Round(100*time.Millisecond))
+		} else {
+			detail += "the leader kept its stream open, "
+		}
+		if unready > 0 {
+			detail += fmt.Sprintf("was not ready %v into it", unready.Round(100*time.Millisecond))
+		} else {
+			detail += "was ready throughout"
+		}
+		keepLeader, keepWhy = l, "cut off from Mesos only, it keeps its ZooKeeper session (this is no leaderless span)"
 	case faultMemberKill:
 		i := s.rng.Intn(3)
 		s.ensemble.Member(i).Stop()
@@ -613,8 +681,8 @@ func (s *soak) inject(kind string) {
 		f.notBack++
 		detail += fmt.Sprintf(", NOT back within %v", backWithin)
 	}
-	if blipLeader != nil && s.leaderInstance() != blipLeader {
-		s.t.Errorf("%s: the leader changed; its session should have outlived the hang", kind)
+	if keepLeader != nil && s.leaderInstance() != keepLeader {
+		s.t.Errorf("%s: the leader changed; %s", kind, keepWhy)
 		detail += ", THE LEADER CHANGED"
 	}
 	if leaderFaults[kind] {
@@ -628,6 +696,10 @@ func (s *soak) inject(kind string) {
 	case faultLeaderKillOld: // replaced only before the next fault
 		if l := s.leaderInstance(); l != nil {
 			detail += fmt.Sprintf("; the new leader was up %v", time.Since(l.born).Round(time.Second))
+		}
+	case faultSchedulerPartition:
+		if resubscribed > 0 {
+			detail += fmt.Sprintf("; the leader subscribed again %v after the heal", resubscribed.Round(time.Millisecond))
 		}
 	}
 	s.last = kind + " (" + detail + ")"

@@ -63,6 +63,10 @@ type Cluster struct {
 	// re-registered within the agent re-registration timeout (failover.go).
 	failovers      int
 	recoveredTimer Timer
+	// cutOff holds, per framework id, the gate of a partition between that framework's
+	// scheduler and the master (PartitionFramework), closed when it heals. By id, not on the
+	// framework: the partition is in the network and outlives the master's record of it.
+	cutOff map[string]chan struct{}
 
 	ln, standbyLn net.Listener
 	srv, standby  *http.Server
@@ -83,6 +87,7 @@ func New(opts Options) (*Cluster, error) {
 		masterID:   newUUID(),
 		frameworks: map[string]*framework{},
 		offers:     map[string]*offer{},
+		cutOff:     map[string]chan struct{}{},
 	}
 	if c.cz, err = newContainment(opts.Containment, c.masterID[:8], c.log); err != nil {
 		return nil, err
@@ -195,6 +200,11 @@ func (c *Cluster) Close() error {
 			f.stream.close()
 		}
 	}
+	// Healed, so that the streams and calls a partition holds end now, not when the server's
+	// shutdown gives up on them.
+	for id := range c.cutOff {
+		c.healFramework(id)
+	}
 	for _, a := range c.agents {
 		a.shutdown()
 	}
@@ -221,6 +231,7 @@ func (c *Cluster) routes() http.Handler {
 	mux.HandleFunc("GET /state", c.masterState)
 	mux.HandleFunc("GET /local/agents", c.listAgents)
 	mux.HandleFunc("POST /local/agents/{id}/{action}", c.agentAction)
+	mux.HandleFunc("POST /local/frameworks/{id}/{action}", c.frameworkAction)
 	mux.HandleFunc("POST /local/master/failover", c.masterFailover)
 	return mux
 }

@@ -133,6 +133,11 @@ func (c *Cluster) admit(sub *scheduler.Call_Subscribe, st *stream) (*framework, 
 		c.frameworks[id] = f
 	}
 	f.stream = st
+	if gate := c.cutOff[f.id]; gate != nil {
+		// A SUBSCRIBE that got through just before its scheduler was cut off: its stream is
+		// behind the partition too.
+		st.hold(gate)
+	}
 	f.subscribedAt = c.clock.Now()
 	// The suppressed set is replaced by the subscription's; roles leaving it are revived.
 	f.suppressed = map[string]bool{}

@@ -10,6 +10,9 @@ import (
 
 // schedulerAPI serves POST /api/v1/scheduler with the checks of MESOS.md §1.2, in order.
 func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
+	if c.blackHoled(r) {
+		return
+	}
 	principal, ok := c.authenticate(w, r)
 	if !ok {
 		return

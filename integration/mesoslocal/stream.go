@@ -60,11 +60,15 @@ type stream struct {
 	media string
 	id    string // Mesos-Stream-Id; empty on executor streams
 
-	mu      sync.Mutex // guards queue, closing
+	mu      sync.Mutex // guards queue, closing, gate
 	queue   [][]byte
 	closing bool
-	wake    chan struct{}
-	gone    chan struct{} // closed when serve returns
+	// gate, while set and open, holds everything back: a network partition between the
+	// client and the master (Cluster.PartitionFramework) lets no byte through, not even the
+	// end of the stream, until it heals (the gate closes).
+	gate chan struct{}
+	wake chan struct{}
+	gone chan struct{} // closed when serve returns
 }
 
 func newStream(media, id string) *stream {
@@ -102,6 +106,16 @@ func (s *stream) abort() {
 	s.signal()
 }
 
+// hold stops the stream's writes until gate is closed: events queue as a real master's pile up
+// in a connection nobody can reach, and reach the client if it is still there at the heal, as
+// TCP delivers what it retransmitted.
+func (s *stream) hold(gate chan struct{}) {
+	s.mu.Lock()
+	s.gate = gate
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *stream) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -111,6 +125,8 @@ func (s *stream) signal() {
 
 // serve writes the response headers at once (mesos-go waits at most 15 s for them), then
 // events until the stream is closed or the client goes. It returns true if the client went.
+// A stream held from its start (a SUBSCRIBE that got in just before a partition) sends its
+// headers at the heal.
 func (s *stream) serve(w http.ResponseWriter, r *http.Request) (clientGone bool) {
 	defer close(s.gone)
 	fl, _ := w.(http.Flusher)
@@ -118,15 +134,33 @@ func (s *stream) serve(w http.ResponseWriter, r *http.Request) (clientGone bool)
 	if s.id != "" {
 		w.Header().Set("Mesos-Stream-Id", s.id)
 	}
-	w.WriteHeader(http.StatusOK)
-	if fl != nil {
-		fl.Flush()
-	}
+	headers := false
 	for {
 		s.mu.Lock()
+		if gate := s.gate; gate != nil {
+			s.mu.Unlock()
+			select {
+			case <-gate:
+				s.mu.Lock()
+				if s.gate == gate {
+					s.gate = nil
+				}
+				s.mu.Unlock()
+				continue
+			case <-r.Context().Done():
+				return true
+			}
+		}
 		queue, closing := s.queue, s.closing
 		s.queue = nil
 		s.mu.Unlock()
+		if !headers {
+			w.WriteHeader(http.StatusOK)
+			if fl != nil {
+				fl.Flush()
+			}
+			headers = true
+		}
 		for _, frame := range queue {
 			if _, err := w.Write(append(strconv.AppendInt(nil, int64(len(frame)), 10), '\n')); err != nil {
 				return true

@@ -52,7 +52,9 @@ func main() {
 	record := fs.String("record-updates", "", "append every status update the agents take to this file as JSON lines, for integration/audit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	envflag.Usage(fs, "mesos-local: a single-host Mesos master and agents speaking the v1 HTTP APIs.\n\n"+
-		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone}; POST /local/master/failover[?hold=<agent id>…]\n"+
+		"Fault injection: POST /local/agents/{id}/{partition|heal|kill|restart|gone};\n"+
+		"POST /local/frameworks/{id}/{partition|heal} (the framework's scheduler cut off from the master: its event stream\n"+
+		"silent, its calls unanswered until the heal); POST /local/master/failover[?hold=<agent id>…]\n"+
 		"(a new master takes over: frameworks must re-subscribe, agents re-register after --agent-reregister-delay, held ones\n"+
 		"only when healed, and those not back within --agent-reregister-timeout are unreachable); state: GET /master/state.")
 	if err := envflag.Parse(fs, os.Args[1:], os.Getenv); err != nil {

@@ -37,7 +37,7 @@ func TestHelpListsFlagsAndVariables(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--help: %v\n%s", err, out)
 	}
-	for _, want := range []string{"--addr", "--agents", "--agent-resources", "--work-dir", "EJCLOUD_AGENTS", "/local/agents/", "/local/master/failover", "--agent-reregister-timeout"} {
+	for _, want := range []string{"--addr", "--agents", "--agent-resources", "--work-dir", "EJCLOUD_AGENTS", "/local/agents/", "/local/frameworks/", "/local/master/failover", "--agent-reregister-timeout"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("--help does not mention %s:\n%s", want, out)
 		}
