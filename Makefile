@@ -82,7 +82,8 @@ clean:
 	rm -rf $(BIN)
 
 # The soak (not part of `make test`): SOAK_JOBS (60) jobs × 5 shards every 10 s under a seeded
-# menu of faults (executor, leader and ZooKeeper kills, agent restarts and partitions), then an
+# menu of faults (executor, leader and ZooKeeper kills and hangs, agent restarts and partitions,
+# the leader cut off from the master), then an
 # exactly-once audit of every fire from the status updates and from what the scripts recorded.
 # SOAK_DURATION (10m), SOAK_FAULT_EVERY (15s); SOAK_SEED replays a run's fault sequence (its
 # seed is printed first). 60 jobs (30 shard runs/s) leaves two cores room to spare; they carry
