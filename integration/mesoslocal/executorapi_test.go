@@ -513,6 +513,20 @@ func (x *execConn) update(taskID string, state mesos.TaskState) {
 	}
 }
 
+// runT1 launches task t1 on executor e of a raw executor-API client, which takes it and reports
+// it running; it returns the client and the offer the test goes on with.
+func runT1(t *testing.T, s *mesostest.Sched, e *mesos.ExecutorInfo) (*execConn, mesos.Offer) {
+	t.Helper()
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, e, "run"))
+	x := executorSubscribe(t, o, s.FrameworkID, "e1")
+	x.next(executor.Event_SUBSCRIBED)
+	x.next(executor.Event_LAUNCH)
+	x.update("t1", mesos.TASK_RUNNING)
+	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	return x, o
+}
+
 // drop closes the connection from the executor's side, as a network break does.
 func (x *execConn) drop() { x.resp.Body.Close() }
 
@@ -551,14 +565,8 @@ func wantDroppedAtSubscribe(t *testing.T, st mesos.TaskStatus, state mesos.TaskS
 func TestSubscribeDropsSentTasksTheExecutorDoesNotList(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, frameworkInfo())
-	o := s.Offers()[0]
 	e := testExecutor("e1", "nosubscribe")
-	s.Launch(o, task("t1", o, e, "run"))
-	x := executorSubscribe(t, o, s.FrameworkID, "e1")
-	x.next(executor.Event_SUBSCRIBED)
-	x.next(executor.Event_LAUNCH)
-	x.update("t1", mesos.TASK_RUNNING)
-	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	x, o := runT1(t, s, e)
 	o = s.Offers()[0]
 	t2, t3 := task("t2", o, e, "run"), task("t3", o, e, "run")
 	s.Launch(o, t2, t3)
@@ -584,14 +592,8 @@ func TestSubscribeDropsSentTasksTheExecutorDoesNotList(t *testing.T) {
 func TestLaunchIntoADroppedConnectionIsLost(t *testing.T) {
 	c, hook := loggedCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
-	o := s.Offers()[0]
 	e := testExecutor("e1", "nosubscribe")
-	s.Launch(o, task("t1", o, e, "run"))
-	x := executorSubscribe(t, o, s.FrameworkID, "e1")
-	x.next(executor.Event_SUBSCRIBED)
-	x.next(executor.Event_LAUNCH)
-	x.update("t1", mesos.TASK_RUNNING)
-	s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+	x, o := runT1(t, s, e)
 	x.drop()
 	awaitLogged(t, hook, "executor disconnected", "e1")
 	o = s.Offers()[0]
