@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
@@ -34,7 +35,9 @@ func startAcknowledger(ctx context.Context, sub *subscription, log logrus.FieldL
 			for {
 				select {
 				case c := <-a.calls:
-					if err := sub.call(ctx, c); err != nil && ctx.Err() == nil {
+					// Those of an ended stream are given up quietly: the next subscription's
+					// reconciliation and Mesos's resends make up for them.
+					if err := sub.call(ctx, c); err != nil && ctx.Err() == nil && !errors.Is(err, errStreamEnded) {
 						log.WithError(err).WithField("call", c.Type.String()).Warn("Mesos call failed")
 					}
 				case <-ctx.Done():

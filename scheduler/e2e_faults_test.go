@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskend"
@@ -281,4 +283,43 @@ func TestAMasterFailoverRelaunchesNothing(t *testing.T) {
 	if n := s.failoverCount(); n != 0 {
 		t.Fatalf("%d failover entries after a master failover", n)
 	}
+}
+
+// A leader cut off from the master gives up on the silent stream after five heartbeat
+// intervals, also while a call of its event loop (the REVIVE of new work) hangs in the
+// partition: the call is given up with the stream, /readyz says the leader is not subscribed,
+// and it subscribes again, and runs the work, once the partition heals.
+func TestALeaderCutOffFromTheMasterGivesUpOnItsStream(t *testing.T) {
+	s := newSystemOn(t, 1, hooks{}, func(o *mesoslocal.Options) { o.HeartbeatInterval = time.Second })
+	s.register(s.scriptJob("cut", 1, ""))
+	fw, err := s.store.FrameworkID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mesos.PartitionFramework(fw); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			if err := s.mesos.HealFramework(fw); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer heal()
+	s.trigger("cut") // new work: a REVIVE, black-holed
+	readyz := func() int {
+		resp, _ := get(t, s.sched.cfg.HTTPAddr, "/readyz")
+		if resp == nil {
+			return 0
+		}
+		return resp.StatusCode
+	}
+	// The watchdog ends the stream 5 s in; the REVIVE's own client would give up only at 30 s.
+	await.True(t, 20*time.Second, "the leader says it is not subscribed, while cut off", func() bool { return readyz() == http.StatusServiceUnavailable })
+	heal()
+	await.True(t, 30*time.Second, "subscribed again after the heal", func() bool { return readyz() == http.StatusOK })
+	await.True(t, 30*time.Second, "the triggered run", func() bool { return len(s.runs("cut")["0"]) == 1 })
 }

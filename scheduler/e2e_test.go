@@ -52,9 +52,19 @@ func newSystem(t testing.TB, agents int, change ...func(*Config)) *system {
 }
 
 func newSystemWith(t testing.TB, agents int, h hooks, change ...func(*Config)) *system {
+	return newSystemOn(t, agents, h, nil, change...)
+}
+
+// newSystemOn is newSystemWith on a mesos-local whose options mesos, if set, changes.
+func newSystemOn(t testing.TB, agents int, h hooks, mesos func(*mesoslocal.Options), change ...func(*Config)) *system {
 	env := statetest.StartZooKeeper(t)
 	rec := audit.NewRecorder(nil)
-	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) { o.Agents, o.OnStatusUpdate = agents, rec.Observe })
+	c := mesostest.NewCluster(t, func(o *mesoslocal.Options) {
+		o.Agents, o.OnStatusUpdate = agents, rec.Observe
+		if mesos != nil {
+			mesos(o)
+		}
+	})
 	cfg := testConfig(t, env)
 	cfg.MesosURL = c.URL()
 	cfg.ExecutorBinary = buildExecutor(t)

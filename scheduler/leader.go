@@ -506,7 +506,10 @@ func (ld *leader) call(ctx context.Context, c *scheduler.Call) {
 	if ld.sub == nil {
 		return
 	}
-	if err := ld.sub.call(ctx, c); err != nil {
+	if err := ld.sub.call(ctx, c); errors.Is(err, errStreamEnded) {
+		// The next subscription reconciles; the stream's end was logged.
+		ld.log.WithError(err).WithField("call", c.Type.String()).Debug("Mesos call given up")
+	} else if err != nil {
 		ld.log.WithError(err).WithField("call", c.Type.String()).Warn("Mesos call failed")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,27 @@ type subscription struct {
 	master      string // the master URL it was made at ("" in tests' fakes)
 	// awaitMove, if set, blocks until another master leads (true) or ctx ends (false).
 	awaitMove func(ctx context.Context) bool
+
+	endOnce sync.Once
+	ended   context.Context // done once the stream has ended (see end)
+	endNow  context.CancelFunc
+}
+
+// errStreamEnded is a call given up because its subscription's stream ended: the master takes
+// no call of an ended stream, and a call hanging on a master the stream lost (a partition)
+// would hold the event loop, and with it the next subscription, until the client gave up.
+var errStreamEnded = errors.New("the subscription's event stream ended")
+
+// streamEnded is done once the stream has ended.
+func (s *subscription) streamEnded() context.Context {
+	s.endOnce.Do(func() { s.ended, s.endNow = context.WithCancel(context.Background()) })
+	return s.ended
+}
+
+// end marks the stream ended: calls in flight on the subscription are given up.
+func (s *subscription) end() {
+	s.streamEnded()
+	s.endNow()
 }
 
 // mesosAPI is the Mesos master as the leader uses it: SUBSCRIBE, which opens the event stream,
@@ -270,9 +292,16 @@ func (c *Config) subscribeAt(ctx context.Context, master string, how subscribeMo
 
 // call sends a call for the framework; a 202 is a nil error.
 func (s *subscription) call(ctx context.Context, c *scheduler.Call) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.streamEnded(), func() { cancel(errStreamEnded) })
+	defer stop()
 	resp, err := s.caller.Call(ctx, c.With(calls.Framework(s.frameworkID)))
 	if resp != nil {
 		resp.Close()
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errStreamEnded) {
+		return fmt.Errorf("%s: %w", c.Type, errStreamEnded)
 	}
 	return err
 }
@@ -282,6 +311,7 @@ func (s *subscription) call(ctx context.Context, c *scheduler.Call) error {
 // five intervals count time spent waiting on the wire only: while out is full (the event loop
 // busy, say on a slow ZooKeeper) nothing is read, and that silence is ours, not the master's.
 func (s *subscription) events(ctx context.Context, out chan<- scheduler.Event) error {
+	defer s.end()
 	got := make(chan struct{}, 1)
 	var sending atomic.Bool
 	watch, cancel := context.WithCancel(ctx)
