@@ -184,14 +184,7 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 func TestFaultInjectionEndpoints(t *testing.T) {
 	c := newCluster(t)
 	id := c.AgentIDs()[0]
-	post := func(path string) int {
-		resp, _ := rawPost(t, c.URL()+path, "", "", "", nil)
-		return resp.StatusCode
-	}
-	for _, tc := range []struct {
-		path string
-		want int
-	}{
+	wantPosts(t, c, []postCase{
 		{"/local/agents/" + id + "/partition", 204},
 		{"/local/agents/" + id + "/partition", 409}, // already partitioned
 		{"/local/agents/" + id + "/heal", 204},
@@ -201,10 +194,23 @@ func TestFaultInjectionEndpoints(t *testing.T) {
 		{"/local/agents/" + id + "/restart", 204},
 		{"/local/agents/" + id + "/gone", 204},
 		{"/local/agents/" + id + "/restart", 409},
-	} {
-		if got := post(tc.path); got != tc.want {
-			t.Fatalf("POST %s = %d; want %d", tc.path, got, tc.want)
+	})
+	waitAgentState(t, c, id, "gone")
+}
+
+// postCase is a POST to a fault route and the status code it must answer.
+type postCase struct {
+	path string
+	want int
+}
+
+// wantPosts makes each POST to c in turn and checks its answer.
+func wantPosts(t *testing.T, c *mesoslocal.Cluster, cases []postCase) {
+	t.Helper()
+	for _, tc := range cases {
+		resp, _ := rawPost(t, c.URL()+tc.path, "", "", "", nil)
+		if resp.StatusCode != tc.want {
+			t.Fatalf("POST %s = %d; want %d", tc.path, resp.StatusCode, tc.want)
 		}
 	}
-	waitAgentState(t, c, id, "gone")
 }

@@ -262,14 +262,7 @@ func TestFrameworkFaultEndpoints(t *testing.T) {
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	id := s.FrameworkID
-	post := func(path string) int {
-		resp, _ := rawPost(t, c.URL()+path, "", "", "", nil)
-		return resp.StatusCode
-	}
-	for _, tc := range []struct {
-		path string
-		want int
-	}{
+	wantPosts(t, c, []postCase{
 		{"/local/frameworks/" + id + "/partition", 204},
 		{"/local/frameworks/" + id + "/partition", 409}, // already partitioned
 		{"/local/frameworks/" + id + "/heal", 204},
@@ -277,10 +270,6 @@ func TestFrameworkFaultEndpoints(t *testing.T) {
 		{"/local/frameworks/" + id + "/explode", 404},
 		{"/local/frameworks/nope-0000/partition", 409},
 		{"/local/frameworks/nope-0000/heal", 409},
-	} {
-		if got := post(tc.path); got != tc.want {
-			t.Fatalf("POST %s = %d; want %d", tc.path, got, tc.want)
-		}
-	}
+	})
 	s.MustCall(calls.Revive()) // healed: answered
 }
