@@ -16,6 +16,17 @@ func SetBeforeMulti(in *Instance, f func(op string)) { in.beforeMulti = f }
 // set it before Run.
 func SetObserveOp(in *Instance, f func(op string, d time.Duration)) { in.observeOp = f }
 
+// SetIdle makes in's runner call f each time it has done all its work and, no wake-up waiting,
+// is about to wait for one, with the last cron fire it ran; set it before Run.
+func SetIdle(in *Instance, f func(lastFire int64)) { in.idle = f }
+
+// Fire hands in a cron fire labelled ms, as its ticker does when the cron comes.
+func Fire(in *Instance, ms int64) { in.fire(ms) }
+
+// RoundTrips counts the ZooKeeper requests of in's session so far; call it only once in has
+// reached its runner (SetIdle said so), which comes after Run opened the session.
+func RoundTrips(in *Instance) uint64 { return in.tree.RoundTrips() }
+
 // MaxShards is the largest shard count whose transactions fit in one ZooKeeper request, for a
 // job in a namespace: the most New accepts.
 func MaxShards(namespace, jobName string) int {

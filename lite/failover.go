@@ -13,34 +13,80 @@ import (
 
 // flagCrashed flags for failover every item whose owner, or whose taker, is no longer a live
 // instance. It looks at the whole job rather than at the one instance that went, so that an
-// instance that went while nobody watched (every instance down) is covered too.
-func (in *Instance) flagCrashed(ctx context.Context, live []string) {
+// instance that went while nobody watched (every instance down) is covered too. It returns an
+// error when it could not look at every item, for the caller to look again.
+//
+// live, the instances listed before the items are read, only says which flags to try: an
+// instance may join after it was read (a rolling restart's replacement) and be handed, by a
+// resharding, items read as a dead instance's. Each flag is written in a transaction that
+// holds only while the instance it is about is absent from instances/, and while what made it
+// the instance in question still holds: the sharding's version read before the items (no
+// resharding gave the item to someone else since) and the item's failover node, as read (no
+// taker took it since). A flag refused because the item moved is decided again on a new read.
+func (in *Instance) flagCrashed(ctx context.Context, live []string) error {
 	cfg := in.config()
 	if !cfg.Failover {
-		return
+		return nil
 	}
 	alive := map[string]bool{}
 	for _, id := range live {
 		alive[id] = true
 	}
 	t := in.tree
-	for i := range cfg.ShardingTotalCount {
-		it, err := in.readItem(ctx, i)
+	which := allItems(cfg.ShardingTotalCount)
+	for attempt := 0; len(which) > 0; attempt++ {
+		if attempt == maxAttempts {
+			return fmt.Errorf("flag items for failover: items %v moved under every attempt", which)
+		}
+		p, err := in.readPass(ctx, which)
 		if err != nil {
-			in.log.WithError(err).Warn("read the items for failover")
-			return
+			return fmt.Errorf("flag items for failover: %w", err)
 		}
-		crashed := it.failover != "" && !alive[it.failover] ||
-			it.failover == "" && it.owner != "" && !alive[it.owner]
-		if !crashed || it.running {
-			continue
+		var moved []int
+		for _, it := range p.items {
+			// The instance the decision is about: the taker, while there is one (the owner
+			// skips an item taken by another instance), else the owner.
+			gone := it.failover
+			if gone == "" {
+				gone = it.owner
+			}
+			if gone == "" || alive[gone] || it.running {
+				continue
+			}
+			in.testHook("flag")
+			err := t.Multi(ctx, in.flagOps(t, p.sharding, it, gone)...)
+			var oe *state.OpError
+			switch {
+			case err == nil:
+			case errors.As(err, &oe) && errors.Is(err, state.ErrExists) &&
+				(oe.Path == t.Path(in.p("leader/failover/items/"+strconv.Itoa(it.i))) || oe.Path == t.Path(in.p("instances/"+gone))):
+				// Flagged already; or the instance lives (it joined after live was read, or came
+				// back): its item is not for failover.
+			case isRace(err):
+				moved = append(moved, it.i)
+			case errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrSessionExpired), ctx.Err() != nil:
+				return fmt.Errorf("flag item %d for failover: %w", it.i, err)
+			default:
+				in.log.WithError(err).WithField("item", it.i).Warn("flag an item for failover")
+			}
 		}
-		in.testHook("flag")
-		err = t.Do(ctx, t.Create(in.p("leader/failover/items/"+strconv.Itoa(i)), nil, false))
-		if err != nil && !errors.Is(err, state.ErrExists) {
-			in.log.WithError(err).Warn("flag an item for failover")
-		}
+		which = moved
 	}
+	return nil
+}
+
+// flagOps flag item it for failover, read in a pass whose sharding version is sharding, as the
+// item of instance gone: only if gone is not registered, no resharding has happened since the
+// read and the item's failover node is as read.
+func (in *Instance) flagOps(t *state.Tree, sharding int32, it item, gone string) []state.Op {
+	base := in.p("sharding/" + strconv.Itoa(it.i))
+	ops := []state.Op{t.Check(in.p("leader/sharding"), sharding)}
+	if it.failover != "" {
+		ops = append(ops, t.Check(base+"/failover", it.foVersion))
+	} else {
+		ops = append(ops, t.Absent(base+"/failover"))
+	}
+	return append(ops, t.Absent(in.p("instances/"+gone)), t.Create(in.p("leader/failover/items/"+strconv.Itoa(it.i)), nil, false))
 }
 
 // failover takes the flagged items one at a time under the failover latch, then runs them
@@ -105,17 +151,14 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 	i := items[0]
 	flag := in.p("leader/failover/items/" + strconv.Itoa(i))
 	base := in.p("sharding/" + strconv.Itoa(i))
-	item, err := t.Get(ctx, base)
+	nodes, err := t.GetMany(ctx, []string{base, base + "/failover"})
 	if err != nil {
 		return 0, false
 	}
+	item, fo := nodes[0], nodes[1]
 	ops := []state.Op{t.Delete(flag, -1)}
 	foVersion := int32(-1) // the version the taking writes into the failover node
 	if item.Exists && i < in.config().ShardingTotalCount {
-		fo, err := t.Get(ctx, base+"/failover")
-		if err != nil {
-			return 0, false
-		}
 		if fo.Exists {
 			ops = append(ops, t.Set(base+"/failover", []byte(in.id), fo.Version))
 			foVersion = fo.Version + 1
@@ -180,23 +223,28 @@ func (in *Instance) takeMade(ctx context.Context, sid int64, flag, fo string, fo
 	return n.Exists && n.Version == foVersion && string(n.Data) == in.id, nil
 }
 
-// runTaken runs a taken item and then gives it back to its owner.
+// runTaken runs a taken item and then gives it back to its owner. Its claims read that item
+// alone.
 func (in *Instance) runTaken(ctx context.Context, i int) {
-	it, err := in.readItem(ctx, i)
-	if err != nil || it.failover != in.id {
+	one := []int{i}
+	p, err := in.readPass(ctx, one)
+	if err != nil || p.items[0].failover != in.id {
 		return
 	}
+	it := p.items[0]
 	in.mu.Lock()
 	last := in.lastFire
 	in.mu.Unlock()
 	taken := func(x item) bool { return x.i == i && x.failover == in.id }
+	read := &p // the first claim may go on it; after a claim, the next reads again
 	if !it.rec.Done && it.rec.Fire > 0 {
-		in.claimAndRun(ctx, it.rec.Fire, taken) // the run its instance did not finish
+		in.claimAndRun(ctx, it.rec.Fire, one, taken, read) // the run its instance did not finish
+		read = nil
 	}
 	if last > 0 {
 		// The fires its instance missed while it was dying collapse into one run, for this
 		// instance's last fire (the claim skips it if it has run for that fire).
-		in.claimAndRun(ctx, last, taken)
+		in.claimAndRun(ctx, last, one, taken, read)
 	}
 	if ctx.Err() != nil {
 		return // the taker's session ends: the item stays taken by it, and is taken again
@@ -219,19 +267,23 @@ func (in *Instance) findRetakes(ctx context.Context) {
 		in.log.WithError(err).Warn("cannot look for the items an earlier session took over")
 		return
 	}
-	var held []int
+	var which []int
+	var paths []string
 	for _, name := range items {
-		i, err := strconv.Atoi(name)
-		if err != nil {
-			continue
+		if i, err := strconv.Atoi(name); err == nil {
+			which = append(which, i)
+			paths = append(paths, in.p("sharding/"+name+"/failover"))
 		}
-		n, err := in.tree.Get(ctx, in.p("sharding/"+name+"/failover"))
-		if err != nil {
-			in.log.WithError(err).Warn("cannot look for the items an earlier session took over")
-			return
-		}
+	}
+	nodes, err := in.tree.GetMany(ctx, paths)
+	if err != nil {
+		in.log.WithError(err).Warn("cannot look for the items an earlier session took over")
+		return
+	}
+	var held []int
+	for k, n := range nodes {
 		if n.Exists && string(n.Data) == in.id {
-			held = append(held, i)
+			held = append(held, which[k])
 		}
 	}
 	sort.Ints(held)

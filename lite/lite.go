@@ -86,6 +86,10 @@ type Instance struct {
 	beforeMulti func(op string)
 	// observeOp, set by tests only, is the ZooKeeper session's state.Config.ObserveOp.
 	observeOp func(op string, d time.Duration)
+	// idle, set by tests only, is called by the runner each time it has done all its work, has
+	// no wake-up waiting and is about to wait for one, with the last cron fire it ran: a
+	// benchmark knows so when a fire's work, catching up included, is over.
+	idle func(lastFire int64)
 
 	mu        sync.Mutex // guards the fields below
 	cfg       *parsed
@@ -240,13 +244,17 @@ func (in *Instance) dropStaleRunning(ctx context.Context) {
 		return
 	}
 	sid := t.SessionID()
-	for _, item := range items {
-		p := in.p("sharding/" + item + "/running")
-		n, err := t.Get(ctx, p)
-		if err != nil {
-			in.log.WithError(err).Warn("cannot look for the running markers of runs the last session stopped")
-			return
-		}
+	paths := make([]string, len(items))
+	for k, item := range items {
+		paths[k] = in.p("sharding/" + item + "/running")
+	}
+	nodes, err := t.GetMany(ctx, paths)
+	if err != nil {
+		in.log.WithError(err).Warn("cannot look for the running markers of runs the last session stopped")
+		return
+	}
+	for k, item := range items {
+		p, n := paths[k], nodes[k]
 		if !n.Exists || n.Owner != sid {
 			continue
 		}
@@ -547,8 +555,28 @@ func (in *Instance) runner(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-in.wakeC:
+		default:
+			if in.idle != nil {
+				in.mu.Lock()
+				last := in.lastFire
+				in.mu.Unlock()
+				in.idle(last)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-in.wakeC:
+			}
 		}
 		for ctx.Err() == nil {
+			// This round does what every wake-up so far asked for (a fire, a trigger, flags to
+			// take, a sharding to catch up with): it reads all of that after this point. Left
+			// waiting, the wake-up of a fire that came during the last round, and that this one
+			// runs, would cost another round over the items for nothing.
+			select {
+			case <-in.wakeC:
+			default:
+			}
 			in.mu.Lock()
 			fire, trig := in.pending, in.triggered
 			in.pending, in.triggered, in.firing = 0, false, fire != 0

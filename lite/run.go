@@ -25,49 +25,115 @@ type record struct {
 
 // item is what a claim reads of one item.
 type item struct {
-	i           int
-	owner       string // sharding/{i}/instance
-	failover    string // sharding/{i}/failover, "" when absent
-	disabled    bool
-	running     bool
-	rec         record
-	recVersion  int32
-	exists      bool // sharding/{i}
-	shardingVer int32
+	i          int
+	owner      string // sharding/{i}/instance
+	failover   string // sharding/{i}/failover, "" when absent
+	foVersion  int32  // sharding/{i}/failover's version, -1 when absent
+	disabled   bool
+	running    bool
+	rec        record
+	recVersion int32
+	exists     bool // sharding/{i}
 }
 
-func (in *Instance) readItem(ctx context.Context, i int) (item, error) {
-	t := in.tree
-	base := in.p("sharding/" + strconv.Itoa(i))
-	it := item{i: i}
-	n, err := t.Get(ctx, base)
-	if err != nil || !n.Exists {
-		return it, err
+// markers are the nodes under sharding/{i} besides its instance, in the order readItems reads
+// them.
+var markers = [...]string{"failover", "disabled", "running"}
+
+// readItems reads the items which, all their reads sent together (Tree.GetMany), so that a pass
+// over a thousand items waits about as long as for a few reads, not for thousands one after
+// another. First sharding/{i} and its instance node: the record's count of children says
+// whether there is anything else under it, and only then are the failover, disabled and
+// running nodes read, in a second round for the items that need one. An item at rest (its
+// instance node alone) costs two reads rather than five: ZooKeeper's work, and ours, goes by
+// the request.
+//
+// The reads are hints, as they were one at a time: each node is read at its own moment, a count
+// of one that spares the markers' reads included, and whatever is decided on them is checked
+// again by the transaction that acts on it (see claimAndRun and flagCrashed).
+func (in *Instance) readItems(ctx context.Context, which []int) ([]item, error) {
+	paths := make([]string, 0, 2*len(which))
+	for _, i := range which {
+		base := in.p("sharding/" + strconv.Itoa(i))
+		paths = append(paths, base, base+"/instance")
 	}
-	it.exists, it.recVersion = true, n.Version
-	if len(n.Data) > 0 {
-		if err := json.Unmarshal(n.Data, &it.rec); err != nil {
-			return it, fmt.Errorf("item %d: unreadable record %q: %w", i, n.Data, err)
+	nodes, err := in.tree.GetMany(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]item, len(which))
+	var more []int // the items with children besides their instance node
+	for k, i := range which {
+		rec, owner := nodes[2*k], nodes[2*k+1]
+		it := item{i: i, foVersion: -1}
+		if rec.Exists {
+			it.exists, it.recVersion = true, rec.Version
+			if len(rec.Data) > 0 {
+				if err := json.Unmarshal(rec.Data, &it.rec); err != nil {
+					return nil, fmt.Errorf("item %d: unreadable record %q: %w", i, rec.Data, err)
+				}
+			}
+			known := int32(0)
+			if owner.Exists {
+				it.owner, known = string(owner.Data), 1
+			}
+			if rec.Children > known {
+				more = append(more, k)
+			}
+		}
+		items[k] = it
+	}
+	if len(more) == 0 {
+		return items, nil
+	}
+	paths = paths[:0]
+	for _, k := range more {
+		base := in.p("sharding/" + strconv.Itoa(which[k]))
+		for _, m := range markers {
+			paths = append(paths, base+"/"+m)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		set  func(state.Node)
-	}{
-		{"instance", func(n state.Node) { it.owner = string(n.Data) }},
-		{"failover", func(n state.Node) { it.failover = string(n.Data) }},
-		{"disabled", func(state.Node) { it.disabled = true }},
-		{"running", func(state.Node) { it.running = true }},
-	} {
-		n, err := t.Get(ctx, base+"/"+f.name)
-		if err != nil {
-			return it, err
-		}
-		if n.Exists {
-			f.set(n)
-		}
+	if nodes, err = in.tree.GetMany(ctx, paths); err != nil {
+		return nil, err
 	}
-	return it, nil
+	for j, k := range more {
+		it, n := &items[k], nodes[len(markers)*j:len(markers)*(j+1)]
+		if n[0].Exists {
+			it.failover, it.foVersion = string(n[0].Data), n[0].Version
+		}
+		it.disabled, it.running = n[1].Exists, n[2].Exists
+	}
+	return items, nil
+}
+
+// pass is one read of items: the sharding's version, read before them, and the items. A
+// claim built on it checks that version: an item that a resharding gave to another instance
+// after the read is not claimed on the strength of it.
+type pass struct {
+	sharding int32
+	items    []item
+}
+
+// readPass reads leader/sharding, then the items which.
+func (in *Instance) readPass(ctx context.Context, which []int) (pass, error) {
+	sh, err := in.tree.Get(ctx, in.p("leader/sharding"))
+	if err != nil {
+		return pass{}, fmt.Errorf("read the sharding: %w", err)
+	}
+	items, err := in.readItems(ctx, which)
+	if err != nil {
+		return pass{}, fmt.Errorf("read the items: %w", err)
+	}
+	return pass{sharding: sh.Version, items: items}, nil
+}
+
+// allItems lists the items of a job of n items.
+func allItems(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // runOwn runs this instance's items for a fire: those assigned to it and not taken over by
@@ -81,15 +147,16 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 	}
 	cfg := in.config()
 	mine := func(it item) bool { return it.owner == in.id && (it.failover == "" || it.failover == in.id) }
+	var read *pass
 	if cfg.Failover && cfg.MonitorExecution {
-		in.runInterrupted(ctx, cfg, fire, mine)
+		read = in.runInterrupted(ctx, cfg, fire, mine)
 	}
-	in.claimAndRun(ctx, fire, func(it item) bool {
+	in.claimAndRun(ctx, fire, allItems(cfg.ShardingTotalCount), func(it item) bool {
 		if catchUp && !cfg.Failover && it.rec.Fire == fire && !it.rec.Done {
 			return false
 		}
 		return mine(it)
-	})
+	}, read)
 }
 
 // runInterrupted runs, each for its own fire, the runs of this instance's items that were
@@ -98,47 +165,67 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 // first; but the resharding that follows an instance's death may hand the item to an instance
 // before the item is flagged, and that instance's claim for a later fire would overwrite the
 // record that says the earlier run is owed.
-func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64, mine func(item) bool) {
+//
+// It returns its read of the items when it has claimed nothing on it (nothing was owed, which
+// is the rule), for the claim of fire to go on: one pass over the items rather than two. The
+// claim checks what it decides on that read as on a read of its own (see claimAndRun).
+func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64, mine func(item) bool) *pass {
+	all := allItems(cfg.ShardingTotalCount)
+	p, err := in.readPass(ctx, all)
+	if err != nil {
+		in.log.WithError(err).Warn("read the items")
+		return nil
+	}
 	owed := map[int64]bool{}
-	for i := range cfg.ShardingTotalCount {
-		it, err := in.readItem(ctx, i)
-		if err != nil {
-			in.log.WithError(err).Warn("read the items")
-			return
-		}
+	for _, it := range p.items {
 		if it.exists && mine(it) && !it.disabled && !it.running && !it.rec.Done && it.rec.Fire > 0 && it.rec.Fire < fire {
 			owed[it.rec.Fire] = true
 		}
+	}
+	if len(owed) == 0 {
+		return &p
 	}
 	fires := make([]int64, 0, len(owed))
 	for f := range owed {
 		fires = append(fires, f)
 	}
 	sort.Slice(fires, func(i, j int) bool { return fires[i] < fires[j] })
+	read := &p // the first claim may go on it; after a claim, each reads again
 	for _, f := range fires {
-		in.claimAndRun(ctx, f, func(it item) bool { return mine(it) && it.rec.Fire == f && !it.rec.Done })
+		in.claimAndRun(ctx, f, all, func(it item) bool { return mine(it) && it.rec.Fire == f && !it.rec.Done }, read)
+		read = nil
 	}
+	return nil
 }
 
-// claimAndRun claims the items pick chooses for fire and runs them. Without monitorExecution
-// there is nothing to claim: the items just run.
-func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item) bool) {
+// claimAndRun claims the items pick chooses, among which, for fire and runs them. Without
+// monitorExecution there is nothing to claim: the items just run. read, if not nil, is a read
+// of which made since this instance's last claim: the first round decides on it rather than
+// read again.
+//
+// What it reads only says what to try. The claim is one transaction that holds only if what
+// made each item claimable still holds: the sharding has the version read before the items
+// (no resharding moved an owner since), no resharding is in progress, each item's record has
+// the version read (nobody claimed or completed it since: both write it) and its running
+// marker can be created (nobody runs it). So it does not matter when, or in which order, the
+// nodes were read: a claim decided on a stale read fails, and the items are read again.
+func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pick func(item) bool, read *pass) {
 	cfg := in.config()
 	t := in.tree
 	for ctx.Err() == nil {
-		sh, err := t.Get(ctx, in.p("leader/sharding"))
-		if err != nil {
-			in.log.WithError(err).Warn("read the sharding")
-			return
-		}
-		var chosen []item
-		var waitFor []string
-		for i := range cfg.ShardingTotalCount {
-			it, err := in.readItem(ctx, i)
-			if err != nil {
+		var p pass
+		if read != nil {
+			p, read = *read, nil
+		} else {
+			var err error
+			if p, err = in.readPass(ctx, which); err != nil {
 				in.log.WithError(err).Warn("read the items")
 				return
 			}
+		}
+		var chosen []item
+		var waitFor []string
+		for _, it := range p.items {
 			if !it.exists || !pick(it) || it.disabled {
 				continue
 			}
@@ -151,7 +238,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 			}
 			if it.running {
 				if it.rec.Fire < fire && cfg.Misfire {
-					waitFor = append(waitFor, in.p("sharding/"+strconv.Itoa(i)+"/running"))
+					waitFor = append(waitFor, in.p("sharding/"+strconv.Itoa(it.i)+"/running"))
 				}
 				continue // running elsewhere: for this fire, or (misfire off) an earlier one
 			}
@@ -168,7 +255,7 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, pick func(item)
 			continue
 		}
 		if cfg.MonitorExecution {
-			ops := in.claimOps(t, fire, sh.Version, chosen)
+			ops := in.claimOps(t, fire, p.sharding, chosen)
 			sid := t.SessionID()
 			in.testHook("claim")
 			if err := t.Multi(ctx, ops...); err != nil {
@@ -396,17 +483,20 @@ func (in *Instance) claimMade(ctx context.Context, sid int64, fire int64, chosen
 	if err := t.Sync(ctx); err != nil {
 		return false, err
 	}
-	made := 0
+	// Read together: while the claim is made, nobody else writes these nodes (its running
+	// markers stop every other claim), and while it is not, they cannot read as made.
+	paths := make([]string, 0, 2*len(chosen))
 	for _, it := range chosen {
 		base := in.p("sharding/" + strconv.Itoa(it.i))
-		run, err := t.Get(ctx, base+"/running")
-		if err != nil {
-			return false, err
-		}
-		rec, err := t.Get(ctx, base)
-		if err != nil {
-			return false, err
-		}
+		paths = append(paths, base+"/running", base)
+	}
+	nodes, err := t.GetMany(ctx, paths)
+	if err != nil {
+		return false, err
+	}
+	made := 0
+	for k := range chosen {
+		run, rec, it := nodes[2*k], nodes[2*k+1], chosen[k]
 		var r record
 		if rec.Exists && json.Unmarshal(rec.Data, &r) == nil && rec.Version == it.recVersion+1 && r.Fire == fire && !r.Done &&
 			run.Exists && run.Owner == sid && string(run.Data) == in.id {

@@ -127,14 +127,31 @@ func (in *Instance) reshardIfIdle(ctx context.Context, fire int64) error {
 		if err != nil {
 			return err
 		}
-		for _, item := range items {
-			n, err := t.Get(ctx, in.p("sharding/"+item+"/running"))
-			if err != nil || n.Exists {
-				return err
-			}
+		if running, err := in.running(ctx, items); err != nil || len(running) > 0 {
+			return err
 		}
 	}
 	return in.reshard(ctx, fire)
+}
+
+// running returns the running markers among those of items (names under sharding/), read
+// together.
+func (in *Instance) running(ctx context.Context, items []string) ([]string, error) {
+	paths := make([]string, len(items))
+	for k, item := range items {
+		paths[k] = in.p("sharding/" + item + "/running")
+	}
+	nodes, err := in.tree.GetMany(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k, n := range nodes {
+		if n.Exists {
+			out = append(out, paths[k])
+		}
+	}
+	return out, nil
 }
 
 // nudge touches the resharding flag, if it is up, so that the leader looks again whether it
@@ -219,8 +236,15 @@ func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, er
 		return false, err
 	}
 	if cfg.MonitorExecution {
-		for _, item := range existing {
-			if err := in.waitGone(ctx, in.p("sharding/"+item+"/running")); err != nil {
+		// Only the markers there now are waited for: from processing on, no claim can make one
+		// (a claim requires processing absent), and a claim made before it shows in a read
+		// sent after it on this session.
+		running, err := in.running(ctx, existing)
+		if err != nil {
+			return false, err
+		}
+		for _, p := range running {
+			if err := in.waitGone(ctx, p); err != nil {
 				return false, err
 			}
 		}
@@ -249,17 +273,22 @@ func (in *Instance) reshardOnce(ctx context.Context, fire int64) (again bool, er
 	if cfg.MonitorExecution { // without monitorExecution there are no records
 		w.owed, _ = json.Marshal(record{Fire: fire - 1, Done: true})
 	}
+	var owners []int
+	var paths []string
 	for _, items := range w.result {
 		for _, i := range items {
-			if !w.have[i] {
-				continue
+			if w.have[i] {
+				owners = append(owners, i)
+				paths = append(paths, in.p("sharding/"+strconv.Itoa(i)+"/instance"))
 			}
-			n, err := t.Get(ctx, in.p("sharding/"+strconv.Itoa(i)+"/instance"))
-			if err != nil {
-				return false, err
-			}
-			w.owned[i] = n.Exists
 		}
+	}
+	nodes, err := t.GetMany(ctx, paths)
+	if err != nil {
+		return false, err
+	}
+	for k, i := range owners {
+		w.owned[i] = nodes[k].Exists
 	}
 	for i := range w.have { // items beyond a reduced shard count go, with what hangs under them
 		if i < cfg.ShardingTotalCount {

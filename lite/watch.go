@@ -60,8 +60,17 @@ func (in *Instance) watchSelf(ctx context.Context, sid int64, shutdown func()) {
 
 // watchInstances: an instance came or went: reshard before the next fire, and flag the items
 // of the instances that went for failover.
+//
+// The watch also fires for nothing: at every failover flag, whose transaction checks that an
+// instance is absent by creating its node and deleting it again (flagCrashed). So the items are
+// looked at again only when the instances or the sharding differ from those of the last complete
+// look, or it failed: a pass over the job for each flag written would be waste. The sharding
+// counts too for an instance that joined and went between two looks, the same instances
+// listed before and after, but which a resharding meanwhile gave items.
 func (in *Instance) watchInstances(ctx context.Context) {
-	var last []string
+	var last, flagged []string
+	var looked bool
+	var flaggedAt int32 // the sharding's version before the last complete look
 	in.watch(ctx, "instances", func(ctx context.Context) ([]state.Watch, error) {
 		names, w, err := in.tree.ChildrenW(ctx, in.p("instances"))
 		if err != nil {
@@ -73,7 +82,16 @@ func (in *Instance) watchInstances(ctx context.Context) {
 			}
 		}
 		last = names
-		in.flagCrashed(ctx, names)
+		sh, err := in.tree.Get(ctx, in.p("leader/sharding"))
+		if err != nil {
+			return nil, err
+		}
+		if !looked || sh.Version != flaggedAt || !reflect.DeepEqual(names, flagged) {
+			if err := in.flagCrashed(ctx, names); err != nil {
+				return nil, err
+			}
+			looked, flagged, flaggedAt = true, names, sh.Version
+		}
 		return []state.Watch{w}, nil
 	})
 }

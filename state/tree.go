@@ -31,6 +31,10 @@ type Node struct {
 	Version int32
 	Exists  bool
 	Owner   int64 // the session of an ephemeral node, 0 for a persistent one
+	// Children counts the node's children when it was read: a caller that knows which children
+	// a node may have need not read those that a count of zero, or of only the ones it knows
+	// are there, says are absent.
+	Children int32
 }
 
 // Watch fires once, when the watched node or its children change or the session ends.
@@ -103,14 +107,57 @@ func (t *Tree) Connected() (bool, <-chan struct{}) {
 // broken connection. Both are zero before the first session.
 func (t *Tree) LastHeard() (time.Time, time.Duration) { return t.s.conn.LastHeard() }
 
+// RoundTrips counts the ZooKeeper requests this Tree has made (a GetMany of n nodes makes n).
+func (t *Tree) RoundTrips() uint64 { return t.s.RoundTrips() }
+
 // Get reads a node; a missing node is Node{Exists: false} and no error.
 func (t *Tree) Get(ctx context.Context, rel string) (Node, error) {
 	n, err := t.s.get(ctx, t.abs(rel))
+	return treeNode(n), err
+}
+
+func treeNode(n node) Node {
 	out := Node{Data: n.data, Version: n.version, Exists: n.exists}
 	if n.stat != nil {
-		out.Owner = n.stat.EphemeralOwner
+		out.Owner, out.Children = n.stat.EphemeralOwner, n.stat.NumChildren
 	}
-	return out, err
+	return out
+}
+
+// getManyInFlight bounds a GetMany's reads in flight, as the Store's getMany does: enough to
+// keep the connection full, few enough that a GetMany of thousands of nodes does not start
+// thousands of goroutines at once.
+const getManyInFlight = 64
+
+// GetMany reads many nodes at once, in the order of rels; a missing node is Node{Exists:
+// false}. The reads are sent together and pipelined over the session's one connection (a
+// go-zookeeper Conn takes concurrent requests), so n reads cost about one round trip of
+// latency instead of n; they are still n requests. Each node is read at its own moment, in no
+// set order: the results are no snapshot of one instant, not even the order in which rels
+// lists them, so whatever a caller decides on them its transaction must check again, as after
+// Get. The first error ends it: it is returned, and the reads not yet sent are dropped.
+func (t *Tree) GetMany(ctx context.Context, rels []string) ([]Node, error) {
+	out := make([]Node, len(rels))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
+	var first error
+	concurrently(len(rels), getManyInFlight, func(i int) error {
+		n, err := t.s.get(ctx, t.abs(rels[i]))
+		if err != nil {
+			// The reads after the first failure fail fast on the cancelled context: their errors
+			// would only repeat it, and a failure is most often the connection's, which
+			// fails them all.
+			once.Do(func() { first = err; cancel() })
+			return nil
+		}
+		out[i] = treeNode(n)
+		return nil
+	})
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
 }
 
 // GetW reads a node and sets a watch on it (its creation when it is missing).
@@ -133,7 +180,7 @@ func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
 		if err != nil {
 			return translateConn(err)
 		}
-		n, w = Node{Data: data, Version: st.Version, Exists: true, Owner: st.EphemeralOwner}, ch
+		n, w = Node{Data: data, Version: st.Version, Exists: true, Owner: st.EphemeralOwner, Children: st.NumChildren}, ch
 		return nil
 	})
 	if err != nil {

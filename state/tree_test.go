@@ -3,6 +3,9 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +178,59 @@ func TestALatchDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
 		must(t, err, "b: Lock")
 	case <-time.After(5 * time.Second):
 		t.Fatal("b did not get the latch within 5s of a's release")
+	}
+}
+
+// GetMany reads every node asked for, in the order asked, missing ones as absent, each with
+// what Get says of it (its count of children too), one request a node; a failure is an error
+// and no nodes.
+func TestTreeGetManyReadsEveryNodeInOrder(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := dialTree(t, env)
+	ctx := ctxT(t)
+	must(t, tr.Ensure(ctx, "job/items"), "Ensure")
+	const n = 300 // more than are read at a time
+	var rels []string
+	for i := range n {
+		rel := fmt.Sprintf("job/items/%d", i)
+		rels = append(rels, rel)
+		switch i % 3 {
+		case 0:
+			must(t, tr.Do(ctx, tr.Create(rel, []byte(strconv.Itoa(i)), false)), "create")
+		case 1:
+			must(t, tr.Do(ctx, tr.Create(rel, []byte(strconv.Itoa(i)), true)), "create ephemeral")
+			must(t, tr.Do(ctx, tr.Set(rel, []byte(strconv.Itoa(i)), 0)), "set")
+		}
+	}
+	before := tr.RoundTrips()
+	got, err := tr.GetMany(ctx, rels)
+	must(t, err, "GetMany")
+	if trips := tr.RoundTrips() - before; trips != n {
+		t.Errorf("GetMany of %d nodes made %d requests; want %d", n, trips, n)
+	}
+	if len(got) != n {
+		t.Fatalf("GetMany of %d nodes returned %d", n, len(got))
+	}
+	for i, g := range got {
+		want, err := tr.Get(ctx, rels[i])
+		must(t, err, "Get")
+		if !reflect.DeepEqual(g, want) {
+			t.Errorf("%s: GetMany read %+v; Get reads %+v", rels[i], g, want)
+		}
+		if g.Exists != (i%3 != 2) || (g.Exists && string(g.Data) != strconv.Itoa(i)) {
+			t.Errorf("%s: read %+v; want %d, present unless %d %% 3 == 2", rels[i], g, i, i)
+		}
+	}
+	if got[1].Owner != tr.SessionID() || got[1].Version != 1 {
+		t.Errorf("an ephemeral node written once reads %+v; want this session's, version 1", got[1])
+	}
+	if dir, err := tr.GetMany(ctx, []string{"job/items"}); err != nil || dir[0].Children != 2*n/3 {
+		t.Errorf("job/items reads %+v, %v; want %d children", dir, err, 2*n/3)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if got, err := tr.GetMany(cctx, rels); !errors.Is(err, context.Canceled) || got != nil {
+		t.Errorf("GetMany on an ended context: %d nodes, %v; want none and context.Canceled", len(got), err)
 	}
 }
