@@ -137,8 +137,10 @@ func checkDockerfile(t *testing.T, path string) image {
 	return img
 }
 
-// schedulerConfig parses args and env as ejcloud-scheduler would, and validates the result.
-func schedulerConfig(t *testing.T, where string, args []string, env map[string]string) {
+// schedulerConfig parses args and env as ejcloud-scheduler would, and validates the result. The
+// files the image installs (installed) stand in on this host as empty files: Validate opens
+// --executor-binary.
+func schedulerConfig(t *testing.T, where string, args []string, env map[string]string, installed map[string]bool) {
 	t.Helper()
 	fs := flag.NewFlagSet("ejcloud-scheduler", flag.ContinueOnError)
 	fs.SetOutput(new(strings.Builder))
@@ -159,6 +161,13 @@ func schedulerConfig(t *testing.T, where string, args []string, env map[string]s
 		t.Errorf("%s: ejcloud-scheduler refuses %v: %v", where, args, err)
 		return
 	}
+	if installed[cfg.ExecutorBinary] {
+		standIn := filepath.Join(t.TempDir(), filepath.Base(cfg.ExecutorBinary))
+		if err := os.WriteFile(standIn, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg.ExecutorBinary = standIn
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("%s: ejcloud-scheduler would not start with %v %v: %v", where, args, env, err)
 	}
@@ -177,7 +186,7 @@ func TestSchedulerImage(t *testing.T) {
 	}
 	cert, key := testcert.NewCA(t, "test CA").Issue(t, "scheduler")
 	schedulerConfig(t, "scheduler.Dockerfile", args, map[string]string{"EJCLOUD_AUTH_ROOT": "root:secret",
-		"EJCLOUD_TLS_CERT_FILE": cert, "EJCLOUD_TLS_KEY_FILE": key})
+		"EJCLOUD_TLS_CERT_FILE": cert, "EJCLOUD_TLS_KEY_FILE": key}, img.installed)
 }
 
 func TestExecutorImage(t *testing.T) {
@@ -243,7 +252,7 @@ func TestComposeFile(t *testing.T) {
 		}
 		env[k] = v
 	}
-	schedulerConfig(t, "docker-compose.yml scheduler", s.Command, env)
+	schedulerConfig(t, "docker-compose.yml scheduler", s.Command, env, img.installed)
 	if s.Environment["EJCLOUD_MESOS_USER"] == "" {
 		t.Errorf("the scheduler's tasks would run as the image's user, which the agents do not have: set EJCLOUD_MESOS_USER")
 	}
