@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/ejcloud/ejcloud/state"
@@ -151,14 +152,31 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 	i := items[0]
 	flag := in.p("leader/failover/items/" + strconv.Itoa(i))
 	base := in.p("sharding/" + strconv.Itoa(i))
-	nodes, err := t.GetMany(ctx, []string{base, base + "/failover"})
+	// The sharding's version first: read before the item, it pins the owner read with it.
+	sh, err := t.Get(ctx, in.p("leader/sharding"))
 	if err != nil {
 		return 0, false
 	}
-	item, fo := nodes[0], nodes[1]
+	nodes, err := t.GetMany(ctx, []string{base, base + "/failover", base + "/instance"})
+	if err != nil {
+		return 0, false
+	}
+	item, fo, owner := nodes[0], nodes[1], nodes[2]
 	ops := []state.Op{t.Delete(flag, -1)}
 	foVersion := int32(-1) // the version the taking writes into the failover node
 	if item.Exists && i < in.config().ShardingTotalCount {
+		// A flag says the item's instance (its taker, while there is one, else its owner) is
+		// gone; it is taken only while that still holds. One written while the instance was
+		// dead can go stale before it is taken: a resharding gave the item to a live instance
+		// (the sharding's version moved), or the instance came back.
+		gone := string(owner.Data)
+		if fo.Exists {
+			gone = string(fo.Data)
+		}
+		ops = append(ops, t.Check(in.p("leader/sharding"), sh.Version))
+		if gone != "" {
+			ops = append(ops, t.Absent(in.p("instances/"+gone)))
+		}
 		if fo.Exists {
 			ops = append(ops, t.Set(base+"/failover", []byte(in.id), fo.Version))
 			foVersion = fo.Version + 1
@@ -170,6 +188,16 @@ func (in *Instance) take(ctx context.Context) (int, bool) {
 	sid := t.SessionID()
 	in.testHook("take")
 	if err := t.Multi(ctx, ops...); err != nil {
+		var oe *state.OpError
+		if errors.As(err, &oe) && errors.Is(err, state.ErrExists) && strings.HasPrefix(oe.Path, t.Path(in.p("instances"))+"/") {
+			// The instance the flag is about lives: the item is not for failover.
+			if err := t.Do(ctx, t.Delete(flag, -1)); err != nil && !errors.Is(err, state.ErrNotFound) {
+				in.log.WithError(err).WithField("item", i).Warn("drop a stale failover flag")
+				return 0, false
+			}
+			in.log.WithField("item", i).Info("failover flag dropped: the item's instance lives")
+			return -1, true
+		}
 		if !answerLost(err) {
 			in.log.WithError(err).WithField("item", i).Warn("take a failed-over item")
 			return 0, false

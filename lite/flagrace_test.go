@@ -112,3 +112,33 @@ func TestItemsReshardedToAnInstanceThatJoinedWhileFlaggingAreNotFlagged(t *testi
 		t.Errorf("the sharding is %s; want %s", got, want)
 	}
 }
+
+// A flag whose instance lives (written while it was dead, or by a tool) is dropped, not taken:
+// taken, the item would leave its live owner, which skips an item another instance took.
+func TestAStaleFlagIsDroppedNotTaken(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	const name = "stale"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	cfg := simpleJob(name, never, 2)
+	start(t, env.Servers, env.Namespace, a, cfg, &recorder{})
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	start(t, env.Servers, env.Namespace, b, cfg, &recorder{})
+	await.True(t, 10*time.Second, "each instance has an item", func() bool {
+		return fmt.Sprint(assignment(t, tr, name, 2)) == fmt.Sprint(map[string][]int{a: {1}, b: {0}})
+	})
+	_, taken, err := tr.GetW(context.Background(), name+"/sharding/0/failover")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(t, tr, tr.Create(name+"/leader/failover/items/0", nil, false)) // b lives
+	await.True(t, 10*time.Second, "the flag is gone", func() bool { _, ok := data(t, tr, name+"/leader/failover/items/0"); return !ok })
+	select {
+	case ev := <-taken:
+		t.Fatalf("item 0 of the live b was taken over (%v)", ev.Type)
+	default:
+	}
+	if got := fmt.Sprint(assignment(t, tr, name, 2)); got != fmt.Sprint(map[string][]int{a: {1}, b: {0}}) {
+		t.Fatalf("assignment %s after the stale flag; want it unchanged", got)
+	}
+}
