@@ -9,6 +9,7 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 
 	"github.com/ejcloud/ejcloud/integration/mesoslocal"
 	"github.com/ejcloud/ejcloud/integration/mesostest"
@@ -60,6 +61,7 @@ func TestContainerEndKillsEveryProcessOfIt(t *testing.T) {
 		end  func(t *testing.T, c *mesoslocal.Cluster, s *sched, stray int)
 	}{
 		{"executor exits", paInfo(), "stray-exit3", func(t *testing.T, c *mesoslocal.Cluster, s *sched, stray int) {
+			s.MustCall(calls.Message(c.AgentIDs()[0], "e1", []byte("exit3")))
 			s.Await("FAILURE", isType(scheduler.Event_FAILURE))
 			// The executor's end is reported only once its container is destroyed.
 			if alive(stray) {
@@ -121,6 +123,7 @@ func TestCgroupContainerCatchesWhatLeftTheSession(t *testing.T) {
 		c := newCluster(t, withContainment(mesoslocal.ContainAuto))
 		s := subscribe(t, c.URL(), codec, paInfo())
 		stray := launchStray(t, s, "basic", "stray-exit3")
+		s.MustCall(calls.Message(c.AgentIDs()[0], "e1", []byte("exit3")))
 		s.Await("FAILURE", isType(scheduler.Event_FAILURE))
 		if alive(stray) {
 			t.Fatalf("auto containment without cgroups: the executor's child %d outlived it", stray)

@@ -38,7 +38,8 @@ import (
 //	stray   starts a child in a process group of its own that ignores SIGTERM, then RUNNING
 //	        with the child's pid as data; runs until killed
 //	stray-setsid  the same with the child in a session of its own
-//	stray-exit3   stray, then exits with status 3 once RUNNING is acknowledged
+//	stray-exit3   stray, then exits with status 3 when a MESSAGE "exit3" arrives (a test
+//	        must see the child alive first, which an exit at once would race)
 //
 // MESSAGE "ping" is answered with MESSAGE "pong". Every event type received is appended to
 // events.txt in the sandbox.
@@ -147,6 +148,8 @@ func (x *testExec) loop(resp mesos.Response) {
 			switch {
 			case data == "ping":
 				x.sender.Send(context.Background(), calls.NonStreaming(calls.Message([]byte("pong"))))
+			case data == "exit3":
+				os.Exit(3)
 			case strings.HasPrefix(data, "finish:"):
 				x.send(strings.TrimPrefix(data, "finish:"), mesos.TASK_FINISHED, nil)
 			}
@@ -189,12 +192,7 @@ func (x *testExec) launch(t mesos.TaskInfo) {
 		if err := cmd.Start(); err == nil {
 			pid = strconv.Itoa(cmd.Process.Pid)
 		}
-		uuid := x.send(id, mesos.TASK_RUNNING, []byte(pid))
-		if string(t.Data) == "stray-exit3" {
-			x.mu.Lock()
-			x.exitOnAck[string(uuid)] = true
-			x.mu.Unlock()
-		}
+		x.send(id, mesos.TASK_RUNNING, []byte(pid))
 	case "exit3":
 		uuid := x.send(id, mesos.TASK_RUNNING, nil)
 		x.mu.Lock()
