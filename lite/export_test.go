@@ -30,6 +30,9 @@ func RoundTrips(in *Instance) uint64 { return in.tree.RoundTrips() }
 // MaxShards is the largest shard count whose transactions fit in one ZooKeeper request, for a
 // job in a namespace: the most New accepts.
 func MaxShards(namespace, jobName string) int {
-	t := state.Offline(namespace)
+	t, err := state.Offline(state.Config{Namespace: namespace})
+	if err != nil {
+		panic(err)
+	}
 	return sort.Search(10001, func(n int) bool { return n > 0 && writesFit(t, jobName, n) != nil }) - 1
 }

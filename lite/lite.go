@@ -52,6 +52,9 @@ type Options struct {
 	Namespace      string   // root node, without slashes
 	SessionTimeout time.Duration
 	Digest         string // "user:password" for ZooKeeper digest authentication
+	// JuteMaxBuffer is the servers' jute.maxbuffer, 0 for ZooKeeper's default: it bounds a
+	// transaction, and so the shard count (state.Config.JuteMaxBuffer).
+	JuteMaxBuffer int
 	// IP names this instance's server (servers/{ip}); default the first non-loopback IPv4
 	// address, as Elastic-Job-Lite.
 	IP string
@@ -134,6 +137,9 @@ func New(cfg JobConfig, j any, opts Options) (*Instance, error) {
 	if len(opts.Servers) == 0 || opts.Namespace == "" {
 		return nil, errors.New("lite: Options.Servers and Options.Namespace are required")
 	}
+	if _, err := state.Offline(in.stateConfig()); err != nil {
+		return nil, fmt.Errorf("lite: Options.JuteMaxBuffer: %w", err)
+	}
 	in.ip = opts.IP
 	if in.ip == "" {
 		in.ip = localIP()
@@ -183,6 +189,12 @@ func (in *Instance) config() *parsed {
 	return in.cfg
 }
 
+// stateConfig is how the instance's sessions reach ZooKeeper.
+func (in *Instance) stateConfig() state.Config {
+	return state.Config{Servers: in.opts.Servers, Namespace: in.opts.Namespace,
+		SessionTimeout: in.opts.SessionTimeout, Digest: in.opts.Digest, JuteMaxBuffer: in.opts.JuteMaxBuffer}
+}
+
 // errShutdown: the instance node was deleted by an operator, the shutdown flag.
 var errShutdown = errors.New("lite: instance shut down through ZooKeeper")
 
@@ -191,8 +203,9 @@ var errShutdown = errors.New("lite: instance shut down through ZooKeeper")
 // items (their runs are cancelled: the survivors take them over) and the instance registers
 // again on the new session.
 func (in *Instance) Run(ctx context.Context) error {
-	t, err := state.Dial(ctx, state.Config{Servers: in.opts.Servers, Namespace: in.opts.Namespace,
-		SessionTimeout: in.opts.SessionTimeout, Digest: in.opts.Digest, Logger: in.log, ObserveOp: in.observeOp})
+	cfg := in.stateConfig()
+	cfg.Logger, cfg.ObserveOp = in.log, in.observeOp
+	t, err := state.Dial(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("lite: %w", err)
 	}

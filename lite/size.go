@@ -23,15 +23,18 @@ const maxInstanceIDLen = 64
 // resharding, "write too large", and no item would run again. The size depends on the names
 // (namespace, job, instance ids), so it is measured on the transactions themselves, built as
 // the instance builds them, with the longest instance id and fire there can be.
-func shardsFit(namespace, jobName string, n int) error {
-	t := state.Offline(namespace)
-	err := writesFit(t, jobName, n)
+func shardsFit(cfg state.Config, jobName string, n int) error {
+	t, err := state.Offline(cfg)
+	if err != nil {
+		return fmt.Errorf("lite: %w", err)
+	}
+	err = writesFit(t, jobName, n)
 	if err == nil {
 		return nil
 	}
 	most := sort.Search(n, func(m int) bool { return m > 0 && writesFit(t, jobName, m) != nil }) - 1
 	return fmt.Errorf("lite: shardingTotalCount %d is more items than one ZooKeeper transaction can write (the sharding writes every item in one, a claim or a completion may take every item, and jute.maxbuffer bounds a transaction): at most %d for job %q in namespace %q: %w",
-		n, most, jobName, namespace, err)
+		n, most, jobName, cfg.Namespace, err)
 }
 
 // writesFit builds the largest transactions of a job of n items and says whether each fits.
@@ -71,7 +74,7 @@ func writesFit(t *state.Tree, jobName string, n int) error {
 }
 
 // shardsFit is shardsFit for this instance's job.
-func (in *Instance) shardsFit(n int) error { return shardsFit(in.opts.Namespace, in.base, n) }
+func (in *Instance) shardsFit(n int) error { return shardsFit(in.stateConfig(), in.base, n) }
 
 // decode reads a config from ZooKeeper: valid, and with transactions that fit.
 func (in *Instance) decode(data []byte) (*parsed, error) {

@@ -28,6 +28,15 @@ func TestAShardCountBeyondOneTransactionIsRefused(t *testing.T) {
 			t.Errorf("New with %d items: %v; want an error naming shardingTotalCount", n, err)
 		}
 	}
+	// Where the servers take larger requests (-Djute.maxbuffer), so do the instance's bounds.
+	raised := lite.Options{Servers: env.Servers, Namespace: env.Namespace, JuteMaxBuffer: 8 << 20}
+	if _, err := lite.New(simpleJob("big", never, 10000), nop, raised); err != nil {
+		t.Errorf("New with 10000 items and an 8 MB jute.maxbuffer: %v", err)
+	}
+	raised.JuteMaxBuffer = 1 << 19
+	if _, err := lite.New(simpleJob("big", never, 2), nop, raised); err == nil || !strings.Contains(err.Error(), "JuteMaxBuffer") {
+		t.Errorf("New with a jute.maxbuffer below ZooKeeper's default: %v; want an error naming JuteMaxBuffer", err)
+	}
 	const name = "toobig"
 	cfg := simpleJob(name, "* * * * * ?", 2)
 	rec := &recorder{work: 50 * time.Millisecond}

@@ -18,10 +18,13 @@ import (
 
 // Config is the scheduler's configuration: the flags of SPEC §2.
 type Config struct {
-	ZKServers          []string
-	ZKNamespace        string
-	ZKDigest           string
-	ZKSessionTimeout   time.Duration
+	ZKServers        []string
+	ZKNamespace      string
+	ZKDigest         string
+	ZKSessionTimeout time.Duration
+	// ZKJuteMaxBuffer is the ZooKeeper servers' jute.maxbuffer: it bounds one write, and so the
+	// shards of a job (a run launches them all in one).
+	ZKJuteMaxBuffer    int
 	MesosURL           string
 	MesosPrincipal     string
 	MesosSecretFile    string
@@ -84,6 +87,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ZKNamespace, "zk-namespace", "elastic-job-cloud", "ZooKeeper root node")
 	fs.StringVar(&c.ZKDigest, "zk-digest", "", "user:password for ZooKeeper digest auth (nodes get a creator-only ACL)")
 	fs.DurationVar(&c.ZKSessionTimeout, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead leader holds the leadership")
+	fs.IntVar(&c.ZKJuteMaxBuffer, "zk-jute-maxbuffer", state.DefaultJuteMaxBuffer, "the ZooKeeper servers' jute.maxbuffer (their -Djute.maxbuffer), the most one request carries: it bounds a job's shards, as a run launches them all in one write (about 3,500 at the default, 10,000 from about 3 MB); never more than every server of the ensemble is set to")
 	fs.StringVar(&c.MesosURL, "mesos-url", "http://127.0.0.1:5050", "Mesos masters: zk://[user:pass@]host:port[,host:port…]/path (the leading master as Mesos publishes it in ZooKeeper), or http(s):// base URLs separated by commas, tried in order (leader redirects are followed)")
 	fs.StringVar(&c.MesosPrincipal, "mesos-principal", "", "framework principal (FrameworkInfo.principal); with --mesos-secret-file, sent as HTTP Basic on every scheduler API call and on the reads of the master's and agents' state and sandbox files")
 	fs.StringVar(&c.MesosSecretFile, "mesos-secret-file", "", "file holding the principal's secret, for a master with framework authentication (the secret is never on the command line)")
@@ -128,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ZKSessionTimeout <= 0 {
 		return fmt.Errorf("--zk-session-timeout must be positive, got %v", c.ZKSessionTimeout)
+	}
+	if c.ZKJuteMaxBuffer < state.DefaultJuteMaxBuffer || c.ZKJuteMaxBuffer > state.MostJuteMaxBuffer {
+		return fmt.Errorf("--zk-jute-maxbuffer must be %d (ZooKeeper's default) to %d, got %d: set it to the servers' -Djute.maxbuffer", state.DefaultJuteMaxBuffer, state.MostJuteMaxBuffer, c.ZKJuteMaxBuffer)
 	}
 	if strings.TrimSpace(c.Hostname) == "" {
 		return fmt.Errorf("--hostname must not be empty: it is advertised to Mesos (webui_url) and in standbys' redirects")

@@ -65,7 +65,7 @@ func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error
 	met := newMetrics()
 	store, err := state.Connect(connectCtx, state.Config{
 		Servers: cfg.ZKServers, Namespace: cfg.ZKNamespace, Digest: cfg.ZKDigest, SessionTimeout: cfg.ZKSessionTimeout,
-		QueueSizeLimit: cfg.JobStateQueueSize, Logger: log, ObserveOp: met.observeZK,
+		JuteMaxBuffer: cfg.ZKJuteMaxBuffer, QueueSizeLimit: cfg.JobStateQueueSize, Logger: log, ObserveOp: met.observeZK,
 	})
 	cancel()
 	if err != nil {

@@ -426,3 +426,59 @@ func TestAJobTooLargeToLaunchInOneWriteIsRefused(t *testing.T) {
 		t.Fatalf("UpdateJob to 10,000 shards: %v; want a FieldError naming shardingTotalCount", err)
 	}
 }
+
+// SPEC §3.2 allows 10,000 shards, but a run launches all its shards in one write, and ZooKeeper's
+// default jute.maxbuffer holds about 3,500 of them. Where the servers are set higher
+// (-Djute.maxbuffer), a Store told so (--zk-jute-maxbuffer) registers and launches them all,
+// through the leader's model too; one not told so still refuses the job.
+func TestTenThousandShardsLaunchWhereJuteMaxBufferIsRaised(t *testing.T) {
+	const jute = 4 << 20
+	srv := statetest.StartDedicated(t, fmt.Sprintf("jute.maxbuffer=%d", jute))
+	env := statetest.Env{Servers: []string{srv.Addr}, Namespace: "big"}
+	ctx := ctxT(t)
+	plain := openPlain(t, env)
+	must(t, plain.CreateApp(ctx, testApp("app")), "CreateApp")
+	big := testJob("job", "app")
+	big.ShardingTotalCount = config.MaxShards
+	var fe *config.FieldError
+	if err := plain.CreateJob(ctx, big); !errors.As(err, &fe) || fe.Field != "shardingTotalCount" {
+		t.Fatalf("CreateJob of %d shards at the default jute.maxbuffer: %v; want a FieldError naming shardingTotalCount", big.ShardingTotalCount, err)
+	}
+	raised := openPlain(t, env, func(c *state.Config) { c.JuteMaxBuffer = jute })
+	m, err := raised.Mirror(ctx, nil)
+	must(t, err, "Mirror")
+	must(t, m.CreateJob(ctx, big), "CreateJob of 10,000 shards at a raised jute.maxbuffer")
+	must(t, m.AddReady(ctx, "job", false), "AddReady")
+	r, err := m.ReadyOf(ctx, "job")
+	must(t, err, "ReadyOf")
+	ids := make([]taskid.ID, big.ShardingTotalCount)
+	for i := range ids {
+		ids[i] = taskid.New(taskid.Meta{JobName: "job", Item: i}, taskid.Ready, strings.Repeat("S", 40))
+	}
+	before := m.Multis()
+	must(t, m.RecordLaunch(ctx, state.Launch{Tasks: ids, Ready: []state.ReadyEntry{r}}), "RecordLaunch of 10,000 shards")
+	if n := m.Multis() - before; n != 1 {
+		t.Fatalf("the launch took %d multis; a run launches in one write", n)
+	}
+	running, err := plain.RunningOf(ctx, "job")
+	must(t, err, "RunningOf")
+	if len(running) != len(ids) {
+		t.Fatalf("ZooKeeper holds %d running nodes of the job; want %d", len(running), len(ids))
+	}
+	if r, err := plain.ReadyOf(ctx, "job"); err != nil || r.Count != 0 {
+		t.Fatalf("the ready entry after the launch: %+v, %v; want it gone", r, err)
+	}
+}
+
+func TestJuteMaxBufferOutOfBoundsIsRefused(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	for _, n := range []int{-1, 1, state.DefaultJuteMaxBuffer - 1, state.MostJuteMaxBuffer + 1} {
+		cfg := state.Config{Servers: env.Servers, Namespace: env.Namespace, JuteMaxBuffer: n}
+		if _, err := state.Connect(ctxT(t), cfg); err == nil || !strings.Contains(err.Error(), "jute.maxbuffer") {
+			t.Errorf("Connect with JuteMaxBuffer %d: %v; want an error naming jute.maxbuffer", n, err)
+		}
+		if _, err := state.Dial(ctxT(t), cfg); err == nil || !strings.Contains(err.Error(), "jute.maxbuffer") {
+			t.Errorf("Dial with JuteMaxBuffer %d: %v; want an error naming jute.maxbuffer", n, err)
+		}
+	}
+}

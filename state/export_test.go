@@ -61,7 +61,7 @@ func (s *Store) SetReadyAt(ctx context.Context, job string, count int, version i
 }
 
 // MaxMultiBytes is the largest multi a Store sends.
-const MaxMultiBytes = maxMultiBytes
+func (s *Store) MaxMultiBytes() int { return s.maxMulti() }
 
 // CreateAll creates a ready entry named prefix000000, prefix000001… for each of datas in one
 // multi, as any write of the Store is sent.

@@ -357,11 +357,11 @@ func (s *Store) launchFits(j config.Job) error {
 		ops = append(ops, s.createOp(parent+"/"+nodeName(id, j.ConcurrencyPolicy == config.Allow), []byte(id.String())))
 	}
 	size := multiBytes(ops) + reserve
-	if size <= maxMultiBytes || n == 0 {
+	if size <= s.maxMulti() || n == 0 {
 		return nil
 	}
-	most := (maxMultiBytes - reserve - base) * n / (size - reserve - base)
+	most := (s.maxMulti() - reserve - base) * n / (size - reserve - base)
 	return &config.FieldError{Field: "shardingTotalCount", Message: fmt.Sprintf(
-		"shardingTotalCount %d is more shards than one ZooKeeper write can launch (a run launches all its shards at once, and jute.maxbuffer bounds the write): at most about %d for job %q",
-		n, most, j.JobName)}
+		"shardingTotalCount %d is more shards than one ZooKeeper write can launch (a run launches all its shards at once, and jute.maxbuffer, %d here, bounds the write): at most about %d for job %q",
+		n, s.jute, most, j.JobName)}
 }

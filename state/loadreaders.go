@@ -78,7 +78,7 @@ func (s *Store) openLoadReaders(ctx context.Context, n int) (*loadReaders, error
 func (s *Store) openReader(ctx context.Context) (*zk.Conn, error) {
 	sess := newSession()
 	conn, _, err := zk.Connect(s.servers, s.timeout, zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(s.timeout, len(s.servers))),
-		zk.WithEventCallback(sess.observe), zk.WithMaxBufferSize(juteMaxBuffer))
+		zk.WithEventCallback(sess.observe), zk.WithMaxBufferSize(s.jute))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(s.servers, ","), err)
 	}

@@ -284,7 +284,7 @@ func TestAMultiTooLargeForZooKeeperIsNotSent(t *testing.T) {
 			return out
 		}
 		fit := 1 // the most nodes one multi takes, with room for the fence and the receipt
-		for s.CreateAllBytes(name, datas(fit+1)) <= state.MaxMultiBytes-200 {
+		for s.CreateAllBytes(name, datas(fit+1)) <= s.MaxMultiBytes()-200 {
 			fit++
 		}
 		before := s.Multis()

@@ -67,6 +67,12 @@ type Config struct {
 	// when the root already has this many children. Default 10000.
 	QueueSizeLimit int
 	Logger         logrus.FieldLogger
+	// JuteMaxBuffer is the servers' jute.maxbuffer (their -Djute.maxbuffer): the most ZooKeeper
+	// takes in one request, and what this client reads in one reply. It bounds every multi, and
+	// so a job's shards, which a run launches in one write. 0 means ZooKeeper's default,
+	// 1048575. Set it no higher than every server of the ensemble is set: a server closes the
+	// connection of a client that sends more.
+	JuteMaxBuffer int
 	// ObserveOp, if set, is told the latency of every ZooKeeper request (op: create, get,
 	// exists, children, multi, delete or sync), failed ones too. It is called on the
 	// requesting goroutine and must not block: the scheduler feeds a histogram with it.
@@ -95,6 +101,7 @@ type shared struct {
 	multis     atomic.Uint64
 	observe    func(op string, d time.Duration) // Config.ObserveOp, or nil
 	watchers   atomic.Pointer[watchFunc]        // the mirror's, told of every watch event
+	jute       int                              // Config.JuteMaxBuffer, or its default
 	// parents caches the running/failover job nodes known to exist, so that a launch does not
 	// pay a round trip to create them; an entry is dropped when a write finds it wrong.
 	parents sync.Map
@@ -139,11 +146,16 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = logrus.StandardLogger()
 	}
+	jute, err := cfg.juteMaxBuffer()
+	if err != nil {
+		return nil, err
+	}
 	sess := newSession()
 	var sh *shared
 	ready := make(chan struct{})
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))),
+		sendBuffer(jute),
 		zk.WithEventCallback(func(ev zk.Event) {
 			sess.observe(ev)
 			if ev.Type == zk.EventSession {
@@ -160,6 +172,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	sh = &shared{
 		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: zk.WorldACL(zk.PermAll),
 		queueLimit: cfg.QueueSizeLimit, timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp,
+		jute: jute,
 	}
 	close(ready)
 	s := &Store{shared: sh}
@@ -498,8 +511,8 @@ func (s *Store) sendMulti(ctx context.Context, ops []any) error {
 	}
 	// ZooKeeper closes the connection of a client that sends a request over its jute.maxbuffer:
 	// the multi would fail with its outcome unknown, and, sent again, fail again for ever.
-	if n := multiBytes(ops); n > maxMultiBytes {
-		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request): %w", len(ops), n, maxMultiBytes, ErrTooLarge)
+	if err := s.fits(ops); err != nil {
+		return err
 	}
 	s.multis.Add(1)
 	start := s.begin()
@@ -564,9 +577,46 @@ func describe(op any) (string, string) {
 	return "?", ""
 }
 
-// maxMultiBytes is the largest multi sent: ZooKeeper's default jute.maxbuffer, less room for
-// the request's framing and the slack of multiBytes.
-const maxMultiBytes = juteMaxBuffer - 16<<10
+// multiSlack is what the largest multi sent leaves of jute.maxbuffer: room for the request's
+// framing and the slack of multiBytes.
+const multiSlack = 16 << 10
+
+// maxMulti is the largest multi sent.
+func (s *shared) maxMulti() int { return s.jute - multiSlack }
+
+// fits says whether ops go in one multi: nil, or an error wrapping ErrTooLarge.
+func (s *shared) fits(ops []any) error {
+	if n, most := multiBytes(ops), s.maxMulti(); n > most {
+		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request, jute.maxbuffer %d): %w", len(ops), n, most, s.jute, ErrTooLarge)
+	}
+	return nil
+}
+
+// The bounds of Config.JuteMaxBuffer. ZooKeeper's own default is the least: a server set lower
+// would refuse the writes and reads this package sizes to its default. The most is far beyond
+// what ZooKeeper's operators set (a few MB): a server holds every request whole in memory.
+const (
+	DefaultJuteMaxBuffer = juteMaxBuffer
+	MostJuteMaxBuffer    = 256 << 20
+)
+
+// juteMaxBuffer returns cfg's JuteMaxBuffer, its default for 0, or an error naming the bounds.
+func (cfg Config) juteMaxBuffer() (int, error) {
+	switch n := cfg.JuteMaxBuffer; {
+	case n == 0:
+		return juteMaxBuffer, nil
+	case n < DefaultJuteMaxBuffer || n > MostJuteMaxBuffer:
+		return 0, fmt.Errorf("state: jute.maxbuffer must be %d (ZooKeeper's default) to %d, got %d", DefaultJuteMaxBuffer, MostJuteMaxBuffer, n)
+	default:
+		return n, nil
+	}
+}
+
+// sendBuffer sizes a session's send buffer for requests of up to jute bytes: go-zookeeper's own
+// (1.5 MB) is enough for ZooKeeper's default, and a larger request would fail to encode.
+func sendBuffer(jute int) func(*zk.Conn) {
+	return zk.WithMaxConnBufferSize(max(jute+multiSlack, 1536<<10))
+}
 
 // multiBytes is how many bytes ops take as one multi request on the wire (jute encoding: a
 // length before each string and byte array, a header before each op), give or take a few.

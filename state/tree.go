@@ -54,17 +54,21 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = logrus.StandardLogger()
 	}
+	jute, err := cfg.juteMaxBuffer()
+	if err != nil {
+		return nil, err
+	}
 	sess := newSession()
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
-		zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))),
+		zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))), sendBuffer(jute),
 		zk.WithEventCallback(sess.observe))
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper at %s: %w", strings.Join(cfg.Servers, ","), err)
 	}
 	s := &Store{shared: &shared{
 		conn: conn, servers: cfg.Servers, digest: cfg.Digest, root: "/" + cfg.Namespace, acl: treeACL(),
-		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp,
+		timeout: cfg.SessionTimeout, log: cfg.Logger, sess: sess, observe: cfg.ObserveOp, jute: jute,
 	}}
 	if err := s.connected(ctx); err != nil {
 		return nil, err
@@ -75,11 +79,16 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 // treeACL is the ACL of the nodes a Tree creates.
 func treeACL() []zk.ACL { return zk.WorldACL(zk.PermAll) }
 
-// Offline returns a Tree without a session, on the namespace: its ops can be built and measured
-// (Fits), to check before Dial that the largest transactions a caller will send fit in one
-// request, but nothing can be read or written through it.
-func Offline(namespace string) *Tree {
-	return &Tree{s: &Store{shared: &shared{root: "/" + namespace, acl: treeACL()}}}
+// Offline returns a Tree without a session, on cfg's namespace: its ops can be built and
+// measured (Fits, against cfg's JuteMaxBuffer), to check before Dial that the largest
+// transactions a caller will send fit in one request, but nothing can be read or written
+// through it.
+func Offline(cfg Config) (*Tree, error) {
+	jute, err := cfg.juteMaxBuffer()
+	if err != nil {
+		return nil, err
+	}
+	return &Tree{s: &Store{shared: &shared{root: "/" + cfg.Namespace, acl: treeACL(), jute: jute}}}, nil
 }
 
 // Close ends the session; its ephemeral nodes go at once.
@@ -279,10 +288,7 @@ func (t *Tree) Fits(ops ...Op) error {
 	for _, o := range ops {
 		reqs = append(reqs, o.reqs...)
 	}
-	if n := multiBytes(reqs); n > maxMultiBytes {
-		return fmt.Errorf("multi of %d ops, %d bytes (ZooKeeper takes %d in one request): %w", len(reqs), n, maxMultiBytes, ErrTooLarge)
-	}
-	return nil
+	return t.s.fits(reqs)
 }
 
 // Do runs one op on its own (a Multi of one).

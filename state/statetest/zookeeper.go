@@ -49,6 +49,9 @@ type Server struct {
 	id     int
 	peers  string
 	timing string
+
+	// props are Java system properties the server starts with (StartDedicated).
+	props []string
 }
 
 // standaloneTiming: a short tick lets tests use session timeouts of a few hundred milliseconds.
@@ -99,10 +102,11 @@ func Main(m *testing.M) int {
 }
 
 // StartDedicated starts a server of the test's own, stopped when the test ends; for tests that
-// stop and restart ZooKeeper.
-func StartDedicated(t testing.TB) *Server {
+// stop and restart ZooKeeper, or that need the server set differently: props are Java system
+// properties, "name=value" (e.g. "jute.maxbuffer=4194304").
+func StartDedicated(t testing.TB, props ...string) *Server {
 	t.Helper()
-	s, err := Start(t.TempDir())
+	s, err := start(t.TempDir(), props)
 	if err != nil {
 		t.Fatalf("start ZooKeeper: %v", err)
 	}
@@ -142,14 +146,16 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // Start starts a standalone server with its data and config in dir, on a free loopback port,
 // and waits until it answers.
-func Start(dir string) (*Server, error) {
+func Start(dir string) (*Server, error) { return start(dir, nil) }
+
+func start(dir string, props []string) (*Server, error) {
 	var lastErr error
 	for range 3 { // the free port can be taken between our probe and the JVM's bind
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{dir: dir, port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+		s := &Server{dir: dir, port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port), props: props}
 		if lastErr = s.Start(); lastErr == nil {
 			return s, nil
 		}
@@ -193,6 +199,9 @@ func (s *Server) Start() error {
 	jvm := []string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
 	if f := os.Getenv("EJCLOUD_ZK_JVM"); f != "" {
 		jvm = strings.Fields(f)
+	}
+	for _, p := range s.props {
+		jvm = append(jvm, "-D"+p)
 	}
 	cmd := exec.Command("java", append(jvm, "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false",
 		"-cp", cp, main, cfg)...)
