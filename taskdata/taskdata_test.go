@@ -37,12 +37,37 @@ func TestDecodePayload(t *testing.T) {
 		{"bad task id", mutate(func(p *Payload) { p.ShardingContext.TaskID = "x" }), "taskId"},
 		{"job name mismatch", mutate(func(p *Payload) { p.ShardingContext.JobName = "other" }), "jobName"},
 		{"item out of range", mutate(func(p *Payload) { p.ShardingContext.ShardingItem = 3 }), "sharding item"},
-		{"invalid job", mutate(func(p *Payload) { p.Job.ScriptCommandLine = "" }), "scriptCommandLine"},
+		{"no script", mutate(func(p *Payload) { p.Job.ScriptCommandLine = "" }), "scriptCommandLine"},
+		{"no class", mutate(func(p *Payload) { p.Job.JobType, p.Job.JobClass = config.Simple, " " }), "jobClass"},
+		{"an unknown job type", mutate(func(p *Payload) { p.Job.JobType = "PYTHON" }), "jobType"},
+		{"an unknown execution type", mutate(func(p *Payload) { p.Job.JobExecutionType = "" }), "jobExecutionType"},
 	} {
 		_, err := DecodePayload(tc.data)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: DecodePayload error = %v; want ErrInvalid mentioning %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// The executor checks what it runs, not the registration's rules: a job the scheduler reads
+// (a 2.1.5 node naming an item twice, the last entry winning) or a field a newer scheduler
+// allows must not fail every task as invalid task data, which stops the job.
+func TestDecodePayloadTakesWhatTheSchedulerRuns(t *testing.T) {
+	node := []byte(`{"jobName":"job","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","cron":"0/5 * * * * ?",` +
+		`"shardingTotalCount":3,"shardingItemParameters":"0=a,1=b,1=c,2=d","cpuCount":0.1,"memoryMB":16,"scriptCommandLine":"true"}`)
+	j, err := config.ParseJob(node)
+	if err != nil {
+		t.Fatalf("ParseJob of a 2.1.5 node: %v", err)
+	}
+	p := validPayload()
+	p.Job = j
+	if _, err := DecodePayload(p.Encode()); err != nil {
+		t.Errorf("a 2.1.5 job with an item given twice: %v", err)
+	}
+	p = validPayload()
+	p.Job.ConcurrencyPolicy, p.Job.Placement, p.Job.CPUCount = "Future", "ZONE", 0
+	if _, err := DecodePayload(p.Encode()); err != nil {
+		t.Errorf("values the executor does not use: %v", err)
 	}
 }
 
@@ -78,7 +103,7 @@ func FuzzDecodePayload(f *testing.F) {
 			}
 			return
 		}
-		if p.Job.Validate() != nil || p.ShardingContext.ShardingItem >= p.ShardingContext.ShardingTotalCount {
+		if runnable(p.Job) != nil || p.ShardingContext.ShardingItem >= p.ShardingContext.ShardingTotalCount {
 			t.Fatalf("accepted an inconsistent payload %+v", p)
 		}
 	})
