@@ -71,14 +71,7 @@ func (r *scriptRunner) run(ctx context.Context, k killing) error {
 		return err
 	}
 	argv := []string{"/bin/sh", "-c", r.cmdline + ` "$1"`, "sh", string(ctxJSON)}
-	env := append(scriptEnv(os.Environ()),
-		"EJCLOUD_JOB_NAME="+r.sc.JobName,
-		"EJCLOUD_TASK_ID="+r.sc.TaskID,
-		"EJCLOUD_SHARDING_ITEM="+strconv.Itoa(r.sc.ShardingItem),
-		"EJCLOUD_SHARDING_TOTAL_COUNT="+strconv.Itoa(r.sc.ShardingTotalCount),
-		"EJCLOUD_SHARDING_PARAMETER="+r.sc.ShardingParameter,
-		"EJCLOUD_JOB_PARAMETER="+r.sc.JobParameter,
-	)
+	env := append(scriptEnv(os.Environ()), shardEnv(r.sc)...)
 	stdout, err := openAppend(filepath.Join(r.dir, "stdout"))
 	if err != nil {
 		return err
@@ -111,12 +104,30 @@ func (r *scriptRunner) run(ctx context.Context, k killing) error {
 	}
 }
 
+// shardVars are the variables that tell a script of its shard, beside its argument (SPEC §6.3).
+var shardVars = []string{"EJCLOUD_JOB_NAME", "EJCLOUD_TASK_ID", "EJCLOUD_SHARDING_ITEM",
+	"EJCLOUD_SHARDING_TOTAL_COUNT", "EJCLOUD_SHARDING_PARAMETER", "EJCLOUD_JOB_PARAMETER"}
+
+// shardEnv is shardVars' values for sc.
+func shardEnv(sc taskdata.ShardingContext) []string {
+	vals := []string{sc.JobName, sc.TaskID, strconv.Itoa(sc.ShardingItem), strconv.Itoa(sc.ShardingTotalCount),
+		sc.ShardingParameter, sc.JobParameter}
+	env := make([]string, len(shardVars))
+	for i, name := range shardVars {
+		env[i] = name + "=" + vals[i]
+	}
+	return env
+}
+
 // scriptEnv is the executor's environment less what a script must not hold: the agent's
 // token for this executor, with which a script could end its siblings' tasks (Mesos's own
-// executor library unsets it for the same reason).
+// executor library unsets it for the same reason), and any shardVars the executor itself was
+// started with (by an agent's --executor_environment_variables, or by another job's script):
+// the script's shell takes the first of two values of a name, so they hid the shard's own.
 func scriptEnv(env []string) []string {
 	return slices.DeleteFunc(env, func(kv string) bool {
-		return strings.HasPrefix(kv, "MESOS_EXECUTOR_AUTHENTICATION_TOKEN=")
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "MESOS_EXECUTOR_AUTHENTICATION_TOKEN" || slices.Contains(shardVars, name)
 	})
 }
 

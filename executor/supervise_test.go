@@ -396,12 +396,16 @@ func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
 }
 
 // A script does not see the agent's token for its executor: with it, it could call the agent
-// as the executor and end its siblings' tasks.
+// as the executor and end its siblings' tasks. It sees its own shard's variables, whatever the
+// executor was started with.
 func TestAScriptDoesNotSeeTheExecutorsToken(t *testing.T) {
 	t.Setenv("MESOS_EXECUTOR_AUTHENTICATION_TOKEN", "secret-token")
+	t.Setenv("EJCLOUD_SHARDING_ITEM", "outer")
+	t.Setenv("EJCLOUD_JOB_NAME", "outer")
 	dir := t.TempDir()
 	killLeftovers(t, dir)
-	r := &scriptRunner{cmdline: "env > env.txt; true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
+	r := &scriptRunner{cmdline: "env > env.txt; echo \"$EJCLOUD_JOB_NAME $EJCLOUD_SHARDING_ITEM\" > seen.txt; true", dir: dir,
+		sc: taskdata.ShardingContext{TaskID: "t", JobName: "j", ShardingItem: 1, ShardingTotalCount: 2}}
 	if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -411,6 +415,9 @@ func TestAScriptDoesNotSeeTheExecutorsToken(t *testing.T) {
 	}
 	if strings.Contains(string(env), "secret-token") || !strings.Contains(string(env), "EJCLOUD_JOB_NAME=j") {
 		t.Fatalf("the script's environment holds the token, or not the job's variables:\n%s", env)
+	}
+	if seen, err := os.ReadFile(filepath.Join(dir, "seen.txt")); err != nil || string(seen) != "j 1\n" {
+		t.Fatalf("the script saw job and item %q (%v); want \"j 1\"", seen, err)
 	}
 }
 
