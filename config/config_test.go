@@ -169,6 +169,15 @@ func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
 		{"failover not a boolean", "failover", `"yes please"`, "failover"},
 		{"jobProperties with a number", "jobProperties", `{"a":1}`, "jobProperties"},
 		{"unknown field", "shardingTotalCnt", `3`, "shardingTotalCnt"},
+		// A SCRIPT job passes these to a process (SPEC §6.3): Linux takes no NUL, nor a string
+		// over 128 KiB.
+		{"a NUL in a script's command line", "scriptCommandLine", `"echo a\u0000b"`, "scriptCommandLine"},
+		{"a NUL in a script's job parameter", "jobParameter", `"a\u0000b"`, "jobParameter"},
+		{"a NUL in a script's item parameter", "shardingItemParameters", `"0=a\u0000b"`, "shardingItemParameters"},
+		{"a script's command line over 128 KiB", "scriptCommandLine", `"` + strings.Repeat("x", 131072) + `"`, "scriptCommandLine"},
+		{"a script's job parameter over 128 KiB", "jobParameter", `"` + strings.Repeat("x", 131072) + `"`, "jobParameter"},
+		{"a script's item parameter over 128 KiB", "shardingItemParameters", `"1=` + strings.Repeat("x", 131072) + `"`, "shardingItemParameters"},
+		{"a script's context over 128 KiB as JSON", "jobParameter", `"` + strings.Repeat("<", 30000) + `"`, "jobParameter"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,6 +191,24 @@ func TestDecodeJobRejectsEachRuleNamingTheField(t *testing.T) {
 				t.Fatalf("message %q does not name the field %q", fe.Message, tc.wantField)
 			}
 		})
+	}
+}
+
+// What Linux cannot pass to a process binds SCRIPT jobs only: an SDK job gets its parameters
+// in memory. The bounds are Linux's, not less: a script's parameters of 100 KiB each pass.
+func TestOnlyScriptJobsAreBoundByWhatAProcessTakes(t *testing.T) {
+	big := `"` + strings.Repeat("x", 200000) + `"`
+	sdk := withField(t, string(withField(t, string(withField(t, validJob, "jobType", `"SIMPLE"`)), "jobClass", `"a.B"`)), "scriptCommandLine", "")
+	for _, body := range [][]byte{
+		withField(t, string(sdk), "jobParameter", big),
+		withField(t, string(sdk), "jobParameter", `"a\u0000b"`),
+		withField(t, string(sdk), "shardingItemParameters", `"0=`+strings.Repeat("y", 200000)+`"`),
+		withField(t, string(withField(t, validJob, "jobParameter", `"`+strings.Repeat("x", 60000)+`"`)),
+			"shardingItemParameters", `"0=`+strings.Repeat("y", 60000)+`,2=z"`),
+	} {
+		if _, err := DecodeJob(body, "UTC"); err != nil {
+			t.Errorf("DecodeJob(%.120s…) = %v; want it valid", body, err)
+		}
 	}
 }
 

@@ -246,8 +246,14 @@ func (j Job) Validate() error {
 	if j.ShardingTotalCount < 1 || j.ShardingTotalCount > MaxShards {
 		return fieldErr("shardingTotalCount", "must be 1 to %d, got %d", MaxShards, j.ShardingTotalCount)
 	}
-	if _, err := ParseShardingItemParameters(j.ShardingItemParameters, j.ShardingTotalCount); err != nil {
+	params, err := ParseShardingItemParameters(j.ShardingItemParameters, j.ShardingTotalCount)
+	if err != nil {
 		return fieldErr("shardingItemParameters", "%v", err)
+	}
+	if j.JobType == Script {
+		if err := execable(j, params); err != nil {
+			return err
+		}
 	}
 	if !(j.CPUCount >= 0.001) {
 		return fieldErr("cpuCount", "must be at least 0.001, got %v", j.CPUCount)
@@ -358,6 +364,52 @@ func (j Job) FiredCron() (cron, zone string) {
 
 // Location returns the job's time zone.
 func (j Job) Location() (*time.Location, error) { return time.LoadLocation(j.TimeZone) }
+
+// maxExecString is the longest string Linux passes to a program, as an argument or as a
+// variable (MAX_ARG_STRLEN, 32 pages, less the string's NUL).
+const maxExecString = 32*4096 - 1
+
+// execable checks that a SCRIPT job's shards can be started: the executor runs
+// /bin/sh -c 'scriptCommandLine "$1"' with the sharding context, as JSON, in $1, and the job
+// and shard parameters in EJCLOUD_JOB_PARAMETER and EJCLOUD_SHARDING_PARAMETER (SPEC §6.3).
+// Linux refuses a NUL in any of them, and any one longer than maxExecString; the run then
+// failed to start, as an error of the executor, and a job with failover was relaunched for
+// ever.
+func execable(j Job, params map[int]string) error {
+	for field, v := range map[string]string{"scriptCommandLine": j.ScriptCommandLine, "jobParameter": j.JobParameter,
+		"shardingItemParameters": j.ShardingItemParameters} {
+		if strings.ContainsRune(v, 0) {
+			return fieldErr(field, "must not hold a NUL character: a SCRIPT job passes it to a process, and Linux cannot")
+		}
+	}
+	if n := len(j.ScriptCommandLine) + len(` "$1"`); n > maxExecString {
+		return fieldErr("scriptCommandLine", "is %d bytes; Linux passes at most %d to a process", n, maxExecString)
+	}
+	if n := len("EJCLOUD_JOB_PARAMETER=") + len(j.JobParameter); n > maxExecString {
+		return fieldErr("jobParameter", "is %d bytes; a SCRIPT job passes it to a process, and Linux passes at most %d in a variable", len(j.JobParameter), maxExecString-len("EJCLOUD_JOB_PARAMETER="))
+	}
+	// The context's JSON holds both parameters, escaped (a '<' takes 6 bytes), the job's name
+	// twice and its task id, with its agent's id: 1 KiB covers all but the parameters.
+	jobParam := jsonLen(j.JobParameter)
+	for item, p := range params {
+		if n := len("EJCLOUD_SHARDING_PARAMETER=") + len(p); n > maxExecString {
+			return fieldErr("shardingItemParameters", "item %d's parameter is %d bytes; a SCRIPT job passes it to a process, and Linux passes at most %d in a variable", item, len(p), maxExecString-len("EJCLOUD_SHARDING_PARAMETER="))
+		}
+		if n := jobParam + jsonLen(p) + 4*len(j.JobName) + 1024; n > maxExecString {
+			return fieldErr("jobParameter", "with item %d's parameter makes a sharding context of about %d bytes, as JSON; a SCRIPT job passes it to its script as one argument, and Linux passes at most %d", item, n, maxExecString)
+		}
+	}
+	if n := jobParam + 4*len(j.JobName) + 1024; n > maxExecString {
+		return fieldErr("jobParameter", "makes a sharding context of about %d bytes, as JSON; a SCRIPT job passes it to its script as one argument, and Linux passes at most %d", n, maxExecString)
+	}
+	return nil
+}
+
+// jsonLen is how long s is as a JSON string, escaped as encoding/json escapes it.
+func jsonLen(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b)
+}
 
 // ParseShardingItemParameters parses "0=a,1=b": keys are integers in [0,total), each at most
 // once; values are trimmed. Empty entries are skipped.
