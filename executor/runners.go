@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -60,6 +59,11 @@ type scriptRunner struct {
 	sc        taskdata.ShardingContext
 	dir       string
 	endRecord string // written by the supervisor
+	// stdout and stderr take the script's output; nil for the executor's own, which the agent
+	// gave it: its container logger's (2.1.5 and Mesos's command executor pass theirs on too).
+	// Opening the sandbox's files by name wrote behind a logger's back: past a log-rotating
+	// logger's count, so the file grew without bound, and never to a journald or fluent one.
+	stdout, stderr *os.File
 }
 
 func (r *scriptRunner) run(ctx context.Context, k killing) error {
@@ -72,16 +76,13 @@ func (r *scriptRunner) run(ctx context.Context, k killing) error {
 	}
 	argv := []string{"/bin/sh", "-c", r.cmdline + ` "$1"`, "sh", string(ctxJSON)}
 	env := append(scriptEnv(os.Environ()), shardEnv(r.sc)...)
-	stdout, err := openAppend(filepath.Join(r.dir, "stdout"))
-	if err != nil {
-		return err
+	stdout, stderr := r.stdout, r.stderr
+	if stdout == nil {
+		stdout = os.Stdout
 	}
-	defer stdout.Close()
-	stderr, err := openAppend(filepath.Join(r.dir, "stderr"))
-	if err != nil {
-		return err
+	if stderr == nil {
+		stderr = os.Stderr
 	}
-	defer stderr.Close()
 	// The supervisor kills every process of the script when it ends, when it is killed, and
 	// when this executor dies.
 	sup, err := supervise.Start(argv, r.dir, env, stdout, stderr, r.endRecord)
@@ -216,13 +217,4 @@ func (r *goRunner) recordEnd(ctx context.Context, code int) {
 	if err := taskend.Write(r.endRecord, taskend.Record{Exited: true, Code: code}); err != nil {
 		fmt.Fprintln(os.Stderr, "ejcloud executor:", err)
 	}
-}
-
-// openAppend opens a sandbox log file, as the agent opened it for the executor itself.
-func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open sandbox file: %w", err)
-	}
-	return f, nil
 }

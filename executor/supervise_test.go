@@ -387,11 +387,42 @@ func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
 			if _, err := os.Stat(r.endRecord); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("end record of a killed run: %v; want none", err)
 			}
-			// Its output files are opened just before its supervisor starts the shell.
-			if _, err := os.Stat(filepath.Join(dir, "stdout")); (err == nil) == tc.killedFirst {
-				t.Errorf("the run was started (its stdout: %v); want started: %v", err, !tc.killedFirst)
+			if _, err := os.Stat(filepath.Join(dir, "shell.pid")); (err == nil) == tc.killedFirst {
+				t.Errorf("the run was started (its shell.pid: %v); want started: %v", err, !tc.killedFirst)
 			}
 		})
+	}
+}
+
+// A script writes to the executor's own stdout and stderr, which the agent's container logger
+// reads, not to the sandbox's files behind the logger's back.
+func TestAScriptWritesToTheExecutorsOutput(t *testing.T) {
+	dir := t.TempDir()
+	killLeftovers(t, dir)
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	errs, err := os.Create(filepath.Join(t.TempDir(), "err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errs.Close()
+	r := &scriptRunner{cmdline: "echo to-stdout; echo to-stderr >&2; true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"},
+		stdout: out, stderr: errs}
+	if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[*os.File]string{out: "to-stdout\n", errs: "to-stderr\n"} {
+		if got, err := os.ReadFile(f.Name()); err != nil || string(got) != want {
+			t.Errorf("%s holds %q (%v); want %q", f.Name(), got, err, want)
+		}
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the sandbox's %s was opened by name (%v); the script must write through the executor's", name, err)
+		}
 	}
 }
 
