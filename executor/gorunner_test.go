@@ -3,10 +3,15 @@ package executor
 import (
 	"context"
 	"errors"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor/job"
+	"github.com/ejcloud/ejcloud/taskdata"
 )
 
 // A Go job's run ends its task however the job's goroutine ends: returning, panicking, or
@@ -57,3 +62,56 @@ func TestAGoJobsRunEndsHoweverItsGoroutineEnds(t *testing.T) {
 		})
 	}
 }
+
+// An SDK job reads its job's jobProperties (SPEC §3.2: passed to the executor unchanged), and a
+// jobClass registered under the other job type is named as such, not as unknown.
+func TestSDKJobsGetTheirJobProperties(t *testing.T) {
+	var simple, flow map[string]string
+	job.Register("test.props-simple", job.SimpleFunc(func(ctx context.Context, _ job.ShardingContext) error {
+		simple = job.Properties(ctx)
+		return nil
+	}))
+	job.RegisterDataflow("test.props-flow", dataflowFunc(func(ctx context.Context) { flow = job.Properties(ctx) }))
+	props := map[string]string{"region": "eu", "batch": "500"}
+	payload := func(jobType, class string) taskdata.Payload {
+		j := config.Job{JobName: "j", JobType: jobType, JobClass: class, JobExecutionType: config.Transient, JobProperties: props}
+		return taskdata.Payload{ShardingContext: taskdata.ShardingContext{TaskID: "t", JobName: "j", ShardingTotalCount: 1}, Job: j}
+	}
+	for _, p := range []taskdata.Payload{payload(config.Simple, "test.props-simple"), payload(config.Dataflow, "test.props-flow")} {
+		r, err := (&Executor{}).runnerFor(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.run(context.Background(), graceOf(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(simple, props) || !reflect.DeepEqual(flow, props) {
+		t.Fatalf("the SIMPLE job saw %v and the DATAFLOW job %v; want %v", simple, flow, props)
+	}
+	if got := job.Properties(context.Background()); got == nil || len(got) != 0 {
+		t.Fatalf("Properties outside a shard = %#v; want an empty map", got)
+	}
+	for _, tc := range []struct {
+		p    taskdata.Payload
+		want string
+	}{
+		{payload(config.Simple, "test.props-flow"), "registered in this executor as a DATAFLOW job"},
+		{payload(config.Dataflow, "test.props-simple"), "registered in this executor as a SIMPLE job"},
+		{payload(config.Simple, "test.nothing"), `unknown jobClass "test.nothing"`},
+	} {
+		if _, err := (&Executor{}).runnerFor(tc.p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("runnerFor(%s %s): %v; want %q", tc.p.Job.JobType, tc.p.Job.JobClass, err, tc.want)
+		}
+	}
+}
+
+// dataflowFunc is a DATAFLOW job that calls f at its one fetch and fetches nothing.
+type dataflowFunc func(ctx context.Context)
+
+func (f dataflowFunc) Fetch(ctx context.Context, _ job.ShardingContext) ([]any, error) {
+	f(ctx)
+	return nil, nil
+}
+
+func (f dataflowFunc) Process(context.Context, job.ShardingContext, []any) error { return nil }

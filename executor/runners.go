@@ -26,11 +26,21 @@ func (e *Executor) runnerFor(p taskdata.Payload) (runner, error) {
 		return &scriptRunner{cmdline: p.Job.ScriptCommandLine, sc: sc, dir: e.cfg.Sandbox, endRecord: e.endRecord(p)}, nil
 	case config.Simple:
 		if j, ok := job.Simple(p.Job.JobClass); ok {
-			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error { return j.Execute(ctx, sc) }}, nil
+			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error {
+				return j.Execute(job.WithProperties(ctx, p.Job.JobProperties), sc)
+			}}, nil
+		}
+		if _, ok := job.Dataflow(p.Job.JobClass); ok {
+			return nil, fmt.Errorf("jobClass %q of SIMPLE job %q is registered in this executor as a DATAFLOW job: the job config's jobType must say DATAFLOW", p.Job.JobClass, p.Job.JobName)
 		}
 	case config.Dataflow:
 		if j, ok := job.Dataflow(p.Job.JobClass); ok {
-			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error { return job.RunDataflow(ctx, j, sc, p.Job.StreamingProcess) }}, nil
+			return &goRunner{sc: sc, endRecord: e.endRecord(p), f: func(ctx context.Context) error {
+				return job.RunDataflow(job.WithProperties(ctx, p.Job.JobProperties), j, sc, p.Job.StreamingProcess)
+			}}, nil
+		}
+		if _, ok := job.Simple(p.Job.JobClass); ok {
+			return nil, fmt.Errorf("jobClass %q of DATAFLOW job %q is registered in this executor as a SIMPLE job: the job config's jobType must say SIMPLE", p.Job.JobClass, p.Job.JobName)
 		}
 	default:
 		return nil, fmt.Errorf("unknown jobType %q", p.Job.JobType)

@@ -23,6 +23,26 @@ import (
 // ShardingContext tells a shard who it is.
 type ShardingContext = taskdata.ShardingContext
 
+type propertiesKey struct{}
+
+// WithProperties returns ctx carrying a job's jobProperties (SPEC §3.2), for Properties. The
+// executor gives every shard of an SDK job its job's.
+func WithProperties(ctx context.Context, props map[string]string) context.Context {
+	return context.WithValue(ctx, propertiesKey{}, props)
+}
+
+// Properties returns the jobProperties of the job whose shard ctx runs: the job config's
+// object of strings, as registered (empty, never nil, when it has none). The map is the
+// shard's own copy.
+func Properties(ctx context.Context) map[string]string {
+	props, _ := ctx.Value(propertiesKey{}).(map[string]string)
+	out := make(map[string]string, len(props))
+	for k, v := range props {
+		out[k] = v
+	}
+	return out
+}
+
 // SimpleJob runs one shard.
 type SimpleJob interface {
 	Execute(ctx context.Context, sc ShardingContext) error
