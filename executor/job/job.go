@@ -9,6 +9,11 @@
 //
 // The executor runs each shard with a context that is cancelled when the task is killed; a
 // returned error or a panic is a job failure, which the scheduler does not fail over.
+//
+// Keep the init functions of an SDK executor's packages free of side effects (connections,
+// files, goroutines): the executor re-executes its own binary as the supervisor of every
+// SCRIPT run, and Go may initialize such a package in that process before the supervisor takes
+// over. Do that work in main, before executor.Main, or in the jobs.
 package job
 
 import (

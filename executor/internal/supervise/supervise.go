@@ -26,11 +26,14 @@
 // inherit the orphans, but they would outlive it just the same.
 //
 // The supervisor is started in this package's init, so it works in every executor that links
-// it (the stock one and those built with executor.Main) and runs no user code. The package
-// imports only the standard library: Go initializes packages in the order of their import
-// paths as far as their imports allow, so a re-executed binary becomes a supervisor before
-// the executor's heavier packages (the Mesos API's protobufs, HTTP) are initialized, which a
-// shard would otherwise pay for at every run.
+// it (the stock one and those built with executor.Main). The package imports only the
+// standard library: Go initializes packages in the order of their import paths as far as
+// their imports allow, so a re-executed binary becomes a supervisor before the executor's
+// heavier packages (the Mesos API's protobufs, HTTP) are initialized, which a shard would
+// otherwise pay for at every run. That order is not a promise of running no user code: in an
+// SDK executor, a package of the user's that imports only the standard library and sorts
+// before this one (github.com/acme/…) is initialized first, in every supervisor too; the
+// executor/job package comment tells SDK users to keep init functions free of side effects.
 package supervise
 
 import (
