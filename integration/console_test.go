@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -133,6 +134,25 @@ func TestConsole(t *testing.T) {
 	b.fill(t, root, "retryMaxBackoff", "60")
 	b.fill(t, root, "concurrencyPolicy", "Replace")
 	b.fill(t, root, "dependsOn", "console-job, no-such-job")
+	// The misfire policy and the starting deadline: a negative deadline is refused by the form in
+	// the server's words, one the server cannot take (beyond an int32) by the server, beside it.
+	b.fill(t, root, "misfirePolicy", "fireAll")
+	b.fill(t, root, "startingDeadline", "-5")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	code, refusal := s.api(t, "POST", "/api/job/register", `{"jobName":"refused","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT",`+
+		`"cron":"0 0 0 1 1 ?","shardingTotalCount":1,"cpuCount":0.1,"memoryMB":16,"scriptCommandLine":"true","startingDeadline":-5}`)
+	var serverSays config.FieldError
+	if err := json.Unmarshal([]byte(refusal), &serverSays); code != 400 || err != nil || serverSays.Field != "startingDeadline" {
+		t.Fatalf("the API answers a negative startingDeadline with %d %s", code, refusal)
+	}
+	b.waitText(t, root, `input[name=startingDeadline] ~ small`, serverSays.Message)
+	b.fill(t, root, "startingDeadline", "3000000000")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	msg = b.waitText(t, root, `input[name=startingDeadline] ~ small`, `startingDeadline must be an integer, got "3000000000"`)
+	if invalid := b.eval(t, root, `document.querySelector('input[name=startingDeadline]').getAttribute('aria-invalid')`); invalid != "true" {
+		t.Fatalf("the startingDeadline field's aria-invalid is %q beside %q; want true", invalid, msg)
+	}
+	b.fill(t, root, "startingDeadline", "45")
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	msg = b.waitText(t, root, `input[name=dependsOn] ~ small`, `dependsOn names job "no-such-job", which does not exist`)
 	if invalid := b.eval(t, root, `document.querySelector('input[name=dependsOn]').getAttribute('aria-invalid')`); invalid != "true" {
@@ -143,6 +163,8 @@ func TestConsole(t *testing.T) {
 	b.waitText(t, root, "main h1", "Job form-options")
 	b.waitText(t, root, "main dl", "maxAttempts 3 · backoff 2 s, doubling · maxBackoff 60 s")
 	b.waitXPathText(t, root, `//main//dl/dd/a[@href="#/jobs/console-job"]`, "console-job") // dependsOn links to the job
+	b.waitXPathText(t, root, `//main//dl/dt[text()="startingDeadline"]/following-sibling::dd[1]`, "45 s: a slot missed by more is skipped")
+	b.waitXPathText(t, root, `//main//dl/dt[text()="misfirePolicy"]/following-sibling::dd[1]`, "fireAll")
 	wantOptions := func(when, description string) map[string]any {
 		t.Helper()
 		_, body := s.api(t, "GET", "/api/job/jobs/form-options", "")
@@ -160,36 +182,102 @@ func TestConsole(t *testing.T) {
 		}
 		return fields
 	}
-	// Fields the form has no control for are sent back as they were: two set through the API.
 	fields := wantOptions("after Add", "")
-	fields["startingDeadline"], fields["misfirePolicy"] = 30, "fireAll"
+	if fields["startingDeadline"] != 45.0 || fields["misfirePolicy"] != "fireAll" {
+		t.Fatalf("after Add the job has startingDeadline %v and misfirePolicy %v; want 45 and fireAll, as the form set them", fields["startingDeadline"], fields["misfirePolicy"])
+	}
+	// The form shows what the job has: two set through the API.
+	fields["startingDeadline"], fields["misfirePolicy"] = 30, "fireOnce"
 	update, _ := json.Marshal(fields)
 	s.must(t, 204, "PUT", "/api/job/update", string(update))
-	options := `['retryMaxAttempts', 'retryBackoff', 'retryMaxBackoff', 'concurrencyPolicy', 'dependsOn', 'shardsIndependent']
+	options := `['retryMaxAttempts', 'retryBackoff', 'retryMaxBackoff', 'concurrencyPolicy', 'dependsOn', 'shardsIndependent', 'misfirePolicy', 'startingDeadline']
 		.map((n) => document.querySelector('form [name=' + n + ']')).map((e) => (!e ? '-' : e.type === 'checkbox' ? String(e.checked) : e.value)).join(' | ')`
 	b.open(t, root, "#/jobs/form-options/edit")
 	b.waitText(t, root, "main h1", "Modify job form-options")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | -" {
-		t.Fatalf("the edit form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
+		t.Fatalf("the edit form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
 	}
+	shot("job-form-options")
 	// Allow: neither retries nor dependencies (the server refuses both with it), and only with
 	// shardsIndependent, which the form asks for in the server's words. Switched back, what was
 	// set is still there.
 	b.fill(t, root, "concurrencyPolicy", "Allow")
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, `select[name=concurrencyPolicy] ~ small`, "concurrencyPolicy Allow runs a shard again while its last run still runs: set shardsIndependent to true")
-	if v := b.eval(t, root, options); v != "- | - | - | Allow | - | false" {
-		t.Fatalf("with Allow the form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	if v := b.eval(t, root, options); v != "- | - | - | Allow | - | false | fireOnce | 30" {
+		t.Fatalf("with Allow the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
 	}
 	b.fill(t, root, "concurrencyPolicy", "Replace")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | -" {
-		t.Fatalf("switched back from Allow the form shows retry, concurrencyPolicy, dependsOn and shardsIndependent as %q", v)
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
+		t.Fatalf("switched back from Allow the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
+	}
+	// The misfire policy and the starting deadline decide the slots of a cron the scheduler
+	// fires: a TRANSIENT job's. Without a cron, or DAEMON, they are hidden; switched back, there.
+	b.fill(t, root, "cron", "")
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | - | - | - | -" {
+		t.Fatalf("without a cron the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
+	}
+	b.fill(t, root, "cron", "0 0 0 1 1 ?")
+	b.fill(t, root, "jobExecutionType", "DAEMON")
+	if v := b.eval(t, root, options); v != "- | - | - | - | - | - | - | -" {
+		t.Fatalf("DAEMON, the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
+	}
+	b.fill(t, root, "jobExecutionType", "TRANSIENT")
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
+		t.Fatalf("switched back to TRANSIENT the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
 	}
 	b.fill(t, root, "description", "options kept")
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, "main dl", "options kept")
-	if fields := wantOptions("after Modify", "options kept"); fields["startingDeadline"] != 30.0 || fields["misfirePolicy"] != "fireAll" {
-		t.Fatalf("after Modify the job has startingDeadline %v and misfirePolicy %v; want 30 and fireAll, as the API set them", fields["startingDeadline"], fields["misfirePolicy"])
+	if fields := wantOptions("after Modify", "options kept"); fields["startingDeadline"] != 30.0 || fields["misfirePolicy"] != "fireOnce" {
+		t.Fatalf("after Modify the job has startingDeadline %v and misfirePolicy %v; want 30 and fireOnce, as the API set them", fields["startingDeadline"], fields["misfirePolicy"])
+	}
+	// Both changed through the form: skip, which is what the job would have without misfire
+	// (the form shows it as the default then, following misfire), and no deadline.
+	b.open(t, root, "#/jobs/form-options/edit")
+	b.waitText(t, root, "main h1", "Modify job form-options")
+	b.fill(t, root, "misfirePolicy", "skip")
+	b.fill(t, root, "startingDeadline", "0")
+	b.fill(t, root, "description", "no deadline")
+	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+	b.waitText(t, root, "main dl", "no deadline")
+	if fields := wantOptions("after a Modify of both", "no deadline"); fields["startingDeadline"] != nil || fields["misfirePolicy"] != "skip" {
+		t.Fatalf("after a Modify of both the job has startingDeadline %v and misfirePolicy %v; want none and skip, as the form set them", fields["startingDeadline"], fields["misfirePolicy"])
+	}
+	b.open(t, root, "#/jobs/form-options/edit")
+	b.waitText(t, root, "main h1", "Modify job form-options")
+	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - |  | 0" {
+		t.Fatalf("after a Modify of both the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
+	}
+	// A DAEMON job and an Allow job may have a retry of one attempt (it retries nothing), and a
+	// DAEMON job a concurrency policy Forbid, a misfire policy and a deadline: the form shows none
+	// of these for them, and a save that changes something else sends them back as they were.
+	for _, j := range []struct{ name, options string }{
+		{"daemon-options", `"jobExecutionType":"DAEMON","concurrencyPolicy":"Forbid","misfirePolicy":"fireAll","startingDeadline":20`},
+		{"allow-options", `"jobExecutionType":"TRANSIENT","concurrencyPolicy":"Allow","shardsIndependent":true`},
+	} {
+		s.must(t, 204, "POST", "/api/job/register", `{"jobName":"`+j.name+`","appName":"app","jobType":"SCRIPT","cron":"0 0 0 1 1 ?",`+
+			`"shardingTotalCount":1,"cpuCount":0.1,"memoryMB":16,"scriptCommandLine":"true","retry":{"maxAttempts":1,"backoff":5,"maxBackoff":30},`+j.options+`}`)
+		var before, after map[string]any
+		if err := json.Unmarshal([]byte(s.must(t, 200, "GET", "/api/job/jobs/"+j.name, "")), &before); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(before["retry"], map[string]any{"maxAttempts": 1.0, "backoff": 5.0, "maxBackoff": 30.0}) {
+			t.Fatalf("%s is registered as %v", j.name, before)
+		}
+		b.open(t, root, "#/jobs/"+j.name+"/edit")
+		b.waitText(t, root, "main h1", "Modify job "+j.name)
+		b.fill(t, root, "description", "saved unchanged")
+		press(t, b, root, chromedp.CSS(`form button[type=submit]`))
+		b.waitText(t, root, "main dl", "saved unchanged")
+		if err := json.Unmarshal([]byte(s.must(t, 200, "GET", "/api/job/jobs/"+j.name, "")), &after); err != nil {
+			t.Fatal(err)
+		}
+		before["description"] = "saved unchanged"
+		if !reflect.DeepEqual(after, before) {
+			t.Fatalf("%s saved from the form unchanged but for its description is\n%v\nwas\n%v", j.name, after, before)
+		}
+		s.must(t, 204, "DELETE", "/api/job/deregister", j.name)
 	}
 	// A job others depend on cannot become Allow: the server's 400 shows beside concurrencyPolicy.
 	b.open(t, root, "#/jobs/console-job/edit")

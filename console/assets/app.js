@@ -239,6 +239,11 @@ function validateJob(j) {
     if (!(b >= 0 && b <= 86400)) e.retryBackoff = 'retry backoff must be 0 to 86400 seconds, got ' + j.retryBackoff;
     if (!(m >= 0 && m <= 86400)) e.retryMaxBackoff = 'retry maxBackoff must be 0 to 86400 seconds (0: no bound), got ' + j.retryMaxBackoff;
   }
+  if (o.startingDeadline) {
+    const d = num(j.startingDeadline);
+    if (!Number.isInteger(d)) e.startingDeadline = 'startingDeadline must be an integer, got "' + j.startingDeadline + '"';
+    else if (d < 0) e.startingDeadline = 'startingDeadline must be a number of seconds, at least 0 (0: no deadline), got ' + d;
+  }
   if (o.shardsIndependent && !j.shardsIndependent) {
     e.concurrencyPolicy = 'concurrencyPolicy Allow runs a shard again while its last run still runs: set shardsIndependent to true to declare that two runs of a shard may overlap';
   }
@@ -257,12 +262,23 @@ function validateJob(j) {
 // (config.Job.Validate), and so which the form shows and sends: a concurrency policy and retries
 // for TRANSIENT jobs, shardsIndependent with Allow only, dependsOn for TRANSIENT jobs with a
 // cron, and neither retries nor dependsOn with Allow. Whether the jobs named exist, have a cron,
-// or close a cycle is the server's to say.
+// or close a cycle is the server's to say. The misfire policy and the starting deadline the
+// server takes for any job, but they decide only the slots of a cron that the scheduler fires
+// (config.Job.FiredCron: TRANSIENT jobs with a cron; a DAEMON job's executor runs its own), so
+// the form shows them there and sends any other job's back as they were.
 function jobOptions(j) {
   const transient = j.jobExecutionType === 'TRANSIENT';
   const allow = transient && j.concurrencyPolicy === 'Allow';
-  return { concurrencyPolicy: transient, shardsIndependent: allow, retry: transient && !allow, dependsOn: transient && !allow && !!(j.cron || '').trim() };
+  const fired = transient && !!(j.cron || '').trim();
+  return {
+    concurrencyPolicy: transient, shardsIndependent: allow, retry: transient && !allow, dependsOn: fired && !allow,
+    misfirePolicy: fired, startingDeadline: fired,
+  };
 }
+
+// derivedMisfirePolicy is the misfire policy the scheduler gives a job that names none:
+// fireOnce with misfire, skip without (config.Job.EffectiveMisfirePolicy).
+const derivedMisfirePolicy = (misfire) => (misfire ? 'fireOnce' : 'skip');
 
 // nameList reads job names separated by commas or spaces (neither is in a valid name).
 const nameList = (s) => (s || '').split(/[\s,]+/).filter(Boolean);
@@ -412,6 +428,8 @@ const jobDefaults = {
   // Issue 19's options; retry's numbers are fields of the form's own (the job has the object
   // retry), and dependsOn is the form's text of names.
   concurrencyPolicy: 'Forbid', shardsIndependent: false, dependsOn: '', retryMaxAttempts: '1', retryBackoff: '0', retryMaxBackoff: '0',
+  // '': the default, which follows misfire (derivedMisfirePolicy).
+  misfirePolicy: '', startingDeadline: '0',
 };
 
 function describeUnplaced(reasons) {
@@ -498,30 +516,48 @@ function JobForm({ name }) {
     if (body.jobType !== 'DATAFLOW') body.streamingProcess = false; // its box is shown for DATAFLOW only
     // Issue 19's options are sent where the server takes them, as their fields are shown: a
     // value in a field that a switch hid stays in the form, and shows again when switched back.
+    // Where an option's field is hidden, what the job was given that the server still takes for
+    // it is sent back unchanged (was: the job as loaded; nothing for a new one).
     const o = jobOptions(form);
-    if (!o.concurrencyPolicy) delete body.concurrencyPolicy; // a DAEMON job has none
+    const was = (editing && existing.data) || {};
+    // A DAEMON job has no concurrency policy, or Forbid if it was given that (the form fills in
+    // Forbid for it to show if it becomes TRANSIENT: that one is not sent).
+    if (!o.concurrencyPolicy) {
+      if (was.jobName && !jobOptions(was).concurrencyPolicy && was.concurrencyPolicy === 'Forbid') body.concurrencyPolicy = 'Forbid';
+      else delete body.concurrencyPolicy;
+    }
     if (!o.shardsIndependent) delete body.shardsIndependent;
     const retry = { maxAttempts: num(retryMaxAttempts), backoff: num(retryBackoff), maxBackoff: num(retryMaxBackoff) };
     // A job that had no retry and is given none (1 attempt, no backoff) is sent without one, as before.
-    if (o.retry && (body.retry || retry.maxAttempts !== 1 || retry.backoff !== 0 || retry.maxBackoff !== 0)) body.retry = retry;
+    if (o.retry && (was.retry || retry.maxAttempts !== 1 || retry.backoff !== 0 || retry.maxBackoff !== 0)) body.retry = retry;
+    // A DAEMON or Allow job may have a retry of one attempt (it retries nothing): it goes back
+    // as it was. One of more attempts, which the server refuses for them, is dropped.
+    else if (!o.retry && was.retry && was.retry.maxAttempts <= 1) body.retry = was.retry;
     else delete body.retry;
     const deps = nameList(body.dependsOn);
     if (o.dependsOn && deps.length) body.dependsOn = deps; else delete body.dependsOn;
-    // The misfire policy follows misfire unless set otherwise (the form has no field for it):
-    // switching misfire on or off lets the scheduler derive it again where it was the derived
-    // one (fireOnce with misfire, skip without); one set otherwise (fireAll) is kept.
-    const derived = (m) => (m ? 'fireOnce' : 'skip');
-    if (editing && existing.data && body.misfire !== existing.data.misfire && (!existing.data.misfirePolicy || existing.data.misfirePolicy === derived(existing.data.misfire))) delete body.misfirePolicy;
+    // The misfire policy: the default ('') lets the scheduler derive it from misfire, so that it
+    // follows misfire when that is switched. Hidden, it goes back as it was, unless it was the
+    // derived one and misfire was switched: then the scheduler derives it again.
+    if (o.misfirePolicy) {
+      if (!body.misfirePolicy) delete body.misfirePolicy;
+    } else if (was.misfirePolicy && !(body.misfire !== was.misfire && was.misfirePolicy === derivedMisfirePolicy(was.misfire))) {
+      body.misfirePolicy = was.misfirePolicy;
+    } else delete body.misfirePolicy;
+    if (o.startingDeadline) body.startingDeadline = num(body.startingDeadline);
+    else if (was.startingDeadline) body.startingDeadline = was.startingDeadline;
+    else delete body.startingDeadline;
     await api(editing ? 'PUT' : 'POST', editing ? '/api/job/update' : '/api/job/register', body);
     location.hash = '#/jobs/' + enc(form.jobName);
   }, jobErrorKey);
   useEffect(() => {
     const base = editing ? existing.data : {};
     if (!base) return;
-    // The job's fields that the form has no field for (misfirePolicy, startingDeadline, …) are
-    // kept as they are and sent back.
+    // The job's fields that the form has no field for are kept as they are and sent back.
     const f = { ...jobDefaults, ...base };
     for (const k of Object.keys(jobDefaults)) if (typeof f[k] === 'number') f[k] = String(f[k]);
+    // The derived misfire policy shows as the default, which follows misfire.
+    if (!f.misfirePolicy || f.misfirePolicy === derivedMisfirePolicy(f.misfire)) f.misfirePolicy = '';
     f.jobPropertiesText = f.jobProperties && Object.keys(f.jobProperties).length ? JSON.stringify(f.jobProperties) : '';
     if (base.retry) {
       f.retryMaxAttempts = String(base.retry.maxAttempts ?? 1);
@@ -560,6 +596,12 @@ function JobForm({ name }) {
         ${f('jobParameter', 'Job parameter')}
         ${f('placement', 'Placement', { options: ['SPREAD', 'BINPACK'] })}
         ${f('jobShardingStrategyType', 'Sharding strategy', { options: ['AVG_ALLOCATION', 'ODEVITY', 'ROUND_ROBIN'] })}
+        ${o.misfirePolicy ? f('misfirePolicy', 'Misfire policy', {
+          options: [['', 'Default: ' + derivedMisfirePolicy(form.misfire) + (form.misfire ? ' (misfire on)' : ' (misfire off)')],
+            ['fireOnce', 'fireOnce: one catch-up run'], ['fireAll', 'fireAll: a run per missed slot (at most 100)'], ['skip', 'skip: no catch-up run']],
+          hint: 'the cron slots missed while no scheduler led; the default follows Misfire' }) : ''}
+        ${o.startingDeadline ? f('startingDeadline', 'Starting deadline (s)', { type: 'number', step: '1', min: '0',
+          hint: 'a missed slot older than this at a takeover is skipped, whatever the policy; 0: none' }) : ''}
         ${o.concurrencyPolicy ? f('concurrencyPolicy', 'Concurrency policy', {
           options: [['Forbid', 'Forbid: wait for the last run'], ['Replace', 'Replace: kill the last run'], ['Allow', 'Allow: run beside the last run']],
           hint: 'what a fire does that finds the last run still running; Allow takes no retries or dependencies' }) : ''}
@@ -579,8 +621,9 @@ function JobForm({ name }) {
 }
 
 // configValue shows a field of a job's config: the jobs it depends on link to their pages, its
-// retry is said in words; the rest as the API gives it.
+// retry and starting deadline are said in words; the rest as the API gives it.
 function configValue(k, v) {
+  if (k === 'startingDeadline' && typeof v === 'number') return v ? v + ' s: a slot missed by more is skipped' : '0 (none)';
   if (k === 'dependsOn' && Array.isArray(v)) return v.map((d, i) => html`${i ? ', ' : ''}<a href=${'#/jobs/' + enc(d)}>${d}</a>`);
   if (k === 'retry' && v && typeof v === 'object') {
     return 'maxAttempts ' + v.maxAttempts + ' · backoff ' + v.backoff + ' s, doubling · maxBackoff ' + (v.maxBackoff ? v.maxBackoff + ' s' : '0 (no bound)');
