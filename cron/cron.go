@@ -3,7 +3,10 @@
 // github.com/hashicorp/cronexpr, whose behaviour on malformed input is undefined and whose
 // conventions differ from Quartz: it reads six fields as "min … year" and numbers days of the
 // week from 0 = Sunday, where Quartz reads six fields as "sec … day-of-week" and numbers them
-// from 1 = Sunday.
+// from 1 = Sunday. Ranges and steps are written out as lists of values, as Quartz takes them
+// (a range may wrap around), and fire times are found by matching wall clocks in UTC, then
+// placed in the job's zone (Schedule.Next): cronexpr's own walk of a zone's clock goes wrong
+// across daylight-saving changes.
 package cron
 
 import (
@@ -30,19 +33,63 @@ func (s *Schedule) String() string { return s.text }
 
 // Next returns the first fire time strictly after t, evaluated in t's location, or the zero
 // time when the expression never fires again.
-func (s *Schedule) Next(t time.Time) time.Time { return s.expr.Next(t) }
+//
+// The expression is matched against wall clocks, as Quartz matches it against a Calendar's
+// fields, and each matching wall clock becomes an instant in t's location. cronexpr walks the
+// clock of that location itself, and across a daylight-saving change it went wrong: on a day
+// whose midnight is skipped (Beirut, Havana, Santiago, Cairo) it ran into the next day without
+// checking the day again, so a Saturday job also fired on Sunday; a time in an hour that is
+// repeated fired twice; and some past changes made it loop for ever. Walked in UTC, which has
+// no changes, the fields are matched exactly; then a wall clock the change skips (02:30 where
+// clocks go from 02:00 to 03:00) does not fire, and one the change repeats fires once, at its
+// later instant (standard time), as Quartz, through Java's Calendar, fires it.
+func (s *Schedule) Next(t time.Time) time.Time {
+	loc := t.Location()
+	w := wall(t)
+	for {
+		w = s.expr.Next(w)
+		if w.IsZero() {
+			return time.Time{}
+		}
+		if at, ok := instant(w, loc); ok && at.After(t) {
+			return at
+		}
+	}
+}
 
 // NextN returns up to n fire times after t, evaluated in t's location.
 func (s *Schedule) NextN(t time.Time, n int) []time.Time {
 	out := make([]time.Time, 0, n)
 	for len(out) < n {
-		t = s.expr.Next(t)
+		t = s.Next(t)
 		if t.IsZero() {
 			break
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// wall is t's wall clock in its location, as a time in UTC.
+func wall(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// instant is the latest instant whose wall clock in loc is w (a time in UTC), if there is one.
+// Two are in an hour a daylight-saving change repeats; none in one it skips.
+func instant(w time.Time, loc *time.Location) (time.Time, bool) {
+	// An instant x has wall clock w when x = w − offset(x). The offsets that may hold near w are
+	// those in force a few hours either side of it: changes are an hour or two at most.
+	guess := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
+	var best time.Time
+	for _, near := range []time.Time{guess, guess.Add(-3 * time.Hour), guess.Add(3 * time.Hour)} {
+		_, off := near.Zone()
+		x := w.Add(-time.Duration(off) * time.Second).In(loc)
+		if wall(x).Equal(w) && x.After(best) {
+			best = x
+		}
+	}
+	return best, !best.IsZero()
 }
 
 type field struct {
@@ -142,45 +189,60 @@ func (f *field) element(e string) (string, error) {
 		return fmt.Sprintf("%d#%d", v+f.shift, k), nil
 	}
 	base, step, hasStep := strings.Cut(e, "/")
-	var out string
+	if base == "*" && !hasStep {
+		return "*", nil
+	}
+	var lo, hi int
 	switch {
-	case base == "*":
-		out = "*"
-		if hasStep { // cronexpr's "*/n" starts at its own minimum, which differs for day-of-week
-			out = fmt.Sprintf("%d-%d", f.min+f.shift, f.max+f.shift)
-		}
+	case base == "*": // "*/n": from the field's least value
+		lo, hi = f.min, f.max
 	case strings.Contains(base, "-"):
 		a, b, _ := strings.Cut(base, "-")
-		lo, err := f.value(a)
-		if err != nil {
+		var err error
+		if lo, err = f.value(a); err != nil {
 			return "", err
 		}
-		hi, err := f.value(b)
-		if err != nil {
+		if hi, err = f.value(b); err != nil {
 			return "", err
 		}
-		if lo > hi {
+		if lo > hi && f == year {
 			return "", fmt.Errorf("range %q runs backwards", base)
 		}
-		out = fmt.Sprintf("%d-%d", lo+f.shift, hi+f.shift)
 	default:
 		v, err := f.value(base)
 		if err != nil {
 			return "", err
 		}
-		out = strconv.Itoa(v + f.shift)
-		if hasStep { // Quartz "5/15": from 5 to the end of the range, every 15
-			out = fmt.Sprintf("%d-%d", v+f.shift, f.max+f.shift)
+		lo, hi = v, v
+		if hasStep { // Quartz "5/15": from 5 to the end of the field, every 15
+			hi = f.max
 		}
 	}
+	n := 1
 	if hasStep {
-		n, err := strconv.Atoi(step)
+		var err error
+		n, err = strconv.Atoi(step)
 		if err != nil || n < 1 || n > f.max-f.min+1 {
 			return "", fmt.Errorf("%q: the step after '/' must be 1 to %d", e, f.max-f.min+1)
 		}
-		out += "/" + strconv.Itoa(n)
 	}
-	return out, nil
+	return f.list(lo, hi, n), nil
+}
+
+// list is the values from lo to hi, every step, in cronexpr's numbering, as Quartz's addToSet
+// takes them: a range that ends below its start wraps past the field's end ("SAT-SUN", "22-2"),
+// its step carried across, and a range of one value is that value ("SUN-SUN": cronexpr widened
+// its 0-0 to the whole week). Written out, a list leaves none of this to cronexpr.
+func (f *field) list(lo, hi, step int) string {
+	span := f.max - f.min + 1
+	if hi < lo {
+		hi += span
+	}
+	var vals []string
+	for i := lo; i <= hi; i += step {
+		vals = append(vals, strconv.Itoa((i-f.min)%span+f.min+f.shift))
+	}
+	return strings.Join(vals, ",")
 }
 
 func (f *field) value(s string) (int, error) {
