@@ -26,6 +26,10 @@ var ErrInvalid = errors.New("invalid cron expression")
 type Schedule struct {
 	text string
 	expr *cronexpr.Expression
+	// fromLast, if not negative, is n of a day-of-month "L-n": the n-th day before the month's
+	// last, which cronexpr cannot express. expr then matches every day, and Next keeps the
+	// days that are that one.
+	fromLast int
 }
 
 // String returns the expression as it was given.
@@ -50,6 +54,19 @@ func (s *Schedule) Next(t time.Time) time.Time {
 		w = s.expr.Next(w)
 		if w.IsZero() {
 			return time.Time{}
+		}
+		if s.fromLast >= 0 {
+			// The first instant of the day wanted, this month's or the next's, less a
+			// nanosecond: cronexpr's Next is strictly after it.
+			last := time.Date(w.Year(), w.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
+			switch day := last - s.fromLast; {
+			case w.Day() < day:
+				w = time.Date(w.Year(), w.Month(), day, 0, 0, 0, -1, time.UTC)
+				continue
+			case w.Day() > day:
+				w = time.Date(w.Year(), w.Month()+1, 1, 0, 0, 0, -1, time.UTC)
+				continue
+			}
 		}
 		if at, ok := instant(w, loc); ok && at.After(t) {
 			return at
@@ -126,6 +143,15 @@ func Parse(text string) (*Schedule, error) {
 	}
 	out := make([]string, 7)
 	out[6] = "*"
+	fromLast := -1
+	if d, ok := strings.CutPrefix(strings.ToUpper(fs[3]), "L-"); ok {
+		// Quartz takes "L-n" alone in its field, n from 0 to 30 (L-nW it takes too: not here).
+		n, err := strconv.Atoi(d)
+		if err != nil || d == "" || d[0] == '+' || n < 0 || n > 30 {
+			return nil, fmt.Errorf("%w %q: day-of-month field %q: the offset after 'L-' must be 0 to 30 (L-nW is not supported)", ErrInvalid, text, fs[3])
+		}
+		fromLast, fs[3] = n, "*"
+	}
 	specs := []*field{second, minute, hour, dayOfMonth, month, dayOfWeek, year}
 	for i, f := range fs {
 		norm, err := specs[i].normalise(f)
@@ -138,7 +164,7 @@ func Parse(text string) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrInvalid, text, err)
 	}
-	return &Schedule{text: text, expr: expr}, nil
+	return &Schedule{text: text, expr: expr, fromLast: fromLast}, nil
 }
 
 // normalise validates one field and rewrites it with numbers in cronexpr's numbering.
@@ -167,7 +193,7 @@ func (f *field) element(e string) (string, error) {
 	case f == dayOfMonth && (e == "L" || e == "LW"):
 		return e, nil
 	case f == dayOfMonth && strings.HasPrefix(e, "L-"):
-		return "", errors.New("offsets from the last day (L-n) are not supported")
+		return "", errors.New("an offset from the last day (L-n) must be alone in its field")
 	case f == dayOfMonth && strings.HasSuffix(e, "W"):
 		v, err := f.value(strings.TrimSuffix(e, "W"))
 		return strconv.Itoa(v) + "W", err

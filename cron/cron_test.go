@@ -37,6 +37,10 @@ func TestNextMatchesQuartz(t *testing.T) {
 		{"a night window wraps around", "0 0 22-2 * * ?", []time.Time{start.Add(time.Hour), start.Add(2 * time.Hour), start.Add(22 * time.Hour), start.Add(23 * time.Hour), start.Add(24 * time.Hour)}},
 		{"a wrapped range's step carries across", "0 0 22-4/3 * * ?", []time.Time{start.Add(time.Hour), start.Add(4 * time.Hour), start.Add(22 * time.Hour), start.Add(25 * time.Hour)}},
 		{"months wrap around", "0 0 0 1 NOV-FEB ?", []time.Time{time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 11, 1, 0, 0, 0, 0, time.UTC)}},
+		{"three days before the last (L-3)", "0 0 0 L-3 * ?", []time.Time{time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 28, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 28, 0, 0, 0, 0, time.UTC), time.Date(2027, 2, 25, 0, 0, 0, 0, time.UTC)}},
+		{"L-0 is the last day", "0 30 6 L-0 * ?", []time.Time{time.Date(2026, 11, 30, 6, 30, 0, 0, time.UTC), time.Date(2026, 12, 31, 6, 30, 0, 0, time.UTC)}},
+		{"L-n on its day, every 20 minutes", "0 0/20 23 L-1 * ?", []time.Time{time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 23, 20, 0, 0, time.UTC), time.Date(2026, 11, 29, 23, 40, 0, 0, time.UTC), time.Date(2026, 12, 30, 23, 0, 0, 0, time.UTC)}},
+		{"L-30 only in 31-day months", "0 0 0 L-30 * ?", []time.Time{time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)}},
 		{"a day-of-week step of 7 is its start", "0 0 10 ? * */7", []time.Time{time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}},
 	}
 	for _, tc := range tests {
@@ -144,7 +148,7 @@ func TestNextAcrossDaylightSavingChangesMatchesQuartz(t *testing.T) {
 // Fire times strictly increase, and each is a wall clock the expression matches, in every
 // zone, across every change of the years the scheduler will see.
 func TestNextIncreasesAndMatchesTheWallClockInEveryZone(t *testing.T) {
-	exprs := []string{"0 0/15 * * * ?", "0 30 1 * * ?", "0 0 0 * * ?", "0 0 12 ? * SAT", "0 0 0 L * ?", "0 0 2 ? * 1#2"}
+	exprs := []string{"0 0/15 * * * ?", "0 30 1 * * ?", "0 0 0 * * ?", "0 0 12 ? * SAT", "0 0 0 L * ?", "0 0 2 ? * 1#2", "0 15 1 L-2 * ?"}
 	zones := []string{"America/New_York", "Asia/Beirut", "America/Havana", "America/Santiago", "Africa/Cairo", "Australia/Lord_Howe",
 		"America/Asuncion", "Asia/Tehran", "Europe/London", "UTC", "Asia/Shanghai"}
 	for _, expr := range exprs {
@@ -187,7 +191,7 @@ func TestParseRejects(t *testing.T) {
 		"60 * * * * ?", "* 60 * * * ?", "* * 24 * * ?", "* * * 0 * ?", "* * * 32 * ?",
 		"* * * * 13 ?", "* * * ? * 0", "* * * ? * 8", "* * * * * ? 1969", "* * * * * ? 2100",
 		"? * * * * ?", "* ? * ? * *", "a * * * * ?", "*/0 * * * * ?", "*/61 * * * * ?",
-		"0 0 0 1 1 ? 2030-2028", "1,,2 * * * * ?", "0 0 0 L-3 * ?", "0 0 0 ? * 2#6", "0 0 0 ? * 2#x",
+		"0 0 0 1 1 ? 2030-2028", "1,,2 * * * * ?", "0 0 0 L-31 * ?", "0 0 0 L-3W * ?", "0 0 0 L-3,5 * ?", "0 0 0 L- * ?", "0 0 0 ? * 2#6", "0 0 0 ? * 2#x",
 		"-1 * * * * ?", "+1 * * * * ?", "0 0 0 ? * FOO", "0 0 0 32W * ?", "0 0 0 ? * 8L",
 	} {
 		if s, err := Parse(expr); !errors.Is(err, ErrInvalid) {
