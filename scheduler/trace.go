@@ -27,6 +27,36 @@ type tracer struct {
 	log     logrus.FieldLogger
 	// retention and purgeEvery drive the purge of old rows.
 	retention, purgeEvery time.Duration
+	// traced holds the UUIDs of the status updates traced last: one Mesos sends again (its
+	// acknowledgement lost, its agent restarted) is traced once, as it is counted once.
+	traced recentSet
+}
+
+// recentSet remembers the last recentSetSize strings added.
+type recentSet struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+const recentSetSize = 4096
+
+// add adds k and says whether it was new.
+func (r *recentSet) add(k string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.set[k]; ok {
+		return false
+	}
+	if r.set == nil {
+		r.set, r.ring = make(map[string]struct{}, recentSetSize), make([]string, recentSetSize)
+	}
+	delete(r.set, r.ring[r.next])
+	r.ring[r.next] = k
+	r.next = (r.next + 1) % recentSetSize
+	r.set[k] = struct{}{}
+	return true
 }
 
 // openTracer opens the database of cfg.EventTraceDB, or returns nil when there is none.
@@ -97,6 +127,9 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	id, err := taskid.Parse(st.TaskID.Value)
 	if err != nil {
 		return
+	}
+	if len(st.UUID) > 0 && !t.traced.add(string(st.UUID)) {
+		return // sent again: its row, execution and result are in
 	}
 	source := "CLOUD_SCHEDULER"
 	if st.GetSource() == mesos.SOURCE_EXECUTOR {
