@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
@@ -334,4 +336,37 @@ func TestMirrorReadsEverythingAgainAfterLostEvents(t *testing.T) {
 			return err == nil && got.ShardingTotalCount == shards
 		})
 	}
+}
+
+// A namespace written without digest authentication (an earlier run without --zk-digest, or
+// 2.1.5) is closed to other clients when a Store with a digest connects to it: every node gets
+// the creator-only ACL, not only the nodes created from then on.
+func TestADigestClosesANamespaceWrittenWithoutOne(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	open := openPlain(t, env)
+	must(t, open.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, open.CreateJob(ctx, testJob("job", "app")), "CreateJob")
+	must(t, open.AddReady(ctx, "job", true), "AddReady")
+	must(t, open.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")}}), "RecordLaunch")
+	open.Close()
+
+	digest := func(c *state.Config) { c.Digest = "ejcloud:secret" }
+	secured := openPlain(t, env, digest)
+	if _, err := secured.Job(ctx, "job"); err != nil {
+		t.Fatalf("the digest's store reads the job: %v", err)
+	}
+	anyone, root := rawConn(t, env, 0, nil)
+	for _, p := range []string{root, root + "/config/job/job", root + "/state/ready/job", root + "/state/running/job"} {
+		if _, _, err := anyone.Get(p); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("a client without the digest reads %s: %v; want ErrNoAuth", p, err)
+		}
+	}
+	if _, err := anyone.Set(root+"/state/ready/job", []byte("99"), -1); !errors.Is(err, zk.ErrNoAuth) {
+		t.Errorf("a client without the digest writes the ready queue: %v; want ErrNoAuth", err)
+	}
+	// Once closed, a store with the digest connects as before, and still reads and writes.
+	again := openPlain(t, env, digest)
+	must(t, again.AddReady(ctx, "job", true), "AddReady with the digest")
+	must(t, again.CreateJob(ctx, testJob("other", "app")), "CreateJob with the digest")
 }

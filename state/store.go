@@ -183,6 +183,12 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 		conn.Close()
 		return nil, err
 	}
+	if cfg.Digest != "" {
+		if err := s.secureNamespace(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("state: give the namespace the digest's creator-only ACL: %w", err)
+		}
+	}
 	return s, nil
 }
 
