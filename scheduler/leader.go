@@ -66,9 +66,12 @@ type leader struct {
 	checking  map[string]*subscription
 	endChecks chan struct{}
 	stale     staleTasks
-	lastRecon time.Time
-	recon     reconRun    // the explicit reconciliation under way (reconcile.go)
-	sweeping  atomic.Bool // a sweep of the deleted apps' executors is under way (sweepOrphans)
+	// staleCount is stale's count for the metrics (ejcloud_tasks_stale), which scrapes read
+	// from other goroutines.
+	staleCount atomic.Int64
+	lastRecon  time.Time
+	recon      reconRun    // the explicit reconciliation under way (reconcile.go)
+	sweeping   atomic.Bool // a sweep of the deleted apps' executors is under way (sweepOrphans)
 
 	relaunch  *relaunches                      // failures in a row per shard: failover backoff and stops
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)

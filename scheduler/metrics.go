@@ -31,7 +31,6 @@ type metrics struct {
 	updates        *prometheus.CounterVec // by task state
 	unplaced       *prometheus.CounterVec // by reason
 	leaderChanges  prometheus.Counter
-	staleTasks     prometheus.Gauge
 	backoffs       prometheus.Counter
 	stops          *prometheus.CounterVec // by failure
 	executorDeaths *prometheus.CounterVec // by what the run's end record said (ends.go)
@@ -54,8 +53,6 @@ func newMetrics() *metrics {
 			Help: "shards a cycle could not place, by reason (a shard counts once per reason, in every cycle)"}, []string{"reason"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_leader_changes_total",
 			Help: "times this instance became leader"}),
-		staleTasks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ejcloud_tasks_stale",
-			Help: "running tasks whose agent has said nothing of them for longer than --stale-task-threshold"}),
 		backoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_failover_backoffs_total",
 			Help: "failover relaunches put off by the backoff"}),
 		executorDeaths: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_executor_death_updates_total",
@@ -70,7 +67,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900}}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.launched, m.offersAccepted, m.offersDeclined, m.updates, m.unplaced, m.leaderChanges, m.staleTasks,
+		m.launched, m.offersAccepted, m.offersDeclined, m.updates, m.unplaced, m.leaderChanges,
 		m.backoffs, m.executorDeaths, m.stops, m.zkLatency, m.scheduleLag)
 	return m
 }
@@ -90,7 +87,7 @@ func (s *instance) metricsHandler() http.Handler {
 }
 
 // instanceCollector reads, at each scrape, what the instance knows at that moment: its role,
-// and, while it leads, the queues, backoffs and stopped jobs of its model. It makes no
+// and, while it leads, the queues, backoffs, stale tasks and stopped jobs of its model. It makes no
 // ZooKeeper request: the leader's model answers.
 type instanceCollector struct{ s *instance }
 
@@ -102,10 +99,11 @@ var (
 	jobsStoppedDesc    = prometheus.NewDesc("ejcloud_jobs_stopped", "jobs stopped for a failure that relaunching cannot heal, until an operator acts on them", nil, nil)
 	backoffShardsDesc  = prometheus.NewDesc("ejcloud_failover_backoff_shards", "shards whose failover relaunch waits for its backoff", nil, nil)
 	backoffSecondsDesc = prometheus.NewDesc("ejcloud_failover_backoff_seconds", "longest current backoff of a job's waiting shards", []string{"job"}, nil)
+	staleTasksDesc     = prometheus.NewDesc("ejcloud_tasks_stale", "running tasks whose agent has said nothing of them for longer than --stale-task-threshold", nil, nil)
 )
 
 func (c instanceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, subscribedDesc, roundTripsDesc, queueDepthDesc, jobsStoppedDesc, backoffShardsDesc, backoffSecondsDesc} {
+	for _, d := range []*prometheus.Desc{leaderDesc, subscribedDesc, roundTripsDesc, queueDepthDesc, jobsStoppedDesc, backoffShardsDesc, backoffSecondsDesc, staleTasksDesc} {
 		ch <- d
 	}
 }
@@ -128,6 +126,8 @@ func (c instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		delay[b.JobName] = max(delay[b.JobName], b.DelaySeconds)
 	}
 	ch <- prometheus.MustNewConstMetric(backoffShardsDesc, prometheus.GaugeValue, float64(len(waiting)))
+	// The leader's own count: a gauge kept by the instance showed an earlier term's on a standby.
+	ch <- prometheus.MustNewConstMetric(staleTasksDesc, prometheus.GaugeValue, float64(ld.staleCount.Load()))
 	for job, d := range delay {
 		ch <- prometheus.MustNewConstMetric(backoffSecondsDesc, prometheus.GaugeValue, d, job)
 	}

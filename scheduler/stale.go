@@ -109,6 +109,5 @@ func (ld *leader) checkStale(ctx context.Context) {
 	if len(reconcile) > 0 {
 		ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(reconcile)))
 	}
-	n := ld.stale.count()
-	ld.inst.metrics.staleTasks.Set(float64(n))
+	ld.staleCount.Store(int64(ld.stale.count()))
 }
