@@ -239,8 +239,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		id := errorID()
 		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Warn("the event trace database could not be read")
 		writeError(w, http.StatusServiceUnavailable, "the event trace database could not be read; retry later (the scheduler's log has the details under error_id="+id+")", "")
-	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable):
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away: there is no one to answer, and nothing went wrong here.
+		s.cfg.Log.WithError(err).WithField("path", r.URL.Path).Debug("request given up by its client")
+	case errors.Is(err, state.ErrNotLeader), errors.Is(err, ErrUnavailable), errors.Is(err, state.ErrSessionExpired),
+		errors.Is(err, context.Canceled): // the leader's own work was stopped: its leadership ended
+		s.cfg.Log.WithError(err).WithField("path", r.URL.Path).Info("request ended by the end of this instance's leadership")
 		writeError(w, http.StatusServiceUnavailable, "this scheduler instance is not (or no longer) the leader; retry, and follow the redirect to the leader", "")
+	case errors.Is(err, context.DeadlineExceeded):
+		id := errorID()
+		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Warn("request not answered in time")
+		writeError(w, http.StatusServiceUnavailable, "the scheduler could not answer in time (ZooKeeper is slow or unreachable); retry later (the scheduler's log has the details under error_id="+id+")", "")
 	default:
 		id := errorID()
 		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Error("internal error")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -557,5 +558,50 @@ func TestDeletingAnAppOthersDependOnIsRefused(t *testing.T) {
 	delete(f.store.jobs, "theirs") // deregistered
 	if rec := f.do("DELETE", "/api/app/app", ""); rec.Code != 204 {
 		t.Fatalf("DELETE /api/app/app once nothing outside depends on it: %d %s; want 204", rec.Code, rec.Body)
+	}
+}
+
+// The errors of a request's own end are not internal errors: a client that went away gets no
+// answer and no error in the log; an expired session or a stopped leadership is the 503 of an
+// instance that no longer leads; a deadline is a 503 to retry. Each was a 500 logged as an
+// internal error.
+func TestRequestsEndedByTheirContextOrTheLeadershipAreNotInternalErrors(t *testing.T) {
+	const nothing = logrus.Level(99) // nothing logged at Info or above
+	for _, tc := range []struct {
+		name       string
+		fault      error
+		gone       bool // the client gave up the request
+		wantCode   int
+		wantLogged logrus.Level // the most severe level logged at Info or above
+	}{
+		{"the client went away", context.Canceled, true, 0, nothing},
+		{"the leadership's work was stopped", context.Canceled, false, http.StatusServiceUnavailable, logrus.InfoLevel},
+		{"the session expired", fmt.Errorf("read /ns/config/job: %w", state.ErrSessionExpired), false, http.StatusServiceUnavailable, logrus.InfoLevel},
+		{"ZooKeeper did not answer in time", context.DeadlineExceeded, false, http.StatusServiceUnavailable, logrus.WarnLevel},
+		{"anything else", errors.New("boom"), false, http.StatusInternalServerError, logrus.ErrorLevel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := seeded()
+			f.log.SetLevel(logrus.DebugLevel)
+			hook := logtest.NewLocal(f.log)
+			f.store.fault = tc.fault
+			req := httptest.NewRequest("GET", "/api/job/jobs", nil)
+			if tc.gone {
+				ctx, cancel := context.WithCancel(req.Context())
+				cancel()
+				req = req.WithContext(ctx)
+			}
+			rec := httptest.NewRecorder()
+			f.h.ServeHTTP(rec, req)
+			worst := nothing
+			for _, e := range hook.AllEntries() {
+				if e.Level <= logrus.InfoLevel && e.Level < worst {
+					worst = e.Level
+				}
+			}
+			if tc.wantCode != 0 && rec.Code != tc.wantCode || worst != tc.wantLogged {
+				t.Fatalf("HTTP %d, logged at %v; want %d, %v", rec.Code, worst, tc.wantCode, tc.wantLogged)
+			}
+		})
 	}
 }
