@@ -505,16 +505,20 @@ func (ld *leader) callOffLoop(ctx context.Context, c *scheduler.Call) {
 	ld.acks.send(ctx, c)
 }
 
-func (ld *leader) call(ctx context.Context, c *scheduler.Call) {
+// call makes a Mesos call, logs its failure and returns it: most callers need not look, as
+// reconciliation settles what a lost call leaves undone.
+func (ld *leader) call(ctx context.Context, c *scheduler.Call) error {
 	if ld.sub == nil {
-		return
+		return nil
 	}
-	if err := ld.sub.call(ctx, c); errors.Is(err, errStreamEnded) {
+	err := ld.sub.call(ctx, c)
+	if errors.Is(err, errStreamEnded) {
 		// The next subscription reconciles; the stream's end was logged.
 		ld.log.WithError(err).WithField("call", c.Type.String()).Debug("Mesos call given up")
 	} else if err != nil {
 		ld.log.WithError(err).WithField("call", c.Type.String()).Warn("Mesos call failed")
 	}
+	return err
 }
 
 // loadJobs schedules every job's cron in the producer.

@@ -25,24 +25,28 @@ const (
 type metrics struct {
 	reg *prometheus.Registry
 
-	launched       prometheus.Counter
-	offersAccepted prometheus.Counter
-	offersDeclined *prometheus.CounterVec // by reason
-	updates        *prometheus.CounterVec // by task state
-	unplaced       *prometheus.CounterVec // by reason
-	leaderChanges  prometheus.Counter
-	backoffs       prometheus.Counter
-	stops          *prometheus.CounterVec // by failure
-	executorDeaths *prometheus.CounterVec // by what the run's end record said (ends.go)
-	zkLatency      *prometheus.HistogramVec
-	scheduleLag    prometheus.Histogram
+	launched prometheus.Counter
+	// launchesUnconfirmed: tasks whose ACCEPT Mesos refused, or whose answer was lost.
+	launchesUnconfirmed prometheus.Counter
+	offersAccepted      prometheus.Counter
+	offersDeclined      *prometheus.CounterVec // by reason
+	updates             *prometheus.CounterVec // by task state
+	unplaced            *prometheus.CounterVec // by reason
+	leaderChanges       prometheus.Counter
+	backoffs            prometheus.Counter
+	stops               *prometheus.CounterVec // by failure
+	executorDeaths      *prometheus.CounterVec // by what the run's end record said (ends.go)
+	zkLatency           *prometheus.HistogramVec
+	scheduleLag         prometheus.Histogram
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		launched: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_tasks_launched_total",
-			Help: "tasks launched"}),
+			Help: "tasks launched: their ACCEPT was taken by Mesos"}),
+		launchesUnconfirmed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_tasks_launch_unconfirmed_total",
+			Help: "tasks written ahead whose ACCEPT Mesos refused or did not answer (the stream ended): reconciliation settles them"}),
 		offersAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_offers_accepted_total",
 			Help: "offers accepted to launch tasks"}),
 		offersDeclined: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_offers_declined_total",
@@ -67,7 +71,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900}}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.launched, m.offersAccepted, m.offersDeclined, m.updates, m.unplaced, m.leaderChanges,
+		m.launched, m.launchesUnconfirmed, m.offersAccepted, m.offersDeclined, m.updates, m.unplaced, m.leaderChanges,
 		m.backoffs, m.executorDeaths, m.stops, m.zkLatency, m.scheduleLag)
 	return m
 }

@@ -129,7 +129,24 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		for _, t := range ts {
 			ld.stale.heardOf(t.TaskID.Value, false, time.Now())
 		}
-		ld.call(ctx, calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds*1e9)))
+		accept := calls.Accept(calls.OfferOperations{calls.OpLaunch(ts...)}.WithOffers(ids...)).With(calls.RefuseSeconds(refuseSeconds * 1e9))
+		if err := ld.call(ctx, accept); err != nil {
+			// Recorded running, maybe never launched. Mesos is asked about them now (after
+			// the stream's end, the next subscription asks about every task): those it does
+			// not know come back TASK_UNKNOWN or TASK_LOST and are relaunched; those it took
+			// after all, as they are.
+			ld.log.WithError(err).WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Warn("launch not confirmed by Mesos; asking Mesos about its tasks")
+			ld.inst.metrics.launchesUnconfirmed.Add(float64(len(ts)))
+			if !errors.Is(err, errStreamEnded) {
+				ask := make(map[string]string, len(ts))
+				for _, t := range ts {
+					ask[t.TaskID.Value] = agentID
+				}
+				ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(ask)))
+				ld.recon.add(ask, time.Now())
+			}
+			continue
+		}
 		ld.log.WithFields(logrus.Fields{"agent": agentID, "tasks": len(ts)}).Info("launched")
 		ld.inst.metrics.launched.Add(float64(len(ts)))
 		ld.inst.metrics.offersAccepted.Add(float64(len(ids)))

@@ -36,6 +36,18 @@ func (r *reconRun) start(tasks map[string]string, now time.Time) {
 	r.next, r.wait = now.Add(reconRetryMin), min(2*reconRetryMin, reconRetryMax)
 }
 
+// add puts tasks (task id → agent id), just asked about, into the run, starting one if none
+// is going.
+func (r *reconRun) add(tasks map[string]string, now time.Time) {
+	if len(r.pending) == 0 {
+		r.start(tasks, now)
+		return
+	}
+	for tid, agent := range tasks {
+		r.pending[tid] = agent
+	}
+}
+
 // heard settles a task: Mesos spoke of it, whatever it said.
 func (r *reconRun) heard(tid string) { delete(r.pending, tid) }
 

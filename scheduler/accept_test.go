@@ -1,0 +1,73 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// refusingAccept is Mesos answering every ACCEPT with an error (a 4xx or 5xx) and every other
+// call as ackRecorder does.
+type refusingAccept struct{ ackRecorder }
+
+func (r *refusingAccept) Call(ctx context.Context, c *scheduler.Call) (mesos.Response, error) {
+	if c.Type == scheduler.Call_ACCEPT {
+		return nil, errors.New("400 Bad Request")
+	}
+	return r.ackRecorder.Call(ctx, c)
+}
+
+// A launch whose ACCEPT Mesos refused is not counted launched (it was, and logged "launched"
+// after the call's warning), and Mesos is asked about its tasks at once: they are recorded
+// running, and waited an hour for the stale-task check before.
+func TestALaunchMesosRefusedIsNotCountedAndItsTasksAreReconciled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2)
+	fake := &refusingAccept{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	ld.cycle(ctx, burstOffers(0))
+	running, err := base.RunningOf(ctx, jobs[0])
+	if err != nil || len(running) != 2 {
+		t.Fatalf("running %v (%v); want the 2 shards written ahead", running, err)
+	}
+	if n := counterValue(ld.inst.metrics.launched); n != 0 {
+		t.Errorf("ejcloud_tasks_launched_total = %v; want 0: Mesos refused the ACCEPT", n)
+	}
+	if n := counterValue(ld.inst.metrics.launchesUnconfirmed); n != 2 {
+		t.Errorf("ejcloud_tasks_launch_unconfirmed_total = %v; want 2", n)
+	}
+	var want []string
+	for _, r := range running {
+		want = append(want, r.TaskID)
+	}
+	fake.mu.Lock()
+	asked := slices.Clone(fake.reconciled)
+	fake.mu.Unlock()
+	slices.Sort(want)
+	slices.Sort(asked)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("Mesos was asked about %v; want the launch's tasks %v", asked, want)
+	}
+	if len(ld.recon.pending) != 2 {
+		t.Fatalf("the reconciliation run waits for %d tasks; want 2 (asked again until Mesos answers)", len(ld.recon.pending))
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
