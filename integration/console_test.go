@@ -192,11 +192,17 @@ func TestConsole(t *testing.T) {
 	s.must(t, 204, "PUT", "/api/job/update", string(update))
 	options := `['retryMaxAttempts', 'retryBackoff', 'retryMaxBackoff', 'concurrencyPolicy', 'dependsOn', 'shardsIndependent', 'misfirePolicy', 'startingDeadline']
 		.map((n) => document.querySelector('form [name=' + n + ']')).map((e) => (!e ? '-' : e.type === 'checkbox' ? String(e.checked) : e.value)).join(' | ')`
+	// shows checks the form's retry, concurrencyPolicy, dependsOn, shardsIndependent,
+	// misfirePolicy and startingDeadline ("-": not shown).
+	shows := func(when, want string) {
+		t.Helper()
+		if v := b.eval(t, root, options); v != want {
+			t.Fatalf("%s the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q; want %q", when, v, want)
+		}
+	}
 	b.open(t, root, "#/jobs/form-options/edit")
 	b.waitText(t, root, "main h1", "Modify job form-options")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
-		t.Fatalf("the edit form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("opened,", "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30")
 	shot("job-form-options")
 	// Allow: neither retries nor dependencies (the server refuses both with it), and only with
 	// shardsIndependent, which the form asks for in the server's words. Switched back, what was
@@ -204,28 +210,18 @@ func TestConsole(t *testing.T) {
 	b.fill(t, root, "concurrencyPolicy", "Allow")
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, `select[name=concurrencyPolicy] ~ small`, "concurrencyPolicy Allow runs a shard again while its last run still runs: set shardsIndependent to true")
-	if v := b.eval(t, root, options); v != "- | - | - | Allow | - | false | fireOnce | 30" {
-		t.Fatalf("with Allow the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("with Allow", "- | - | - | Allow | - | false | fireOnce | 30")
 	b.fill(t, root, "concurrencyPolicy", "Replace")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
-		t.Fatalf("switched back from Allow the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("switched back from Allow", "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30")
 	// The misfire policy and the starting deadline decide the slots of a cron the scheduler
 	// fires: a TRANSIENT job's. Without a cron, or DAEMON, they are hidden; switched back, there.
 	b.fill(t, root, "cron", "")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | - | - | - | -" {
-		t.Fatalf("without a cron the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("without a cron", "3 | 2 | 60 | Replace | - | - | - | -")
 	b.fill(t, root, "cron", "0 0 0 1 1 ?")
 	b.fill(t, root, "jobExecutionType", "DAEMON")
-	if v := b.eval(t, root, options); v != "- | - | - | - | - | - | - | -" {
-		t.Fatalf("DAEMON, the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("DAEMON,", "- | - | - | - | - | - | - | -")
 	b.fill(t, root, "jobExecutionType", "TRANSIENT")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30" {
-		t.Fatalf("switched back to TRANSIENT the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("switched back to TRANSIENT", "3 | 2 | 60 | Replace | console-job | - | fireOnce | 30")
 	b.fill(t, root, "description", "options kept")
 	press(t, b, root, chromedp.CSS(`form button[type=submit]`))
 	b.waitText(t, root, "main dl", "options kept")
@@ -246,9 +242,7 @@ func TestConsole(t *testing.T) {
 	}
 	b.open(t, root, "#/jobs/form-options/edit")
 	b.waitText(t, root, "main h1", "Modify job form-options")
-	if v := b.eval(t, root, options); v != "3 | 2 | 60 | Replace | console-job | - |  | 0" {
-		t.Fatalf("after a Modify of both the form shows retry, concurrencyPolicy, dependsOn, shardsIndependent, misfirePolicy and startingDeadline as %q", v)
-	}
+	shows("after a Modify of both", "3 | 2 | 60 | Replace | console-job | - |  | 0")
 	// A DAEMON job and an Allow job may have a retry of one attempt (it retries nothing), and a
 	// DAEMON job a concurrency policy Forbid, a misfire policy and a deadline: the form shows none
 	// of these for them, and a save that changes something else sends them back as they were.
