@@ -99,6 +99,8 @@ var (
 	leaderDesc         = prometheus.NewDesc("ejcloud_leader", "1 while this instance leads", nil, nil)
 	subscribedDesc     = prometheus.NewDesc("ejcloud_mesos_subscribed", "1 while the leader is subscribed to Mesos", nil, nil)
 	roundTripsDesc     = prometheus.NewDesc("ejcloud_zk_round_trips_total", "ZooKeeper requests made", nil, nil)
+	zkConnectedDesc    = prometheus.NewDesc("ejcloud_zk_connected", "1 while this instance's ZooKeeper session is usable (connected)", nil, nil)
+	zkExpiriesDesc     = prometheus.NewDesc("ejcloud_zk_session_expirations_total", "times this instance's ZooKeeper session expired", nil, nil)
 	queueDepthDesc     = prometheus.NewDesc("ejcloud_queue_depth", "entries of the ready (pending runs), running and failover queues, from the leader's model", []string{"queue"}, nil)
 	jobsStoppedDesc    = prometheus.NewDesc("ejcloud_jobs_stopped", "jobs stopped for a failure that relaunching cannot heal, until an operator acts on them", nil, nil)
 	backoffShardsDesc  = prometheus.NewDesc("ejcloud_failover_backoff_shards", "shards whose failover relaunch waits for its backoff", nil, nil)
@@ -107,7 +109,7 @@ var (
 )
 
 func (c instanceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaderDesc, subscribedDesc, roundTripsDesc, queueDepthDesc, jobsStoppedDesc, backoffShardsDesc, backoffSecondsDesc, staleTasksDesc} {
+	for _, d := range []*prometheus.Desc{leaderDesc, subscribedDesc, roundTripsDesc, zkConnectedDesc, zkExpiriesDesc, queueDepthDesc, jobsStoppedDesc, backoffShardsDesc, backoffSecondsDesc, staleTasksDesc} {
 		ch <- d
 	}
 }
@@ -118,6 +120,9 @@ func (c instanceCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, b2f(leader))
 	ch <- prometheus.MustNewConstMetric(subscribedDesc, prometheus.GaugeValue, b2f(subscribed))
 	ch <- prometheus.MustNewConstMetric(roundTripsDesc, prometheus.CounterValue, float64(s.store.RoundTrips()))
+	connected, expiries := s.store.SessionState()
+	ch <- prometheus.MustNewConstMetric(zkConnectedDesc, prometheus.GaugeValue, b2f(connected))
+	ch <- prometheus.MustNewConstMetric(zkExpiriesDesc, prometheus.CounterValue, float64(expiries))
 	s.mu.Lock()
 	ld := s.ld
 	s.mu.Unlock()

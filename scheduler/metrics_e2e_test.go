@@ -145,6 +145,9 @@ func TestMetricsAfterAKnownWorkload(t *testing.T) {
 		{"ejcloud_jobs_stopped", nil, 0},
 		{"ejcloud_failover_backoff_shards", nil, 0},
 		{"ejcloud_failover_backoffs_total", nil, 0},
+		{"ejcloud_tasks_launch_unconfirmed_total", nil, 0},
+		{"ejcloud_zk_connected", nil, 1},
+		{"ejcloud_zk_session_expirations_total", nil, 0},
 	}
 	for _, e := range exact {
 		if v, ok := sample(fams, e.name, e.labels...); !ok || v != e.want {

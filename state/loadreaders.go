@@ -76,7 +76,7 @@ func (s *Store) openLoadReaders(ctx context.Context, n int) (*loadReaders, error
 }
 
 func (s *Store) openReader(ctx context.Context) (*zk.Conn, error) {
-	sess := newSession()
+	sess := newSession(nil) // short-lived: its losses are the load's errors
 	conn, _, err := zk.Connect(s.servers, s.timeout, zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(s.timeout, len(s.servers))),
 		zk.WithEventCallback(sess.observe), zk.WithMaxBufferSize(s.jute))
 	if err != nil {

@@ -165,7 +165,7 @@ type MasterDetector struct {
 // DetectMesosMaster connects to the ZooKeeper of u and follows its leading master until Close.
 // It fails if no session is established before ctx ends.
 func DetectMesosMaster(ctx context.Context, u MesosZK, sessionTimeout time.Duration, log logrus.FieldLogger) (*MasterDetector, error) {
-	sess := newSession()
+	sess := newSession(nil)
 	conn, _, err := zk.Connect(u.Servers, sessionTimeout,
 		zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false), zk.WithDialer(boundedDialer(sessionTimeout, len(u.Servers))),
 		zk.WithEventCallback(sess.observe))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/sirupsen/logrus"
 )
 
 // session follows the connection's session state from go-zookeeper's event callback, which,
@@ -20,10 +22,17 @@ type session struct {
 	expired   chan struct{} // closed and replaced at every expiry
 	expiries  int
 	connected bool
+	ever      bool // the session has been usable once: a later loss is worth a log line
+
+	// log, if set, is told of the connection's losses, returns and the session's expiries:
+	// without it nothing said that ZooKeeper was unreachable until a leadership ended, and a
+	// standby cut off for hours looked healthy. closing silences it for a Close.
+	log     logrus.FieldLogger
+	closing atomic.Bool
 }
 
-func newSession() *session {
-	return &session{changed: make(chan struct{}), expired: make(chan struct{}), since: time.Now()}
+func newSession(log logrus.FieldLogger) *session {
+	return &session{changed: make(chan struct{}), expired: make(chan struct{}), since: time.Now(), log: log}
 }
 
 // observe is the zk event callback; it must not block.
@@ -36,16 +45,33 @@ func (s *session) observe(ev zk.Event) {
 	s.state = ev.State
 	has := ev.State == zk.StateHasSession
 	if has != s.connected {
+		s.tell(has, time.Since(s.since), ev.Server)
 		s.connected = has
 		s.since = time.Now()
+		s.ever = s.ever || has
 	}
 	if ev.State == zk.StateExpired {
 		s.expiries++
+		if s.log != nil && !s.closing.Load() {
+			s.log.Warn("ZooKeeper session expired: its ephemeral nodes (a leader's election node) are gone; a new session is being opened")
+		}
 		close(s.expired)
 		s.expired = make(chan struct{})
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// tell logs a change between having and not having a usable session, after the first.
+func (s *session) tell(has bool, was time.Duration, server string) {
+	if s.log == nil || !s.ever || s.closing.Load() {
+		return
+	}
+	if has {
+		s.log.WithFields(logrus.Fields{"server": server, "down_for": was.Round(time.Millisecond)}).Info("ZooKeeper connection back")
+		return
+	}
+	s.log.WithFields(logrus.Fields{"server": server, "up_for": was.Round(time.Second)}).Warn("ZooKeeper connection lost; reconnecting (the session lives on for up to its timeout)")
 }
 
 // snapshot returns whether the session is usable, since when, the number of expiries so far

@@ -150,7 +150,7 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess := newSession()
+	sess := newSession(cfg.Logger)
 	var sh *shared
 	ready := make(chan struct{})
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
@@ -193,11 +193,20 @@ func Connect(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // Close ends the session; its ephemeral nodes (an election node) go at once.
-func (s *Store) Close() { s.conn.Close() }
+func (s *Store) Close() {
+	s.sess.closing.Store(true)
+	s.conn.Close()
+}
 
 // Server returns the address of the ZooKeeper server the session is connected to, or is
 // trying to connect to.
 func (s *Store) Server() string { return s.conn.Server() }
+
+// SessionState says whether the session is usable now, and how many times it has expired.
+func (s *Store) SessionState() (connected bool, expiries int) {
+	connected, _, expiries, _ = s.sess.snapshot()
+	return connected, expiries
+}
 
 // RoundTrips counts the ZooKeeper requests this Store and its views have made.
 func (s *Store) RoundTrips() uint64 { return s.roundTrips.Load() }

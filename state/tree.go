@@ -58,7 +58,7 @@ func Dial(ctx context.Context, cfg Config) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess := newSession()
+	sess := newSession(cfg.Logger)
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 		zk.WithLogger(zkLogger{cfg.Logger}), zk.WithLogInfo(false),
 		zk.WithDialer(boundedDialer(cfg.SessionTimeout, len(cfg.Servers))), sendBuffer(jute),
