@@ -355,7 +355,13 @@ func (ld *leader) session(ctx context.Context) error {
 		ld.acks = nil
 	}()
 	streamErr := make(chan error, 1)
-	go func() { streamErr <- sub.events(streamCtx, ld.events) }()
+	go func() {
+		err := sub.events(streamCtx, ld.events)
+		// Not subscribed from the stream's end, not from the loop's: that drains the events
+		// queued before it, each a ZooKeeper write, and /readyz said 200 meanwhile.
+		ld.inst.setSubscribed(false)
+		streamErr <- err
+	}()
 	return ld.serve(streamCtx, streamErr) // the deferred endStream stops the reader
 }
 

@@ -158,3 +158,39 @@ func TestALeaderCutOffFromTheQuorumDoesNotSubscribe(t *testing.T) {
 		}
 	}
 }
+
+// /readyz turns 503 when the Mesos stream ends, not once the event loop has handled what was
+// queued before the end (each event a ZooKeeper write, slow when ZooKeeper is).
+func TestReadyzFollowsTheStreamNotTheEventLoop(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	m := newDroppableMesos()
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	cfg := testConfig(t, env)
+	startWith(t, cfg, hooks{mesos: m, updateSeen: func(mesos.TaskStatus) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the instance stops (cleanups run last first): its loop must end
+	readyz := func() int {
+		resp, _ := get(t, cfg.HTTPAddr, "/readyz")
+		if resp == nil {
+			return 0
+		}
+		return resp.StatusCode
+	}
+	await.True(t, 30*time.Second, "the leader is subscribed", func() bool { return readyz() == http.StatusOK })
+	stray := taskid.New(taskid.Meta{JobName: "ghost", Item: 0}, taskid.Ready, "S0")
+	m.events <- scheduler.Event{Type: scheduler.Event_UPDATE, Update: &scheduler.Event_Update{Status: mesos.TaskStatus{
+		TaskID: mesos.TaskID{Value: stray.String()}, State: mesos.TASK_RUNNING.Enum(), UUID: []byte("0123456789abcdef"),
+		AgentID: &mesos.AgentID{Value: "S0"}}}}
+	<-entered // the event loop is busy with the update
+	m.drop()
+	await.True(t, 10*time.Second, "/readyz says 503 while the loop is still busy", func() bool { return readyz() == http.StatusServiceUnavailable })
+	free()
+	await.True(t, 30*time.Second, "subscribed again", func() bool { return readyz() == http.StatusOK })
+}
