@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,11 +25,18 @@ func TestFrameworkAuthentication(t *testing.T) {
 	w.mesos = startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]",
 		"--authenticate-http-frameworks", "--authenticate-http-readonly", "--authenticate-agent-http-readonly", "--credentials", creds)
 
-	without := startScheduler(t, w.zk, w.mesos, "--mesos-startup-timeout", "2s")
+	without := startScheduler(t, w.zk, w.mesos, "--mesos-startup-timeout", "2s", "--log-format", "json")
 	await.True(t, 30*time.Second, "the scheduler without the secret names the flags", func() bool {
 		return strings.Contains(without.proc.log.String(), "set --mesos-principal and --mesos-secret-file")
 	})
 	await.True(t, 30*time.Second, "the scheduler without the secret stops", func() bool { return exited(without.proc) })
+	// Its last word is a line of its log format, which a collector parses (it was plain text).
+	lines := strings.Split(strings.TrimSpace(without.proc.log.String()), "\n")
+	var last struct{ Level, Msg, Error string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "error" || last.Msg != "ejcloud-scheduler exits" ||
+		!strings.Contains(last.Error, "cannot reach Mesos") {
+		t.Fatalf("the scheduler's last line %q (%v); want a JSON error entry saying why it exits", lines[len(lines)-1], err)
+	}
 
 	with := startScheduler(t, w.zk, w.mesos, "--mesos-principal", "ejcloud", "--mesos-secret-file", secret)
 	leaderOf(t, with)

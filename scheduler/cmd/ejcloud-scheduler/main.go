@@ -54,7 +54,9 @@ func main() {
 		stop()
 	}()
 	if err := scheduler.Run(ctx, *cfg, log); err != nil {
-		fmt.Fprintln(os.Stderr, "ejcloud-scheduler:", err)
+		// Through the logger, in its format: with --log-format json the reason the process
+		// ends (the framework removed, Mesos unreachable) is the line a collector must parse.
+		log.WithError(err).Error("ejcloud-scheduler exits")
 		os.Exit(1)
 	}
 }
