@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,10 @@ import (
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/ejcloud/ejcloud/config"
 )
 
 // refusingAccept is Mesos answering every ACCEPT with an error (a 4xx or 5xx) and every other
@@ -70,4 +75,33 @@ func counterValue(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A job that cannot be placed says so at Info once, and again only when its reasons change,
+// not at every offer cycle for as long as it waits (the rest at Debug).
+func TestUnplacedShardsAreLoggedWhenTheirReasonsChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.CPUCount = 2000 }) // no agent has 2,000 cpus
+	ld := testLeader(benchModel(t, ctx, base), &ackRecorder{})
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.SetLevel(logrus.DebugLevel)
+	hook := logtest.NewLocal(log)
+	ld.log = log
+	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		ld.cycle(ctx, burstOffers(round))
+	}
+	levels := map[logrus.Level]int{}
+	for _, e := range hook.AllEntries() {
+		if e.Message == "shards not placed this cycle" {
+			levels[e.Level]++
+		}
+	}
+	if levels[logrus.InfoLevel] != 1 || levels[logrus.DebugLevel] != 2 {
+		t.Fatalf("'shards not placed this cycle' logged %v; want once at info, then at debug", levels)
+	}
 }

@@ -328,6 +328,7 @@ func (ld *leader) snapshot(ctx context.Context) (plan.Snapshot, error) {
 func (ld *leader) recordUnplaced(w plan.Work, res binpack.Result) {
 	reasons := plan.Unplaced(w, res)
 	ld.mu.Lock()
+	last := ld.unplaced
 	ld.unplaced = reasons
 	ld.mu.Unlock()
 	for _, u := range res.Unplaced {
@@ -335,8 +336,16 @@ func (ld *leader) recordUnplaced(w plan.Work, res binpack.Result) {
 			ld.inst.metrics.unplaced.WithLabelValues(r).Inc()
 		}
 	}
+	// At Info when a job's reasons change (which, not how many agents gave each, which
+	// follows the offers), not at every cycle: a job that cannot fit would say so at every
+	// offer, for as long as it waits.
 	for job, r := range reasons {
-		ld.log.WithFields(logrus.Fields{"job": job, "reasons": r}).Info("shards not placed this cycle")
+		entry := ld.log.WithFields(logrus.Fields{"job": job, "reasons": r})
+		if sameKeys(last[job], r) {
+			entry.Debug("shards not placed this cycle")
+			continue
+		}
+		entry.Info("shards not placed this cycle")
 	}
 }
 
@@ -362,4 +371,17 @@ func (s *instance) Unplaced() map[string]map[string]int {
 		maps.Copy(out[k], v)
 	}
 	return out
+}
+
+// sameKeys says whether a and b have the same keys.
+func sameKeys(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
