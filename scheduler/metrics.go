@@ -67,7 +67,7 @@ func newMetrics() *metrics {
 			Help:    "latency of ZooKeeper requests, by operation (create, get, exists, children, multi, multiRead, delete, sync)",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 12)}, []string{"op"}),
 		scheduleLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ejcloud_schedule_lag_seconds",
-			Help:    "launch time minus cron fire time of the runs this leader's cron fired (not triggered runs, failover relaunches, or runs queued before it led)",
+			Help:    "launch time minus cron fire time of the runs this leader's cron fired (not triggered runs, failover relaunches, or runs queued before it led); it includes a run's waits for its job's last run (Forbid), its dependencies and a disable",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900}}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
