@@ -95,6 +95,9 @@ func wall(t time.Time) time.Time {
 // instant is the latest instant whose wall clock in loc is w (a time in UTC), if there is one.
 // Two are in an hour a daylight-saving change repeats; none in one it skips.
 func instant(w time.Time, loc *time.Location) (time.Time, bool) {
+	if loc == time.UTC {
+		return w, true
+	}
 	// An instant x has wall clock w when x = w − offset(x). The offsets that may hold near w are
 	// those in force a few hours either side of it: changes are an hour or two at most.
 	guess := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
