@@ -195,15 +195,8 @@ func DecodeJob(body []byte, defaultZone string) (Job, error) {
 	return j, nil
 }
 
-// Validate checks every rule of SPEC §3.2 that needs no other config (the app's existence is
-// checked by the state layer, atomically with the write). The error is a *FieldError.
-func (j Job) Validate() error {
-	if err := validName("jobName", j.JobName); err != nil {
-		return err
-	}
-	if err := validName("appName", j.AppName); err != nil {
-		return err
-	}
+// checkKind checks what a job runs: its jobType, with its jobClass or its scriptCommandLine.
+func (j Job) checkKind() error {
 	switch j.JobType {
 	case Simple, Dataflow:
 		if strings.TrimSpace(j.JobClass) == "" {
@@ -217,6 +210,39 @@ func (j Job) Validate() error {
 		return fieldErr("jobType", "is required")
 	default:
 		return fieldErr("jobType", "must be SIMPLE, DATAFLOW or SCRIPT, got %q", j.JobType)
+	}
+	return nil
+}
+
+// Runnable checks the fields an executor acts on, and only those: what the job runs and how
+// (a DAEMON's cron and zone are checked where its schedule is made). The rest was checked at
+// registration, by the rules of the scheduler's version: checking it all again in the
+// executor refused what the scheduler reads leniently (a 2.1.5 job whose
+// shardingItemParameters names an item twice, the last entry winning) and anything a newer
+// scheduler allows that an older executor, an SDK build, does not know; the task failed as
+// TASK_ERROR with invalid task data, which the scheduler does not retry, and the job was
+// stopped at its first launch. The error is a *FieldError.
+func (j Job) Runnable() error {
+	if err := j.checkKind(); err != nil {
+		return err
+	}
+	if j.JobExecutionType != Transient && j.JobExecutionType != Daemon {
+		return fieldErr("jobExecutionType", "must be TRANSIENT or DAEMON, got %q", j.JobExecutionType)
+	}
+	return nil
+}
+
+// Validate checks every rule of SPEC §3.2 that needs no other config (the app's existence is
+// checked by the state layer, atomically with the write). The error is a *FieldError.
+func (j Job) Validate() error {
+	if err := validName("jobName", j.JobName); err != nil {
+		return err
+	}
+	if err := validName("appName", j.AppName); err != nil {
+		return err
+	}
+	if err := j.checkKind(); err != nil {
+		return err
 	}
 	if j.StreamingProcess && j.JobType != Dataflow {
 		return fieldErr("streamingProcess", "applies to DATAFLOW jobs only")

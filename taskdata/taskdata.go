@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ejcloud/ejcloud/config"
@@ -47,7 +46,7 @@ func (p Payload) Encode() []byte {
 }
 
 // DecodePayload decodes and checks TaskInfo.data: it must be one JSON object whose sharding
-// context names a task of its job, and whose job config says what to run (runnable).
+// context names a task of its job, and whose job config says what to run (config.Job.Runnable).
 func DecodePayload(data []byte) (Payload, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return Payload{}, fmt.Errorf("%w: TaskInfo.data is empty; it must hold the shard's JSON payload", ErrInvalid)
@@ -70,36 +69,10 @@ func DecodePayload(data []byte) (Payload, error) {
 	case sc.ShardingTotalCount < 1 || sc.ShardingItem < 0 || sc.ShardingItem >= sc.ShardingTotalCount || id.Item != sc.ShardingItem:
 		return Payload{}, fmt.Errorf("%w: sharding item %d of %d does not fit the task id %q", ErrInvalid, sc.ShardingItem, sc.ShardingTotalCount, sc.TaskID)
 	}
-	if err := runnable(p.Job); err != nil {
+	if err := p.Job.Runnable(); err != nil {
 		return Payload{}, fmt.Errorf("%w: job config: %v", ErrInvalid, err)
 	}
 	return p, nil
-}
-
-// runnable checks the fields of a job config that the executor acts on, and only those
-// (a DAEMON's cron and zone are checked where its schedule is made). The rest was checked at
-// registration, by the rules of the scheduler's version: checking it all again here refused
-// what the scheduler reads leniently (a 2.1.5 job whose shardingItemParameters names an item
-// twice, the last entry winning) and anything a newer scheduler allows that an older
-// executor, an SDK build, does not know; the task failed as TASK_ERROR with invalid task
-// data, which the scheduler does not retry, and the job was stopped at its first launch.
-func runnable(j config.Job) error {
-	switch j.JobType {
-	case config.Simple, config.Dataflow:
-		if strings.TrimSpace(j.JobClass) == "" {
-			return &config.FieldError{Field: "jobClass", Message: fmt.Sprintf("jobClass is required for %s jobs", j.JobType)}
-		}
-	case config.Script:
-		if strings.TrimSpace(j.ScriptCommandLine) == "" {
-			return &config.FieldError{Field: "scriptCommandLine", Message: "scriptCommandLine is required for SCRIPT jobs"}
-		}
-	default:
-		return &config.FieldError{Field: "jobType", Message: fmt.Sprintf("jobType must be SIMPLE, DATAFLOW or SCRIPT, got %q", j.JobType)}
-	}
-	if j.JobExecutionType != config.Transient && j.JobExecutionType != config.Daemon {
-		return &config.FieldError{Field: "jobExecutionType", Message: fmt.Sprintf("jobExecutionType must be TRANSIENT or DAEMON, got %q", j.JobExecutionType)}
-	}
-	return nil
 }
 
 // Execution sources, as Elastic-Job records them.

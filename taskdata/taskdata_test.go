@@ -103,7 +103,7 @@ func FuzzDecodePayload(f *testing.F) {
 			}
 			return
 		}
-		if runnable(p.Job) != nil || p.ShardingContext.ShardingItem >= p.ShardingContext.ShardingTotalCount {
+		if p.Job.Runnable() != nil || p.ShardingContext.ShardingItem >= p.ShardingContext.ShardingTotalCount {
 			t.Fatalf("accepted an inconsistent payload %+v", p)
 		}
 	})
