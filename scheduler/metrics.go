@@ -52,7 +52,7 @@ func newMetrics() *metrics {
 		offersDeclined: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_offers_declined_total",
 			Help: "offers declined, by reason: no_work, unused (nothing placed on the agent), write_ahead_failed, queues_unreadable"}, []string{"reason"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_status_updates_total",
-			Help: "status updates recorded, by state"}, []string{"state"}),
+			Help: "status updates recorded, by state: each once (not again when Mesos sends it again), a reconciliation's answer only when it ends a task, and the scheduler's own TASK_LOST for a task unreachable past --unreachable-timeout"}, []string{"state"}),
 		unplaced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_unplaced_shards_total",
 			Help: "shards a cycle could not place, by reason (a shard counts once per reason, in every cycle)"}, []string{"reason"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_leader_changes_total",

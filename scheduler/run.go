@@ -171,6 +171,10 @@ type instance struct {
 	metrics *metrics
 	hooks   hooks
 	trace   *tracer // nil without --event-trace-db
+	// heard holds the UUIDs of the status updates recorded last, over every term of this
+	// instance: one Mesos sends again (its acknowledgement lost, its agent restarted) is
+	// counted and traced once.
+	heard recentSet
 }
 
 func (s *instance) status() (leader, subscribed bool) {

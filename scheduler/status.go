@@ -113,14 +113,27 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		if afters[i] == nil {
 			continue
 		}
-		counts := afters[i]()
-		ld.inst.metrics.updates.WithLabelValues(st.GetState().String()).Inc()
-		ld.inst.trace.recorded(st, counts)
+		ld.counted(st, afters[i]())
 		if len(st.UUID) > 0 && st.AgentID != nil {
 			ld.acknowledge(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
 		}
 	}
 	return took
+}
+
+// counted counts a recorded update in ejcloud_status_updates_total and traces it; counts says
+// whether it counts in the task results too (record's after). An update Mesos sends again (the
+// same UUID) has its count, row and result already. A reconciliation's answer that ends no task
+// is the master repeating what the leader knew (every task of the leader's, at each
+// reconciliation): traced, as Elastic-Job-Cloud traces every update, but not counted.
+func (ld *leader) counted(st mesos.TaskStatus, counts bool) {
+	if len(st.UUID) > 0 && !ld.inst.heard.add(string(st.UUID)) {
+		return
+	}
+	if st.GetReason() != mesos.REASON_RECONCILIATION || ended(st.GetState()) && counts {
+		ld.inst.metrics.updates.WithLabelValues(st.GetState().String()).Inc()
+	}
+	ld.inst.trace.recorded(st, counts)
 }
 
 // record decides what a status update means and writes it through store (a group). It
@@ -412,8 +425,8 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 	ld.setIdle(tid, false, true)
 	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 	// Traced and counted as the TASK_LOST it stands for (SPEC §5.7), from the scheduler.
-	ld.inst.trace.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: mesos.TASK_LOST.Enum(),
-		AgentID: &mesos.AgentID{Value: id.AgentID}, Message: ptr("unreachable for longer than --unreachable-timeout")}, ended.Removed)
+	ld.counted(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: mesos.TASK_LOST.Enum(), AgentID: &mesos.AgentID{Value: id.AgentID},
+		Message: ptr("unreachable for longer than --unreachable-timeout")}, ended.Removed)
 	if ended.Requeued {
 		ld.poke()
 	}

@@ -27,9 +27,6 @@ type tracer struct {
 	log     logrus.FieldLogger
 	// retention and purgeEvery drive the purge of old rows.
 	retention, purgeEvery time.Duration
-	// traced holds the UUIDs of the status updates traced last: one Mesos sends again (its
-	// acknowledgement lost, its agent restarted) is traced once, as it is counted once.
-	traced recentSet
 }
 
 // recentSet remembers the last recentSetSize strings added.
@@ -127,9 +124,6 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	id, err := taskid.Parse(st.TaskID.Value)
 	if err != nil {
 		return
-	}
-	if len(st.UUID) > 0 && !t.traced.add(string(st.UUID)) {
-		return // sent again: its row, execution and result are in
 	}
 	source := "CLOUD_SCHEDULER"
 	if st.GetSource() == mesos.SOURCE_EXECUTOR {

@@ -39,10 +39,7 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	tr.recorded(st(mesos.TASK_RUNNING, "", taskdata.Status{Execution: &ex}), true)
 	tr.recorded(st(mesos.TASK_RUNNING, "COMPLETE", taskdata.Status{Execution: &daemonRun}), true) // success
 	tr.recorded(st(mesos.TASK_FAILED, "job failed", taskdata.Status{JobFailed: true, Execution: &done}), true)
-	finished := st(mesos.TASK_FINISHED, "", taskdata.Status{})
-	finished.UUID = []byte("f1")
-	tr.recorded(finished, true)
-	tr.recorded(finished, false)                                                                                  // sent again (the same UUID): neither traced nor counted
+	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}), true)
 	tr.recorded(st(mesos.TASK_FINISHED, "", taskdata.Status{}), false)                                            // an end after the end, another update: traced, not counted
 	tr.recorded(st(mesos.TASK_UNKNOWN, "", taskdata.Status{}), true)                                              // a failure (SPEC §5.7)
 	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}), true)                                               // not a result

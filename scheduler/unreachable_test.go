@@ -9,6 +9,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ejcloud/ejcloud/eventtrace"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -27,8 +28,10 @@ func fromMaster(id taskid.ID, s mesos.TaskState, reason mesos.TaskStatus_Reason)
 // updates, decides: a task that finished is not relaunched; one Mesos still calls unreachable
 // is lost and its shard goes to failover.
 //
-// The task results count each shard's end once: the finished task, and the lost one (traced as
-// TASK_LOST from the scheduler); not the reconciliation's TASK_GONE of the finished task.
+// The task results and ejcloud_status_updates_total count each shard's end once: the finished
+// task (its update sent again too), and the lost one (traced and counted as TASK_LOST from the
+// scheduler); not the reconciliation's TASK_GONE of the finished task, nor its TASK_UNREACHABLE
+// of the other.
 func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	w, tr := newTracedGroupWorld(t)
 	ctx := context.Background()
@@ -52,6 +55,7 @@ func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	// In the stream, before the answers: the agent is back, and task 0 finished while cut off.
 	w.ld.updates(ctx, []mesos.TaskStatus{
 		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),
+		upd(w.tasks[0], mesos.TASK_FINISHED, "u0"),                           // sent again: its acknowledgement was lost
 		fromMaster(w.tasks[0], mesos.TASK_GONE, mesos.REASON_RECONCILIATION), // finished and acknowledged: forgotten
 		fromMaster(w.tasks[1], mesos.TASK_UNREACHABLE, mesos.REASON_RECONCILIATION),
 	})
@@ -67,6 +71,15 @@ func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 	}
 	if lost, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_LOST"}}); err != nil || lost.Total != 1 || lost.Rows[0].TaskID != w.tasks[1].String() {
 		t.Errorf("TASK_LOST traces %+v (%v); want task 1's", lost, err)
+	}
+	if finished, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_FINISHED"}}); err != nil || finished.Total != 1 {
+		t.Errorf("TASK_FINISHED traces %+v (%v); want one, the update sent again not traced again", finished, err)
+	}
+	for state, want := range map[string]float64{"TASK_UNREACHABLE": 2, "TASK_FINISHED": 1, "TASK_LOST": 1, "TASK_GONE": 0} {
+		var m dto.Metric
+		if err := w.ld.inst.metrics.updates.WithLabelValues(state).Write(&m); err != nil || m.GetCounter().GetValue() != want {
+			t.Errorf("ejcloud_status_updates_total{state=%q} = %v; want %v", state, m.GetCounter().GetValue(), want)
+		}
 	}
 	w.ld.timeUnreachable(ctx)
 	w.mesos.mu.Lock()
