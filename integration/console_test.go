@@ -293,6 +293,7 @@ func TestConsole(t *testing.T) {
 	shot("job-unplaced")
 	b.open(t, root, "#/jobs")
 	b.waitText(t, root, "main table", "unplaced: not enough CPU")
+	b.waitText(t, root, "main table", "Asia/Shanghai") // console-job's next fire time
 	shot("jobs")
 
 	// A job whose dependency has not run for its logical time (a yearly slot, on 1 January) waits,
@@ -336,7 +337,7 @@ func TestConsole(t *testing.T) {
 		}
 		b.run(t, root, chromedp.EmulateViewport(390, 844))
 		b.open(t, root, "#/jobs")
-		b.waitText(t, root, "main table", "console-job")
+		b.waitText(t, root, "main table", "Asia/Shanghai") // console-job's next fire time
 		shot("jobs-phone")
 		b.run(t, root, chromedp.EmulateViewport(1280, 900))
 	}
