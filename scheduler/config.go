@@ -39,6 +39,9 @@ type Config struct {
 	JobStateQueueSize  int
 	ReconcileInterval  time.Duration
 	UnreachableTimeout time.Duration
+	// ReserveAfter is how long a READY run may be left out for want of resources before it
+	// goes first and agents are held for it (plan.Reserve); 0: never.
+	ReserveAfter time.Duration
 	// TaskLease: executors kill their tasks when no renewal of it reached them for this long
 	// (lease.go); 0 leaves tasks running however long their agent is cut off.
 	TaskLease          time.Duration
@@ -102,6 +105,7 @@ func Flags(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.JobStateQueueSize, "job-state-queue-size", 10000, "most jobs in each of the ready, failover and disable queues")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", 10*time.Minute, "period of task reconciliation with Mesos (0 disables)")
 	fs.DurationVar(&c.UnreachableTimeout, "unreachable-timeout", 15*time.Minute, "how long an unreachable task counts as running before it is treated as lost")
+	fs.DurationVar(&c.ReserveAfter, "reserve-after", time.Minute, "a run left out this long for want of cpu or memory goes before the others, and the agents it would fit on once this framework's transient tasks there end are held for it: smaller runs no longer take what each of those tasks frees (0: never; larger runs may then wait for ever)")
 	fs.DurationVar(&c.TaskLease, "task-lease", 0, "kill a task on an agent cut off from the master this long, before --unreachable-timeout relaunches it elsewhere (it must be shorter), so that no run goes on beside its relaunch; tasks then also stop while no scheduler reaches them (0: off)")
 	fs.DurationVar(&c.StaleTaskThreshold, "stale-task-threshold", time.Hour, "warn about (and reconcile) a running task whose agent has sent no update of it for this long (0 disables)")
 	fs.DurationVar(&c.FailoverBackoffMin, "failover-backoff-min", time.Second, "wait before relaunching a shard after its first infrastructure failure in a row; it doubles with each further one")
@@ -141,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TaskLease < 0 || c.TaskLease > 0 && c.TaskLease >= c.UnreachableTimeout {
 		return fmt.Errorf("--task-lease must be 0 (off) or shorter than --unreachable-timeout (%v), got %v: a task must be dead before its relaunch", c.UnreachableTimeout, c.TaskLease)
+	}
+	if c.ReserveAfter < 0 {
+		return fmt.Errorf("--reserve-after must be 0 (never) or positive, got %v", c.ReserveAfter)
 	}
 	if c.JobStateQueueSize < 1 {
 		return fmt.Errorf("--job-state-queue-size must be at least 1, got %d", c.JobStateQueueSize)

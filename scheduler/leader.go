@@ -77,6 +77,7 @@ type leader struct {
 	retries   map[taskid.Meta]state.RetryState // the pending retries the last cycle read (issue 19)
 	replacing jobSet                           // Replace jobs with a new fire, for the event loop
 	fires     fireTimes                        // cron times of the queued runs this leader's producer wrote: schedule lag
+	starving  starving                         // READY runs left out for want of resources (reserve.go)
 
 	// confirm checks the leadership with the quorum before the leader acts on
 	// Mesos where no fenced write protects it (subscribing, killing); nil where a test runs a

@@ -39,6 +39,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.Groups)}).Debug("offer cycle")
 	if len(w.Groups) == 0 {
 		ld.recordUnplaced(w, binpack.Result{}) // nothing was left unplaced: forget the last cycle's reasons
+		ld.noteReservation(w, -1, false, nil)
+		ld.noteStarving(w, binpack.Result{}, time.Now())
 		ld.decline(ctx, offers, declineNoWork)
 		if !ld.suppressed {
 			ld.call(ctx, calls.Suppress())
@@ -48,7 +50,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	}
 	agents, byAgent := agentsOf(offers)
 	ld.forgetUnlisted(ctx, byAgent)
-	res := binpack.Pack(w.Groups, agents)
+	res := ld.pack(ctx, w, agents, time.Now())
 	ld.recordUnplaced(w, res)
 
 	// The write-ahead goes in multis of whole jobs, each below ZooKeeper's request limit

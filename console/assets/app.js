@@ -433,8 +433,12 @@ const jobDefaults = {
 };
 
 function describeUnplaced(reasons) {
-  const say = { cpu: 'not enough CPU', mem: 'not enough memory', integrity: 'fits, but not every shard of the job does', 'no-offers': 'no agent offered resources' };
-  return Object.entries(reasons || {}).map(([r, n]) => (say[r] || r) + (r === 'no-offers' ? '' : ' on ' + n + (n === 1 ? ' agent' : ' agents'))).join('; ');
+  const say = { cpu: 'not enough CPU', mem: 'not enough memory', integrity: 'fits, but not every shard of the job does', 'no-offers': 'no agent offered resources',
+    reserved: 'held for a run that waited longer' };
+  const agents = (n) => n + (n === 1 ? ' agent' : ' agents');
+  return Object.entries(reasons || {}).map(([r, n]) => r === 'no-offers' ? say[r]
+    : r === 'holding' ? agents(n) + ' held for it until their tasks end'
+    : (say[r] || r) + ' on ' + agents(n)).join('; ');
 }
 
 // GET /api/job/unplaced also says why a job's queued work waits (issue 19): its reasons start

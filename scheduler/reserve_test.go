@@ -1,0 +1,109 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	mesos "github.com/mesos/mesos-go/api/v1/lib"
+
+	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/taskid"
+)
+
+// A run of 3 cpus among runs of 1 on one agent: each cycle the packer prefers the small runs
+// (more shards placed), and as each of their tasks ends the next small run takes the cpu it
+// frees, so the large run never finds 3 free. Once it has been left out for --reserve-after,
+// the agent is held for it: the cycles place nothing else there until the tasks running there
+// have freed enough, then it goes first. With --reserve-after 0 the small runs take the agent
+// every time. A run too large for any agent holds nothing, and does not keep the large run
+// from its turn.
+func TestARunLeftOutTooLongGetsAnAgentHeldForIt(t *testing.T) {
+	for _, reserveAfter := range []time.Duration{0, time.Nanosecond} {
+		t.Run(fmt.Sprint("reserve-after=", reserveAfter), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			base, jobs := burstJobs(t, ctx, 10, 1, func(j *config.Job) {
+				switch j.JobName {
+				case "job0000":
+					j.CPUCount = 100 // fits nowhere, and is left out first: it must not hold the others' turn
+				case "job0001":
+					j.CPUCount = 3
+				default:
+					j.CPUCount = 1
+				}
+			})
+			fake := &ackRecorder{}
+			ld := testLeader(benchModel(t, ctx, base), fake)
+			ld.cfg.ReserveAfter = reserveAfter
+			huge, big, small := jobs[0], jobs[1], jobs[2:]
+			ready := func(names ...string) {
+				for _, n := range names {
+					if err := ld.store.AddReady(ctx, n, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// What the agent offers: its free cpus, and the app's executor once it runs there.
+			offer := func(round int, cpus float64) []mesos.Offer {
+				o := mesos.Offer{ID: mesos.OfferID{Value: fmt.Sprintf("O%d", round)}, AgentID: mesos.AgentID{Value: "S0"}, Hostname: "host0",
+					Resources: []mesos.Resource{
+						{Name: "cpus", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: cpus}, Role: ptr("*")},
+						{Name: "mem", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: 8192}, Role: ptr("*")},
+					}}
+				if round > 1 {
+					o.ExecutorIDs = []mesos.ExecutorID{{Value: taskid.Executor{AppName: "app", AgentID: "S0"}.String()}}
+				}
+				return []mesos.Offer{o}
+			}
+			launched := func() int {
+				fake.mu.Lock()
+				defer fake.mu.Unlock()
+				return fake.launched
+			}
+			running := func(job string) bool {
+				r, err := base.RunningOf(ctx, job)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(r) > 0
+			}
+
+			// Cycle 1: 1 cpu for the executor and 4 for tasks; the four small runs win.
+			ready(huge, big)
+			ready(small[:4]...)
+			ld.cycle(ctx, offer(1, 5))
+			if launched() != 4 || running(big) {
+				t.Fatalf("cycle 1: %d tasks launched, the large run running: %v; want the 4 small runs", launched(), running(big))
+			}
+			// Cycle 2: one small task ended and freed 1 cpu; four more small runs wait.
+			ready(small[4:]...)
+			ld.cycle(ctx, offer(2, 1))
+			if reserveAfter == 0 {
+				if launched() != 5 {
+					t.Fatalf("cycle 2 without reservation: %d tasks launched; want a fifth small run on the freed cpu", launched())
+				}
+				return
+			}
+			if launched() != 4 {
+				t.Fatalf("cycle 2: %d tasks launched; want none more: the agent is held for %s", launched(), big)
+			}
+			ld.mu.Lock()
+			reasons := ld.unplaced[small[4]]
+			held := ld.unplaced[big]
+			ld.mu.Unlock()
+			if reasons["reserved"] != 1 || held["holding"] != 1 {
+				t.Fatalf("unplaced reasons: %s %v, %s %v; want reserved=1 for the small run and holding=1 for the large", small[4], reasons, big, held)
+			}
+			// Cycle 3: three more ended: 4 cpus free. The large run goes first, a small one after.
+			ld.cycle(ctx, offer(3, 4))
+			if !running(big) || launched() != 6 {
+				t.Fatalf("cycle 3: the large run running: %v, %d tasks launched; want it and one more small run (6)", running(big), launched())
+			}
+			if since, ok := ld.starving.since[big]; ok || len(ld.starving.held) > 0 {
+				t.Errorf("after it launched: left out since %v (%v), agents held %v; want neither", since, ok, ld.starving.held)
+			}
+		})
+	}
+}
