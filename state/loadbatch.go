@@ -248,7 +248,7 @@ func (s *Store) readData(ctx context.Context, r *loadReaders, nodes []loaded, ma
 		if data, _ := s.mv.m.watched(n.path); data {
 			// Read without its watch: armed after the load, which reads it again if it
 			// changed since this version.
-			r.readUnarmed(n.path, n.version)
+			r.readUnarmed(n.path, res.Stat.Mzxid)
 		}
 	}
 	return nil
@@ -268,7 +268,7 @@ func (s *Store) readOne(n *loaded, r *loadReaders) error {
 	}
 	n.data, n.version, n.numKids, n.exists = data, st.Version, st.NumChildren, true
 	if watch, _ := s.mv.m.watched(p); watch {
-		r.readUnarmed(p, n.version)
+		r.readUnarmed(p, st.Mzxid)
 	}
 	return nil
 }

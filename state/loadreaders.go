@@ -33,15 +33,16 @@ type loadReaders struct {
 	unarmed []armItem // watched nodes read without their watch, to arm after the load
 }
 
-// armItem is a watched node read during the load, with the version the load saw.
+// armItem is a watched node read during the load, with the zxid of the node's last change
+// that the load saw (its Mzxid).
 type armItem struct {
-	path    string
-	version int32
+	path  string
+	mzxid int64
 }
 
-func (r *loadReaders) readUnarmed(p string, version int32) {
+func (r *loadReaders) readUnarmed(p string, mzxid int64) {
 	r.mu.Lock()
-	r.unarmed = append(r.unarmed, armItem{p, version})
+	r.unarmed = append(r.unarmed, armItem{p, mzxid})
 	r.mu.Unlock()
 }
 

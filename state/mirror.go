@@ -162,8 +162,11 @@ type mirror struct {
 	// store that is not a leader's.
 	receipt *receipt
 
-	suspectMu  sync.Mutex
-	suspect    map[string]bool // nodes whose last write's outcome is unknown
+	suspectMu sync.Mutex
+	// suspect holds the nodes whose last write's outcome is unknown (true: read the node and
+	// what is below it again), and their parents (false: read the node and its list of
+	// children again).
+	suspect    map[string]bool
 	hasSuspect atomic.Bool
 }
 
@@ -269,6 +272,13 @@ func versioned(l *layer, p string, version int32) (*mnode, error) {
 }
 
 // markSuspect records nodes whose state after a failed request is unknown.
+//
+// A node is read again with all that is below it: a failed refresh may have taken the node's
+// new list of children and not read all of them, and a failed write may have changed any of
+// its nodes. Its parent is read again only as far as the node's own creation or deletion
+// shows, in its list of children (and its data and version): the parent of a queue root is
+// /state itself, and reading it all again would read every running task, ledger and retry of
+// the namespace, one request a node, while every read and write of the leader waits.
 func (m *mirror) markSuspect(paths ...string) {
 	m.suspectMu.Lock()
 	defer m.suspectMu.Unlock()
@@ -278,8 +288,8 @@ func (m *mirror) markSuspect(paths ...string) {
 	for _, p := range paths {
 		if m.covered(p) {
 			m.suspect[p] = true
-			if dir, _ := dirOf(p); m.covered(dir) {
-				m.suspect[dir] = true
+			if dir, _ := dirOf(p); m.covered(dir) && !m.suspect[dir] {
+				m.suspect[dir] = false
 			}
 		}
 	}
@@ -304,14 +314,23 @@ func (s *Store) settleLocked(ctx context.Context) error {
 	}
 	m.suspectMu.Lock()
 	paths := make([]string, 0, len(m.suspect))
-	for p := range m.suspect {
+	deep := make(map[string]bool, len(m.suspect))
+	for p, d := range m.suspect {
 		paths = append(paths, p)
+		deep[p] = d
 	}
 	m.suspectMu.Unlock()
 	sort.Strings(paths) // parents first
 	for _, p := range paths {
-		_, err := s.refresh(ctx, p, true)
-		for errors.Is(err, ErrUnavailable) {
+		_, err := s.refresh(ctx, p, deep[p])
+		for err != nil {
+			// A refresh that failed part way may have taken p's new list of children and not
+			// read them all, which a shallow read again would take for known: from now on p
+			// is read again deep.
+			deep[p] = true
+			if !errors.Is(err, ErrUnavailable) {
+				break
+			}
 			// A broken connection is not a failed read while the session lives: wait for
 			// the client to reconnect, then read again.
 			if werr := s.AwaitSession(ctx); werr != nil {
@@ -320,6 +339,9 @@ func (s *Store) settleLocked(ctx context.Context) error {
 			_, err = s.refresh(ctx, p, true)
 		}
 		if err != nil {
+			m.suspectMu.Lock()
+			m.suspect[p] = true
+			m.suspectMu.Unlock()
 			return fmt.Errorf("read again what a failed write may have changed: %w", err)
 		}
 		m.suspectMu.Lock()
@@ -573,6 +595,7 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 	// too, the config nodes' without their watch: those are armed after the load (arm), or
 	// one connection's ~14,000 reads a second would make 100,000 jobs take 7 s.
 	conn := s.conn
+	var st *zk.Stat
 	r := s.mv.m.loading
 	if r != nil && !childWatch {
 		conn = r.pick()
@@ -580,12 +603,11 @@ func (s *Store) readNode(ctx context.Context, p string) (data []byte, version in
 			dataWatch = false
 			defer func() {
 				if exists && err == nil {
-					r.readUnarmed(p, version)
+					r.readUnarmed(p, st.Mzxid)
 				}
 			}()
 		}
 	}
-	var st *zk.Stat
 	start := s.begin()
 	if childWatch {
 		// The watched directories are layout nodes without data: one list, whose stat has
@@ -784,7 +806,9 @@ func (s *Store) Commit(ctx context.Context) error {
 
 // Mirror loads the mirror and returns a view of s that uses it (see the top of this file).
 // onChange, if set, is told of every config or marker that changed by a watch; it must not
-// block. The mirror lives, and its watches are followed, until ctx ends.
+// block. The mirror lives, and its watches are followed, until ctx ends. On a fenced store the
+// model's writes end those of any earlier model of the same election node (newReceipt): one
+// model a term, loaded again only if its load failed.
 func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, error) {
 	m := &mirror{root: s.root, base: newLayer(nil), armed: make(chan struct{})}
 	v := &Store{shared: s.shared, fence: s.fence, mv: &mirrorView{m: m}}
@@ -861,7 +885,8 @@ func (s *Store) Watched() <-chan struct{} { return s.mv.m.armed }
 
 // arm sets the watches of the config nodes the load read without them. A node that changed
 // since the load read it (or went) is reported as if its watch had fired, so nothing changed
-// by someone else between the load and the watch is missed; after that the watch tells.
+// by someone else between the load and the watch is missed; after that the watch tells. The
+// report makes follow read the node itself again (its data, not only its directory's list).
 func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) {
 	if len(items) == 0 {
 		return
@@ -877,7 +902,10 @@ func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) 
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return fmt.Errorf("watch %s: %w", items[i].path, translate(err))
 		}
-		if err != nil || st.Version != items[i].version {
+		// The zxid of the node's last change, not its version: a config deleted and created
+		// again (an operator registering a job anew) starts again at version 0, which a
+		// never-updated config had when the load read it, while its Mzxid is new.
+		if err != nil || st.Mzxid != items[i].mzxid {
 			select {
 			case events <- items[i].path:
 			case <-ctx.Done():

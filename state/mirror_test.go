@@ -244,6 +244,77 @@ func TestMirrorReadsAgainWhatAWriteWithoutAnswerMayHaveChanged(t *testing.T) {
 	})
 }
 
+// A write whose answer is lost leaves its nodes, and their parents, to read again. The parent
+// of a queue root is /state itself: read again with all that is below it, the next read would
+// cost a request for each node of the namespace (every running task), while every read and
+// write of the leader waits. The write may have changed the parent's list of children, not
+// what is below them; the model reads that again and holds what ZooKeeper holds.
+func TestAWriteWithoutAnswerReadsAgainItsParentsListNotAllBelowIt(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	const jobs, shards = 20, 100
+	for j := range jobs {
+		name := fmt.Sprintf("job%02d", j)
+		must(t, other.CreateJob(ctx, testJob(name, "app")), "CreateJob")
+		var ids []taskid.ID
+		for i := range shards {
+			ids = append(ids, taskid.New(taskid.Meta{JobName: name, Item: i}, taskid.Ready, "S0"))
+		}
+		must(t, other.RecordLaunch(ctx, state.Launch{Tasks: ids}), "RecordLaunch")
+	}
+	base := openPlain(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace},
+		func(c *state.Config) { c.SessionTimeout = 20 * time.Second })
+	mctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	m, err := base.Mirror(mctx, nil)
+	must(t, err, "Mirror")
+	select {
+	case <-m.Watched():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the config nodes' watches not armed within 30 s")
+	}
+
+	// The fire adds a node under /state/ready and sets /state/ready's version (admit).
+	proxy.DropReplies()
+	done := make(chan error, 1)
+	go func() { done <- m.AddReady(ctx, "job00", true) }()
+	await.True(t, 10*time.Second, "ZooKeeper applied the fire", func() bool {
+		r, err := other.ReadyOf(ctx, "job00")
+		return err == nil && r.Count == 1
+	})
+	proxy.Cut()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the fire whose answer was lost returned no error; the test needs its outcome unknown")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fire did not return once the connection was cut")
+	}
+	proxy.Restore()
+	await.True(t, 20*time.Second, "the client is back", func() bool { c, _ := m.SessionState(); return c })
+
+	before := m.RoundTrips()
+	ready, err := m.Ready(ctx)
+	must(t, err, "Ready")
+	trips := m.RoundTrips() - before
+	t.Logf("the read after the fire without answer: %d round trips", trips)
+	if trips > 50 {
+		t.Errorf("the read after the fire without answer made %d round trips (%d running tasks under /state); want a few: the fire's nodes and their parents' lists",
+			trips, jobs*shards)
+	}
+	if fmt.Sprint(ready) != fmt.Sprint([]state.ReadyEntry{{JobName: "job00", Count: 1}}) {
+		t.Errorf("the model's ready queue is %+v; want job00 × 1, as ZooKeeper", ready)
+	}
+	fresh, _ := loadModel(t, env, true, nil)
+	if got, want := m.ModelDump(), fresh.ModelDump(); got != want {
+		t.Errorf("the model read again differs from one loaded afresh:\n got: %s\nwant: %s", got, want)
+	}
+}
+
 // The load reads the queues over extra sessions: with digest authentication they must
 // authenticate too, or the creator-only ACLs refuse them.
 func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {

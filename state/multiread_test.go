@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -225,6 +226,40 @@ func TestLoadReadsAgainAConfigChangedBeforeItsWatch(t *testing.T) {
 			await.True(t, 2*time.Second, "the model has the config changed after its watch", func() bool {
 				j, err := m.Job(ctx, "job17")
 				return err == nil && j.ShardingTotalCount == 4
+			})
+		})
+	}
+}
+
+// A config deleted and created again between the load and its watch (an operator registering
+// a job anew with zkCli) is back at version 0, the version the load read of a job never
+// updated: the model must still read the new config, by either way of loading, rather than
+// keep the old one until the next change or takeover.
+func TestLoadReadsAgainAConfigDeletedAndCreatedAgainBeforeItsWatch(t *testing.T) {
+	for _, multiRead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("multiRead=%v", multiRead), func(t *testing.T) {
+			env := statetest.StartZooKeeper(t)
+			ctx := ctxT(t)
+			other := openPlain(t, env)
+			must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+			must(t, other.CreateJob(ctx, testJob("job17", "app")), "CreateJob") // 3 shards, version 0
+			conn, root := rawConn(t, env, 0, nil)
+			p := root + "/config/job/job17"
+			again := testJob("job17", "app")
+			again.ShardingTotalCount = 9
+			data, err := json.Marshal(again)
+			must(t, err, "encode the job")
+			m, _ := loadModel(t, env, multiRead, func() {
+				must(t, conn.Delete(p, -1), "delete the job's node")
+				_, err := conn.Create(p, data, 0, zk.WorldACL(zk.PermAll))
+				must(t, err, "create the job's node again")
+			})
+			await.Explained(t, 5*time.Second, "the model has the config created again before its watch", func() bool {
+				j, err := m.Job(ctx, "job17")
+				return err == nil && j.ShardingTotalCount == 9
+			}, func() string {
+				j, err := m.Job(ctx, "job17")
+				return fmt.Sprintf("the model's job17 has %d shards (%v)", j.ShardingTotalCount, err)
 			})
 		})
 	}

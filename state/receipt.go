@@ -5,7 +5,7 @@ package state
 // When the connection breaks while a multi is in flight, ZooKeeper may or may not have applied
 // it, and for a write like "ready count + 1" doing it again or not at all are both wrong. So a
 // leader's model puts one more op in each multi it sends: it sets its receipt node (ephemeral,
-// one per leadership term, nobody else writes or watches it) to the multi's sequence number. The
+// one per model, nobody else writes or watches it) to the multi's sequence number. The
 // multi is atomic, so the receipt holds that number if and only if the multi was applied. After
 // the client has reconnected, a sync and a read of the receipt say which it was: applied, the
 // model applies it too; not applied, the model sends it again. Either way the caller sees one
@@ -19,9 +19,12 @@ package state
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -33,22 +36,64 @@ type receipt struct {
 	seq  uint64
 }
 
-// newReceipt creates the receipt node of the fenced store s's leadership term.
+// newReceipt creates the receipt node of a model of the fenced store s, and deletes the receipts
+// that earlier models of the same election node left.
+//
+// The node is the model's own, named by a random suffix, and not the election node's: one
+// election node can lead two terms in one process (ZooKeeper down for longer than the session
+// timeout ends a term, the session may survive it, and the instance is elected again with the
+// node it still holds). A receipt shared by the terms would hold a number of the old term when
+// the new one starts counting again, so that a lost multi of the new term could be taken for
+// applied; and starting the count above what the node holds would not do either, since the old
+// term's goroutines (its API handlers, its status updates) may still be writing: the fence
+// still passes, and they would stamp the same numbers from their own count, or delete the node
+// at the end of their term. With a node of its own, a model's number is only ever its own.
+//
+// Deleting the earlier receipts is what ends those goroutines' writes: each of their multis
+// stamps a receipt that is gone and is refused (ErrNotLeader), rather than change what the new
+// model has loaded behind its back. It also keeps a long-lived session from gathering one node
+// a term when a term's own delete failed (it runs when ZooKeeper is down, in that case).
 func (s *Store) newReceipt(ctx context.Context) (*receipt, error) {
-	r := &receipt{path: s.path("ha", "receipt-"+base(s.fence.Path))}
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, fmt.Errorf("name the write receipt: %w", err)
+	}
+	prefix := "receipt-" + base(s.fence.Path) + "-"
+	r := &receipt{path: s.path("ha", prefix+hex.EncodeToString(suffix[:]))}
 	err := s.untilSessionFails(ctx, func() error {
 		start := s.begin()
 		_, err := s.conn.Create(r.path, []byte("0"), zk.FlagEphemeral, s.acl)
 		s.end("create", start)
 		if errors.Is(err, zk.ErrNodeExists) {
-			// Ours from an attempt whose answer was lost: an election node's name is never
-			// reused, and the node is ephemeral.
+			// Ours from an attempt whose answer was lost: nobody else picks the random name.
 			return nil
 		}
 		return translate(err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the write receipt %s: %w", r.path, err)
+	}
+	names, err := s.children(ctx, s.path("ha"))
+	if err != nil {
+		return nil, fmt.Errorf("look for earlier write receipts of %s: %w", s.fence.Path, err)
+	}
+	for _, name := range names {
+		p := s.path("ha", name)
+		if !strings.HasPrefix(name, prefix) || p == r.path {
+			continue
+		}
+		err := s.untilSessionFails(ctx, func() error {
+			start := s.begin()
+			err := s.conn.Delete(p, -1)
+			s.end("delete", start)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			return translate(err)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("delete the write receipt %s of an earlier model: %w", p, err)
+		}
 	}
 	return r, nil
 }
@@ -76,7 +121,9 @@ func (s *Store) applied(ctx context.Context, r *receipt, seq uint64) (bool, erro
 		return translate(err)
 	})
 	if errors.Is(err, ErrNotFound) {
-		return false, fmt.Errorf("%w: the write receipt %s is gone with its session", ErrUnavailable, r.path)
+		// Gone with its session, or deleted by a later model of the election node: either way
+		// this model's term is over.
+		return false, fmt.Errorf("%w: the write receipt %s is gone", ErrUnavailable, r.path)
 	}
 	if err != nil {
 		return false, fmt.Errorf("read the write receipt %s: %w", r.path, err)
