@@ -70,6 +70,7 @@ type leader struct {
 	// from other goroutines.
 	staleCount atomic.Int64
 	lastRecon  time.Time
+	reconOwed  bool        // the last explicit reconciliation could not read the running queue
 	recon      reconRun    // the explicit reconciliation under way (reconcile.go)
 	sweeping   atomic.Bool // a sweep of the deleted apps' executors is under way (sweepOrphans)
 
@@ -356,15 +357,46 @@ func (ld *leader) session(ctx context.Context) error {
 		ld.acks = nil
 	}()
 	streamErr := make(chan error, 1)
+	readerDone := make(chan struct{})
+	events := ld.events // endSession gives the next session a new queue
 	go func() {
-		err := sub.events(streamCtx, ld.events)
+		defer close(readerDone)
+		err := sub.events(streamCtx, events)
 		// Not subscribed from the stream's end, not from the loop's: that drains the events
 		// queued before it, each a ZooKeeper write, and /readyz said 200 meanwhile.
 		ld.inst.setSubscribed(false)
 		streamErr <- err
 	}()
-	return ld.serve(streamCtx, streamErr) // the deferred endStream stops the reader
+	err = ld.serve(streamCtx, streamErr)
+	ld.endSession(ctx, endStream, readerDone)
+	return err
 }
+
+// endSession stops the reader of a subscription's stream and leaves the next subscription of
+// the term an empty event queue. serve drains the queue when the stream ends, but not when the
+// session ends first (the leading master changed, the term ended), and the reader can queue one
+// event more as it stops: the next subscription would take the old one's offers, void since
+// (MESOS.md §2.3), and launch on them — tasks written ahead and dropped by Mesos, their runs
+// lost. What the reader queued is drained (updates recorded while the term lasts; after it,
+// left unacknowledged for Mesos to send again to the next leader), and the queue is then a new
+// one: a reader that has not stopped within readerGrace (a body whose Close does not end the
+// read) writes into the old queue, which nothing reads.
+func (ld *leader) endSession(ctx context.Context, endStream func(), readerDone <-chan struct{}) {
+	endStream()
+	select {
+	case <-readerDone:
+	case <-time.After(readerGrace):
+		ld.log.Warn("the Mesos stream's reader did not stop; what it still reads is dropped")
+	}
+	if ctx.Err() == nil {
+		ld.drain(ctx)
+	}
+	ld.events = make(chan scheduler.Event, cap(ld.events))
+}
+
+// readerGrace bounds endSession's wait for a stream's reader, which stops as soon as its body
+// is closed.
+const readerGrace = time.Second
 
 func sleep(ctx context.Context, d time.Duration) {
 	select {
@@ -429,6 +461,9 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			ld.replaceQueued(ctx)
 			ld.timeUnreachable(ctx)
 			ld.checkStale(ctx)
+			if ld.reconOwed {
+				ld.reconcileExplicit(ctx)
+			}
 			ld.retryReconcile(ctx, time.Now())
 			ld.wakeForWork(ctx)
 			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {

@@ -17,6 +17,10 @@ const (
 	declineUnreadable = "queues_unreadable" // the model could not be read: no guess is made
 	declineUnused     = "unused"            // the cycle placed nothing on the offer's agent
 	declineWriteAhead = "write_ahead_failed"
+	// declineAcceptFailed: the ACCEPT of the agent's offers failed while the stream lived on (a
+	// 5xx, a timeout): Mesos may not have taken it, and would keep the offers for the framework
+	// until its subscription ends; it ignores the DECLINE of offers it did take.
+	declineAcceptFailed = "accept_failed"
 )
 
 // metrics are the instance's Prometheus metrics (SPEC §9), on a registry of its own: tests run
@@ -50,7 +54,7 @@ func newMetrics() *metrics {
 		offersAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_offers_accepted_total",
 			Help: "offers accepted to launch tasks"}),
 		offersDeclined: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_offers_declined_total",
-			Help: "offers declined, by reason: no_work, unused (nothing placed on the agent), write_ahead_failed, queues_unreadable"}, []string{"reason"}),
+			Help: "offers declined, by reason: no_work, unused (nothing placed on the agent), write_ahead_failed, queues_unreadable, accept_failed (their ACCEPT failed: declined in case Mesos did not take it)"}, []string{"reason"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_status_updates_total",
 			Help: "status updates recorded, by state: each once (not again when Mesos sends it again), a reconciliation's answer only when it ends a task, and the scheduler's own TASK_LOST for a task unreachable past --unreachable-timeout"}, []string{"state"}),
 		unplaced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_unplaced_shards_total",

@@ -30,6 +30,12 @@ const maxLaunchTasks = 2000
 // ACCEPT per agent and DECLINE of everything else. No offer outlives the cycle. The decisions
 // are scheduler/plan's; this is the I/O around them.
 func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
+	if ld.streamEnded() {
+		// Mesos rescinded them as the stream ended (MESOS.md §2.4): a launch on them would
+		// be written ahead, refused, and its run failed as a lost task.
+		ld.log.WithField("offers", len(offers)).Debug("offers of an ended subscription dropped")
+		return
+	}
 	w, err := ld.eligible(ctx)
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the queues; declining the offers")
@@ -63,7 +69,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	started := map[string]mesos.ExecutorInfo{}
 	parts := plan.Parts(w, res, agents)
 	chunks := plan.Chunks(parts, maxLaunchTasks)
-	for len(chunks) > 0 {
+	for len(chunks) > 0 && !ld.streamEnded() { // no write-ahead once the offers are void
 		chunk := chunks[0]
 		chunks = chunks[1:]
 		var l state.Launch
@@ -82,6 +88,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 			}
 			ld.log.WithError(err).WithField("tasks", len(l.Tasks)).Warn("write-ahead of a launch failed; those tasks are not launched this cycle")
 			continue
+		}
+		if h := ld.inst.hooks.writtenAhead; h != nil {
+			h()
 		}
 		now := time.Now()
 		for _, p := range chunk {
@@ -124,6 +133,10 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		ld.startedAt[id] = time.Now()
 	}
 	for agentID, ts := range tasks {
+		if ld.streamEnded() {
+			ld.unsent(ctx, ts)
+			continue
+		}
 		ids := make([]mesos.OfferID, 0, len(byAgent[agentID]))
 		for _, o := range byAgent[agentID] {
 			ids = append(ids, o.ID)
@@ -146,6 +159,7 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 				}
 				ld.call(ctx, calls.Reconcile(calls.ReconcileTasks(ask)))
 				ld.recon.add(ask, time.Now())
+				ld.decline(ctx, byAgent[agentID], declineAcceptFailed)
 			}
 			continue
 		}
@@ -160,6 +174,28 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		}
 	}
 	ld.decline(ctx, unused, declineUnused)
+}
+
+// streamEnded says whether the subscription's event stream has ended: its offers are void.
+func (ld *leader) streamEnded() bool { return ld.sub == nil || ld.sub.streamEnded().Err() != nil }
+
+// unsent puts back the tasks written ahead whose ACCEPT was never sent, the stream having
+// ended first: they never ran, so each shard goes to the failover queue whatever its job's
+// failover setting, to run in the same run. Left running, reconciliation would end them as
+// lost and the run of a job without failover would be lost with them.
+func (ld *leader) unsent(ctx context.Context, ts []mesos.TaskInfo) {
+	for _, t := range ts {
+		id, err := taskid.Parse(t.TaskID.Value)
+		if err != nil {
+			continue
+		}
+		if _, err := ld.store.EndTaskWith(ctx, id, state.Failover, state.EndOptions{}); err != nil {
+			ld.log.WithError(err).WithField("task", id.String()).Warn("cannot put back a task whose launch was never sent; reconciliation will end it")
+			continue
+		}
+		ld.log.WithField("task", id.String()).Info("the Mesos stream ended before the launch was sent: the shard is queued to launch again")
+	}
+	ld.poke()
 }
 
 func (ld *leader) decline(ctx context.Context, offers []mesos.Offer, reason string) {

@@ -61,3 +61,34 @@ func TestReconciliationAsksAgainUntilEveryTaskIsHeardOf(t *testing.T) {
 		t.Fatalf("asked %v after every task was heard of", got)
 	}
 }
+
+// A reconciliation's answer has no uuid: Mesos never sends it again. One that could not be
+// recorded (ZooKeeper out of reach) leaves its task unsettled, and the run asks about it
+// again; it was taken as heard before it was recorded, and the task stayed running in
+// ZooKeeper until the next periodic reconciliation (never, with --reconcile-interval 0).
+func TestAnAnswerNotRecordedIsAskedForAgain(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	w.ld.reconcileExplicit(ctx)
+	if len(w.ld.recon.pending) != 3 {
+		t.Fatalf("%d tasks pending; want the 3 running", len(w.ld.recon.pending))
+	}
+	w.proxy.Cut()
+	cut, cancel := context.WithTimeout(ctx, 3*time.Second)
+	w.ld.updates(cut, []mesos.TaskStatus{fromMaster(w.tasks[0], mesos.TASK_GONE, mesos.REASON_RECONCILIATION)})
+	cancel()
+	w.proxy.Restore()
+	if running, _ := w.queues(t); !slices.Contains(running, w.tasks[0].String()) {
+		t.Fatalf("running %v: the answer was recorded after all; the test needs it not to be", running)
+	}
+	w.mesos.mu.Lock()
+	before := len(w.mesos.reconciled)
+	w.mesos.mu.Unlock()
+	w.ld.retryReconcile(ctx, time.Now().Add(time.Hour))
+	w.mesos.mu.Lock()
+	again := slices.Clone(w.mesos.reconciled[before:])
+	w.mesos.mu.Unlock()
+	if !slices.Contains(again, w.tasks[0].String()) {
+		t.Fatalf("asked again about %v; want %s, whose answer was not recorded", again, w.tasks[0])
+	}
+}

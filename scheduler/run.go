@@ -48,6 +48,9 @@ type hooks struct {
 	// confirmed, if set, is told the outcome of every confirmation of the leadership (before
 	// a subscription or a kill).
 	confirmed func(error)
+	// writtenAhead, if set, is called after each write-ahead of an offer cycle, before its
+	// ACCEPTs.
+	writtenAhead func()
 }
 
 func run(ctx context.Context, cfg Config, log logrus.FieldLogger, h hooks) error {

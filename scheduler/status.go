@@ -42,9 +42,6 @@ func (ld *leader) updates(ctx context.Context, sts []mesos.TaskStatus) {
 			seen(st)
 		}
 	}
-	for _, st := range sts {
-		ld.recon.heard(st.TaskID.Value)
-	}
 	ld.recordAll(ctx, ld.checkEnds(ctx, sts), 0)
 }
 
@@ -113,6 +110,9 @@ func (ld *leader) recordGroupTry(ctx context.Context, sts []mesos.TaskStatus, at
 		if afters[i] == nil {
 			continue
 		}
+		// Settled for the reconciliation run only now: an answer (no uuid) that could not be
+		// recorded is never sent again, so its task must be asked about again.
+		ld.recon.heard(st.TaskID.Value)
 		ld.counted(st, afters[i]())
 		if len(st.UUID) > 0 && st.AgentID != nil {
 			ld.acknowledge(ctx, calls.Acknowledge(st.AgentID.Value, st.TaskID.Value, st.UUID))
@@ -423,6 +423,9 @@ func (ld *leader) lost(ctx context.Context, tid string) {
 	delete(ld.killed, tid)
 	ld.stale.ended(tid)
 	ld.setIdle(tid, false, true)
+	if !ended.Removed {
+		return // it had ended already (its end recorded meanwhile): nothing was lost
+	}
 	ld.log.WithFields(logrus.Fields{"task": tid, "requeued": ended.Requeued}).Warn("unreachable for too long: handled as lost")
 	// Traced and counted as the TASK_LOST it stands for (SPEC §5.7), from the scheduler.
 	ld.counted(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: mesos.TASK_LOST.Enum(), AgentID: &mesos.AgentID{Value: id.AgentID},
@@ -468,9 +471,11 @@ func (ld *leader) reconcile(ctx context.Context) {
 func (ld *leader) reconcileExplicit(ctx context.Context) {
 	running, err := ld.store.Running(ctx)
 	if err != nil {
-		ld.log.WithError(err).Warn("explicit reconciliation skipped: cannot read the running queue")
+		ld.log.WithError(err).Warn("explicit reconciliation put off: cannot read the running queue")
+		ld.reconOwed = true // the next tick tries again
 		return
 	}
+	ld.reconOwed = false
 	ids := make([]string, len(running))
 	for i, r := range running {
 		ids[i] = r.TaskID

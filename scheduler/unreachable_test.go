@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ejcloud/ejcloud/eventtrace"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -136,4 +137,19 @@ func newTracedGroupWorld(t *testing.T) (*groupWorld, *tracer) {
 	t.Cleanup(tr.close)
 	w.ld.inst.trace = tr
 	return w, tr
+}
+
+// A task lost at its unreachable timeout whose end was recorded meanwhile (its running node
+// gone) was not lost: no TASK_LOST is counted for it.
+func TestATaskEndedMeanwhileIsNotCountedLost(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	if _, err := w.other.EndTask(ctx, w.tasks[0], state.NoFollowUp); err != nil {
+		t.Fatal(err)
+	}
+	w.ld.lost(ctx, w.tasks[0].String())
+	var m dto.Metric
+	if err := w.ld.inst.metrics.updates.WithLabelValues("TASK_LOST").Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Errorf("ejcloud_status_updates_total{state=\"TASK_LOST\"} = %v (%v); want 0: the task had ended", m.GetCounter().GetValue(), err)
+	}
 }
