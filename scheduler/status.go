@@ -283,7 +283,7 @@ func (ld *leader) job(ctx context.Context, store *state.Store, name string) (j c
 // every running node of the job: a 1,000-shard job must not make each update cost 1,000) and
 // whether an update restarts it (its job's restart list).
 func (ld *leader) facts(ctx context.Context, store *state.Store, id taskid.ID, st mesos.TaskStatus) (plan.Facts, error) {
-	f := plan.Facts{State: st.GetState(), Item: id.Item}
+	f := plan.Facts{State: st.GetState(), Item: id.Item, NeverRan: plan.NeverRan(st)}
 	if f.State == mesos.TASK_FAILED {
 		d, _ := taskdata.DecodeStatus(st.Data)
 		f.JobFailed = d.JobFailed

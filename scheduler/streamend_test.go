@@ -175,3 +175,42 @@ func TestASessionsEndLeavesNoOffersForTheNext(t *testing.T) {
 		t.Errorf("the queued TASK_FINISHED of %s was not recorded", w.tasks[0])
 	}
 }
+
+// A launch Mesos drops for void offers (a rescind the loop had not read yet, a subscription
+// that ended) never ran: its shard runs again, in the same run, for a job without failover too,
+// whose run was lost. A drop that may follow a run (an agent that no longer reports the task)
+// is a failure as before: no relaunch without failover.
+func TestATaskMesosDroppedBeforeItRanIsQueuedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2) // failover false
+	book := &offerBook{}
+	ld := testLeader(benchModel(t, ctx, base), book)
+	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	ld.cycle(ctx, burstOffers(0))
+	running, err := base.RunningOf(ctx, jobs[0])
+	if err != nil || len(running) != 2 {
+		t.Fatalf("running %v (%v); want both shards launched", running, err)
+	}
+	var ids []taskid.ID
+	for _, r := range running {
+		id, err := taskid.Parse(r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	ld.updates(ctx, []mesos.TaskStatus{
+		fromMaster(ids[0], mesos.TASK_DROPPED, mesos.REASON_INVALID_OFFERS),
+		fromMaster(ids[1], mesos.TASK_DROPPED, mesos.REASON_RECONCILIATION),
+	})
+	failovers, err := base.Failovers(ctx)
+	if err != nil || len(failovers) != 1 || failovers[0].TaskID != ids[0].String() {
+		t.Fatalf("failover %v (%v); want only %s, which never ran", failovers, err, ids[0])
+	}
+	if left, err := base.RunningOf(ctx, jobs[0]); err != nil || len(left) != 0 {
+		t.Fatalf("running %v (%v); want both ended", left, err)
+	}
+}

@@ -228,6 +228,9 @@ func TestDecide(t *testing.T) {
 		{"a daemon's lost task relaunches", Facts{State: mesos.TASK_GONE, Job: daemon}, Meaning{Kind: End, Follow: state.Failover, Failed: true}},
 		{"a disabled job's failure does not relaunch", Facts{State: mesos.TASK_ERROR, Job: failover, Disabled: true}, Meaning{Kind: End, Failed: true}},
 		{"a deleted job's failure is no failure", Facts{State: mesos.TASK_DROPPED, JobGone: true}, Meaning{Kind: End}},
+		{"a task that never ran is queued again without failover", Facts{State: mesos.TASK_DROPPED, Job: transient, NeverRan: true}, Meaning{Kind: End, Follow: state.Failover, Failed: true}},
+		{"a dropped task that may have run is not, without failover", Facts{State: mesos.TASK_DROPPED, Job: transient}, Meaning{Kind: End, Failed: true}},
+		{"a task that never ran, of a disabled job, is not", Facts{State: mesos.TASK_DROPPED, Job: transient, NeverRan: true, Disabled: true}, Meaning{Kind: End, Failed: true}},
 		{"a killed daemon runs again", Facts{State: mesos.TASK_KILLED, Job: daemon}, Meaning{Kind: End, Follow: state.Rerun}},
 		{"a killed disabled daemon does not", Facts{State: mesos.TASK_KILLED, Job: daemon, Disabled: true}, Meaning{Kind: End}},
 		{"a killed transient task just ends", Facts{State: mesos.TASK_KILLED, Job: failover}, Meaning{Kind: End}},
@@ -254,6 +257,27 @@ func TestNeedsJob(t *testing.T) {
 	}
 	if NeedsJob(mesos.TASK_FAILED, true) {
 		t.Error("a job's own failure needs no read of the job")
+	}
+}
+
+func TestNeverRan(t *testing.T) {
+	for _, c := range []struct {
+		state  mesos.TaskState
+		reason mesos.TaskStatus_Reason
+		want   bool
+	}{
+		{mesos.TASK_DROPPED, mesos.REASON_INVALID_OFFERS, true},
+		{mesos.TASK_DROPPED, mesos.REASON_EXECUTOR_TERMINATED, true},
+		{mesos.TASK_DROPPED, mesos.REASON_AGENT_RESTARTED, true},
+		{mesos.TASK_DROPPED, mesos.REASON_RESOURCES_UNKNOWN, true},
+		{mesos.TASK_DROPPED, mesos.REASON_RECONCILIATION, false}, // an agent that no longer reports it: it may have run
+		{mesos.TASK_DROPPED, mesos.REASON_AGENT_REMOVED, false},
+		{mesos.TASK_LOST, mesos.REASON_INVALID_OFFERS, false}, // only a partition-aware framework's DROPPED says so
+	} {
+		st := mesos.TaskStatus{State: c.state.Enum(), Reason: c.reason.Enum()}
+		if got := NeverRan(st); got != c.want {
+			t.Errorf("NeverRan(%v, %v) = %v; want %v", c.state, c.reason, got, c.want)
+		}
 	}
 }
 

@@ -20,6 +20,24 @@ type Facts struct {
 	// Replaced: the task's run was given up for a newer fire (concurrencyPolicy Replace), and
 	// the task killed for it: it is not relaunched however it ends, nor left running.
 	Replaced bool
+	// NeverRan: a TASK_DROPPED whose reason says Mesos never delivered the task (NeverRan).
+	NeverRan bool
+}
+
+// NeverRan says whether an update says the task never ran: Mesos dropped it before any
+// executor had it — its offers void (a stream that ended, a rescind), its executor terminating
+// with the last one's updates unacknowledged (the executor id is not free again until they
+// are), or lost in transit while its agent restarted. Not every TASK_DROPPED: one for a task
+// an agent no longer reports at re-registration (REASON_RECONCILIATION) may have run.
+func NeverRan(st mesos.TaskStatus) bool {
+	if st.GetState() != mesos.TASK_DROPPED {
+		return false
+	}
+	switch st.GetReason() {
+	case mesos.REASON_INVALID_OFFERS, mesos.REASON_EXECUTOR_TERMINATED, mesos.REASON_AGENT_RESTARTED, mesos.REASON_RESOURCES_UNKNOWN:
+		return true
+	}
+	return false
 }
 
 // gone reports whether the task's shard no longer exists: an update lowered the job's
@@ -60,8 +78,11 @@ type Meaning struct {
 // is run again unless disabled; any other end (FAILED,
 // ERROR, LOST, DROPPED, GONE, GONE_BY_OPERATOR, UNKNOWN) is an infrastructure failure, and
 // the shard of a failover-enabled or DAEMON job is queued for relaunch unless the job or its
-// app is disabled or the job is gone. A shard beyond the job's shardingTotalCount (an update
-// lowered it) is neither relaunched nor left running.
+// app is disabled or the job is gone. A task that never ran (NeverRan) is queued so too
+// whatever the job's failover setting: failover=false keeps a crashed shard from running
+// again, and this one has not run at all (were it left, the run would be lost to a transient
+// refusal of Mesos). A shard beyond the job's shardingTotalCount (an update lowered it) is
+// neither relaunched nor left running.
 func Decide(f Facts) Meaning {
 	switch f.State {
 	case mesos.TASK_STAGING, mesos.TASK_STARTING, mesos.TASK_KILLING:
@@ -86,7 +107,7 @@ func Decide(f Facts) Meaning {
 		return Meaning{Kind: End}
 	}
 	m := Meaning{Kind: End, Failed: !f.JobGone}
-	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon) && !f.Disabled && !f.gone() && !f.Replaced {
+	if !f.JobGone && (f.Job.Failover || f.Job.JobExecutionType == config.Daemon || f.NeverRan) && !f.Disabled && !f.gone() && !f.Replaced {
 		m.Follow = state.Failover
 	}
 	return m
