@@ -11,6 +11,7 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -50,19 +51,28 @@ func (b *offerBook) books() (accepted, declined []string) {
 	return slices.Clone(b.accepted), slices.Clone(b.declined)
 }
 
+// aReadyRun is a leader on a model of its own ZooKeeper whose Mesos is an offerBook, with one
+// queued run of a TRANSIENT job of 2 shards without failover.
+func aReadyRun(t *testing.T) (context.Context, *state.Store, string, *offerBook, *leader) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	base, jobs := burstJobs(t, ctx, 1, 2)
+	book := &offerBook{}
+	ld := testLeader(benchModel(t, ctx, base), book)
+	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, base, jobs[0], book, ld
+}
+
 // Mesos has no offer timeout by default: offers neither accepted nor declined stay the
 // framework's, their agent's resources idle, until the subscription ends. So the offers of an
 // ACCEPT that failed while the stream lives on are declined (Mesos ignores the DECLINE of
 // offers it did take).
 func TestTheOffersOfAFailedAcceptAreDeclined(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base, jobs := burstJobs(t, ctx, 1, 2)
-	book := &offerBook{failAccept: true}
-	ld := testLeader(benchModel(t, ctx, base), book)
-	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, _, book, ld := aReadyRun(t)
+	book.failAccept = true
 	offers := burstOffers(0)
 	ld.cycle(ctx, offers)
 	_, declined := book.books()
@@ -77,21 +87,14 @@ func TestTheOffersOfAFailedAcceptAreDeclined(t *testing.T) {
 // (an OFFERS event queued before the end, taken before the loop saw it) writes nothing ahead
 // and calls nothing: the run stays ready for the next subscription's offers.
 func TestACycleOnTheOffersOfAnEndedStreamLaunchesNothing(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base, jobs := burstJobs(t, ctx, 1, 2)
-	book := &offerBook{}
-	ld := testLeader(benchModel(t, ctx, base), book)
-	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, base, job, book, ld := aReadyRun(t)
 	ld.sub.end()
 	ld.cycle(ctx, burstOffers(0))
-	running, err := base.RunningOf(ctx, jobs[0])
+	running, err := base.RunningOf(ctx, job)
 	if err != nil || len(running) != 0 {
 		t.Fatalf("running %v (%v); want nothing written ahead", running, err)
 	}
-	if r, err := base.ReadyOf(ctx, jobs[0]); err != nil || r.Count != 1 {
+	if r, err := base.ReadyOf(ctx, job); err != nil || r.Count != 1 {
 		t.Fatalf("ready %+v (%v); want the run still queued", r, err)
 	}
 	if accepted, declined := book.books(); len(accepted)+len(declined) > 0 {
@@ -104,20 +107,13 @@ func TestACycleOnTheOffersOfAnEndedStreamLaunchesNothing(t *testing.T) {
 // too, whose run reconciliation would otherwise end as lost. The next subscription launches
 // them in the same run.
 func TestTasksWhoseLaunchWasNeverSentAreQueuedAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base, jobs := burstJobs(t, ctx, 1, 2) // failover false
-	book := &offerBook{}
-	ld := testLeader(benchModel(t, ctx, base), book)
+	ctx, base, job, book, ld := aReadyRun(t)
 	ld.inst.hooks.writtenAhead = func() { ld.sub.end() }
-	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
-		t.Fatal(err)
-	}
 	ld.cycle(ctx, burstOffers(0))
 	if accepted, _ := book.books(); len(accepted) > 0 {
 		t.Fatalf("accepted %v on an ended stream", accepted)
 	}
-	running, err := base.RunningOf(ctx, jobs[0])
+	running, err := base.RunningOf(ctx, job)
 	if err != nil || len(running) != 0 {
 		t.Fatalf("running %v (%v); want none: the launch was never sent", running, err)
 	}
@@ -130,7 +126,7 @@ func TestTasksWhoseLaunchWasNeverSentAreQueuedAgain(t *testing.T) {
 	ld.inst.hooks.writtenAhead = nil
 	ld.sub = &subscription{caller: book, frameworkID: "fw-test"}
 	ld.cycle(ctx, burstOffers(1))
-	running, err = base.RunningOf(ctx, jobs[0])
+	running, err = base.RunningOf(ctx, job)
 	if err != nil || len(running) != 2 {
 		t.Fatalf("running %v (%v); want both shards launched by the next subscription", running, err)
 	}
@@ -181,16 +177,9 @@ func TestASessionsEndLeavesNoOffersForTheNext(t *testing.T) {
 // whose run was lost. A drop that may follow a run (an agent that no longer reports the task)
 // is a failure as before: no relaunch without failover.
 func TestATaskMesosDroppedBeforeItRanIsQueuedAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	base, jobs := burstJobs(t, ctx, 1, 2) // failover false
-	book := &offerBook{}
-	ld := testLeader(benchModel(t, ctx, base), book)
-	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, base, job, _, ld := aReadyRun(t)
 	ld.cycle(ctx, burstOffers(0))
-	running, err := base.RunningOf(ctx, jobs[0])
+	running, err := base.RunningOf(ctx, job)
 	if err != nil || len(running) != 2 {
 		t.Fatalf("running %v (%v); want both shards launched", running, err)
 	}
@@ -210,7 +199,7 @@ func TestATaskMesosDroppedBeforeItRanIsQueuedAgain(t *testing.T) {
 	if err != nil || len(failovers) != 1 || failovers[0].TaskID != ids[0].String() {
 		t.Fatalf("failover %v (%v); want only %s, which never ran", failovers, err, ids[0])
 	}
-	if left, err := base.RunningOf(ctx, jobs[0]); err != nil || len(left) != 0 {
+	if left, err := base.RunningOf(ctx, job); err != nil || len(left) != 0 {
 		t.Fatalf("running %v (%v); want both ended", left, err)
 	}
 }
