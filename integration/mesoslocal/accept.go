@@ -68,7 +68,7 @@ func (c *Cluster) accept(f *framework, acc *scheduler.Call_Accept) {
 				if exec != nil {
 					launchedExecutors[exec.ExecutorID.Value] = exec
 				}
-				c.launch(f, a, t)
+				c.launch(f, a, t, exec != nil)
 			}
 		case mesos.Offer_Operation_LAUNCH_GROUP:
 			for _, t := range launchTasks(op) {

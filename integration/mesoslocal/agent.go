@@ -147,18 +147,31 @@ func (a *agent) info() mesos.AgentInfo {
 	return mesos.AgentInfo{Hostname: a.hostname, Port: &port, ID: &mesos.AgentID{Value: a.id}, Resources: a.total.Clone()}
 }
 
-// liveExecutors are the agent's executors that hold resources, in id order.
-func (a *agent) liveExecutors() []*executor {
-	var out []*executor
+// agentExecutors are all the agent's executors, in id order: those the master knows, and those
+// that have ended but wait for the acknowledgement of a terminal update of one of their tasks
+// (TERMINATED), which the master has forgotten (Master::exitedExecutor).
+func (a *agent) agentExecutors() []*executor {
+	out := make([]*executor, 0, len(a.executors))
 	for _, e := range a.executors {
-		if e.state != execTerminated {
-			out = append(out, e)
-		}
+		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out
 }
 
+// liveExecutors are the agent's executors that hold resources, in id order: the master's view.
+func (a *agent) liveExecutors() []*executor {
+	var out []*executor
+	for _, e := range a.agentExecutors() {
+		if e.state != execTerminated {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// executorInfo is the master's record of an executor on the agent; nil for one it does not
+// know, including one that has ended but that the agent still keeps.
 func (a *agent) executorInfo(frameworkID, executorID string) *mesos.ExecutorInfo {
 	if e := a.executors[execKey{frameworkID, executorID}]; e != nil && e.state != execTerminated {
 		return &e.info
@@ -166,8 +179,10 @@ func (a *agent) executorInfo(frameworkID, executorID string) *mesos.ExecutorInfo
 	return nil
 }
 
-// runTask is the agent receiving a task from the master (MESOS.md §7.2).
-func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
+// runTask is the agent receiving a task from the master (MESOS.md §7.2); launch is the
+// master's launch_executor: it did not know the task's executor on the agent, and counted it
+// as starting with this task.
+func (a *agent) runTask(f *framework, t mesos.TaskInfo, launch bool) {
 	a.frameworks[f.id] = f.info
 	a.record(f)
 	if t.Command != nil {
@@ -176,13 +191,42 @@ func (a *agent) runTask(f *framework, t mesos.TaskInfo) {
 	}
 	key := execKey{f.id, t.Executor.ExecutorID.Value}
 	e := a.executors[key]
-	if e == nil {
+	dropped := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
+	switch {
+	case launch && e != nil:
+		// Slave::__run: the master asks for a new executor while the agent still has one by that
+		// id. Here it is always one that has ended, kept until its tasks' terminal updates are
+		// acknowledged: the master forgot it at its exit, the agent did not. The agent tells the
+		// master of its exit again, as the master now counts it as started (the scheduler gets
+		// another FAILURE, with status -1).
+		e.log().WithField("task", t.TaskID.Value).Warn("task dropped: its executor has ended and waits for acknowledgements of its tasks' terminal updates")
+		a.agentUpdate(f.id, t.TaskID.Value, e.id, dropped, mesos.REASON_EXECUTOR_TERMINATED,
+			"Master wants to launch executor, but one already exists")
+		if e.state == execTerminated {
+			a.exitedExecutor(e.frameworkID, e.id, -1)
+		} else {
+			a.shutdownExecutor(e, true) // an executor the master does not know: cannot happen here
+		}
+		return
+	case !launch && e == nil:
+		// Slave::__run: the task was meant for an executor an earlier task started, and there
+		// is none. The master hears of it from the ExitedExecutorMessage already on its way.
+		a.agentUpdate(f.id, t.TaskID.Value, t.Executor.ExecutorID.Value, dropped, mesos.REASON_EXECUTOR_TERMINATED,
+			"No executor is expected to launch and there is none running")
+		return
+	case e == nil:
 		e = a.newExecutor(f, *t.Executor)
 	}
 	switch e.state {
 	case execTerminating, execTerminated:
-		state := lostOr(f.partitionAware(), mesos.TASK_DROPPED)
-		a.agentUpdate(f.id, t.TaskID.Value, e.id, state, mesos.REASON_EXECUTOR_TERMINATED, "Executor terminating")
+		// Slave::__run: the master knows the executor (or started it earlier in this ACCEPT) but
+		// it is ending or has ended. Mesos's update carries no executor id here.
+		msg := "Executor terminating"
+		if e.state == execTerminated {
+			msg = "Executor terminated"
+		}
+		e.log().WithField("task", t.TaskID.Value).Warn("task dropped: " + msg)
+		a.agentUpdate(f.id, t.TaskID.Value, "", dropped, mesos.REASON_EXECUTOR_TERMINATED, msg)
 		return
 	}
 	e.tasks[t.TaskID.Value] = &agentTask{info: t, state: mesos.TASK_STAGING}
@@ -223,7 +267,11 @@ func (a *agent) kill(f *framework, taskID string, policy *mesos.KillPolicy) {
 		e.dequeue(taskID)
 		t.state = mesos.TASK_KILLED
 		a.agentUpdate(f.id, taskID, e.id, mesos.TASK_KILLED, mesos.REASON_TASK_KILLED_DURING_LAUNCH, "Killed before delivery to the executor")
-		if !e.everSentTask() && len(e.queue) == 0 {
+		// MESOS-8411: Slave::kill shuts down a RUNNING executor left with no task it was ever
+		// sent. A REGISTERING one is left be ("TODO(mzhu): Consider shutting down the executor
+		// here"): a task sent to it meanwhile is queued as usual, and the same check is made at
+		// its SUBSCRIBE (executorSubscribed).
+		if e.state == execRunning && !e.everSentTask() && len(e.queue) == 0 {
 			a.shutdownExecutor(e, true)
 		}
 	case e.command != nil:
@@ -243,11 +291,17 @@ func (a *agent) message(frameworkID, executorID string, data []byte) {
 }
 
 // removeFramework shuts down a removed framework's executors without status updates and
-// forgets its pending updates.
+// forgets its pending updates (Slave::shutdownFramework). An executor that has ended and waits
+// for acknowledgements it will not get now is removed at once.
 func (a *agent) removeFramework(frameworkID string) {
 	for k, e := range a.executors {
-		if k.framework == frameworkID {
-			e.silent = true
+		if k.framework != frameworkID {
+			continue
+		}
+		e.silent = true
+		if e.state == execTerminated {
+			a.removeExecutor(e)
+		} else {
 			a.shutdownExecutor(e, false)
 		}
 	}

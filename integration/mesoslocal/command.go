@@ -24,6 +24,13 @@ type commandTask struct {
 
 func (a *agent) runCommandTask(f *framework, t mesos.TaskInfo) {
 	id := t.TaskID.Value
+	if a.executors[execKey{f.id, id}] != nil {
+		// Slave::__run, MESOS-9657: the command executor of an earlier task with this id is still
+		// kept (it has ended, its task's terminal update not yet acknowledged).
+		a.agentUpdate(f.id, id, id, lostOr(f.partitionAware(), mesos.TASK_DROPPED), mesos.REASON_TASK_INVALID,
+			"Cannot reuse an already existing executor for a command task")
+		return
+	}
 	info := mesos.ExecutorInfo{ExecutorID: mesos.ExecutorID{Value: id}, FrameworkID: &mesos.FrameworkID{Value: f.id},
 		Command: t.Command, Name: ptr("Command Executor (Task: " + id + ")")}
 	e := &executor{a: a, frameworkID: f.id, id: id, info: info, checkpoint: f.checkpoint(), pa: f.partitionAware(),

@@ -346,7 +346,9 @@ func (e *executor) destroy(reason *mesos.TaskStatus_Reason, msg string) {
 }
 
 // executorExited handles the end of an executor process (MESOS.md §6.5): its live tasks
-// fail, the framework gets FAILURE, its resources are freed and its id is free again.
+// fail, the framework gets FAILURE, and the master forgets it and frees its resources. The
+// agent keeps it, TERMINATED, until the terminal updates of its tasks are acknowledged, and its
+// id is not free until then (Slave::executorTerminated, runTask).
 func (a *agent) executorExited(e *executor, status int32) {
 	if e.state == execTerminated {
 		return
@@ -378,10 +380,30 @@ func (a *agent) executorExited(e *executor, status int32) {
 				a.agentUpdate(e.frameworkID, id, e.id, state, reason, msg)
 			}
 		}
-		if f := a.c.frameworks[e.frameworkID]; f != nil && a.linked() && e.command == nil {
-			f.send(failureEvent(a.id, e.id, status))
+		if e.command == nil { // the master does not know the built-in command executor
+			a.exitedExecutor(e.frameworkID, e.id, status)
 		}
 	}
+	// Executor::incompleteTasks: e.tasks holds the tasks whose terminal update is not yet
+	// acknowledged; the last acknowledgement removes the executor (agent.acknowledged). A
+	// framework being shut down acknowledges nothing, so its executors go at once.
+	if e.silent || len(e.tasks) == 0 {
+		a.removeExecutor(e)
+	}
+}
+
+// exitedExecutor is the agent's ExitedExecutorMessage: the master forgets the executor (its
+// view is the agent's live executors) and tells the framework, if it is connected, with a
+// FAILURE event (Master::exitedExecutor). A message the master cannot get is lost.
+func (a *agent) exitedExecutor(frameworkID, executorID string, status int32) {
+	if f := a.c.frameworks[frameworkID]; f != nil && a.linked() {
+		f.send(failureEvent(a.id, executorID, status))
+	}
+}
+
+// removeExecutor is Slave::removeExecutor: the agent forgets an executor that has ended, which
+// then shows among its framework's completed executors, and its id is free. Caller holds c.mu.
+func (a *agent) removeExecutor(e *executor) {
 	if a.executors[execKey{e.frameworkID, e.id}] == e {
 		delete(a.executors, execKey{e.frameworkID, e.id})
 	}

@@ -499,8 +499,33 @@ func (x *execConn) next(want executor.Event_Type) executor.Event {
 	}
 }
 
-// update sends an executor UPDATE of a task.
-func (x *execConn) update(taskID string, state mesos.TaskState) {
+// sentBefore sends an UPDATE of a task and returns the events, but ACKNOWLEDGEDs and HEARTBEATs,
+// that the agent sent on the connection before it acknowledged that update: whatever it had
+// sent to the executor by the time it took the update.
+func (x *execConn) sentBefore(taskID string, state mesos.TaskState) []executor.Event_Type {
+	x.t.Helper()
+	uuid := x.update(taskID, state)
+	var out []executor.Event_Type
+	deadline := time.After(wait)
+	for {
+		select {
+		case ev, ok := <-x.events:
+			switch {
+			case !ok:
+				x.t.Fatalf("executor connection ended after %v; want the ACKNOWLEDGED of the update", out)
+			case ev.Type == executor.Event_ACKNOWLEDGED && bytes.Equal(ev.Acknowledged.UUID, uuid):
+				return out
+			case ev.Type != executor.Event_ACKNOWLEDGED && ev.Type != executor.Event_HEARTBEAT:
+				out = append(out, ev.Type)
+			}
+		case <-deadline:
+			x.t.Fatalf("no ACKNOWLEDGED of the update within %v (events before: %v)", wait, out)
+		}
+	}
+}
+
+// update sends an executor UPDATE of a task and returns its uuid.
+func (x *execConn) update(taskID string, state mesos.TaskState) []byte {
 	x.t.Helper()
 	uuid := make([]byte, 16)
 	rand.Read(uuid)
@@ -511,6 +536,7 @@ func (x *execConn) update(taskID string, state mesos.TaskState) {
 	if resp, text := rawPost(x.t, x.url, "application/json", "", "", body); resp.StatusCode != http.StatusAccepted {
 		x.t.Fatalf("executor UPDATE: %d %q", resp.StatusCode, text)
 	}
+	return uuid
 }
 
 // runT1 launches task t1 on executor e of a raw executor-API client, which takes it and reports

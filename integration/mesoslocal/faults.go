@@ -148,17 +148,45 @@ func (c *Cluster) reregister(a *agent) {
 		}
 	}
 	a.log.WithFields(logrus.Fields{"was_unreachable": wasUnreachable, "after_master_failover": rejoined}).Info("agent re-registered")
+	// A framework removed while the agent was cut off is shut down on it now, if the master
+	// still remembers its id (Master::reconcileKnownSlave for an agent it kept,
+	// Master::__reregisterSlave for one it had marked unreachable): the removal itself reached
+	// only the agents the master could reach (Cluster.removeFramework).
+	removed := map[string]bool{}
+	for k := range a.executors {
+		if c.frameworks[k.framework] == nil && slices.Contains(c.removed, k.framework) {
+			removed[k.framework] = true
+		}
+	}
+	for k := range a.streams {
+		if c.frameworks[k.framework] == nil && slices.Contains(c.removed, k.framework) {
+			removed[k.framework] = true
+		}
+	}
+	for _, id := range sortedKeys(removed) {
+		a.log.WithField("framework", id).Info("shutting down a framework removed while the agent was away")
+		a.removeFramework(id)
+	}
 	reported := map[taskKey]*agentTask{}
 	for k, e := range a.executors {
+		if removed[k.framework] {
+			continue // being shut down
+		}
 		f := c.frameworks[k.framework]
-		if f == nil && !e.orphaned && e.state != execTerminating && e.state != execTerminated && !slices.Contains(c.removed, k.framework) {
+		// An executor that has ended but waits for acknowledgements is still the framework's, and
+		// brings it back as a live one does.
+		if f == nil && !e.orphaned && e.state != execTerminating {
 			if info, ok := a.frameworks[k.framework]; ok {
 				f = c.recoverFramework(k.framework, info)
 			}
 		}
 		if e.orphaned || f == nil {
 			e.silent = true
-			a.shutdownExecutor(e, false)
+			if e.state == execTerminated {
+				a.removeExecutor(e)
+			} else {
+				a.shutdownExecutor(e, false)
+			}
 			continue
 		}
 		for id, t := range e.tasks {
@@ -247,11 +275,16 @@ func (c *Cluster) MarkAgentGone(id string) error {
 	return nil
 }
 
-// killAll destroys every executor of the agent without status updates (the agent shuts down).
+// killAll destroys every executor of the agent without status updates (the agent shuts down,
+// and removes even the executors that wait for acknowledgements).
 func (a *agent) killAll() {
 	for _, e := range a.executors {
 		e.silent = true
-		e.destroy(nil, "")
+		if e.state == execTerminated {
+			a.removeExecutor(e)
+		} else {
+			e.destroy(nil, "")
+		}
 	}
 	for k, s := range a.streams {
 		s.stop()
@@ -327,6 +360,10 @@ func (c *Cluster) RestartAgent(id string) error {
 	for _, e := range a.executors {
 		if !e.checkpoint {
 			e.silent, e.forgotten = true, true
+			if e.state == execTerminated {
+				a.removeExecutor(e) // not recovered: the restarted agent knows nothing of it
+				continue
+			}
 			e.destroy(nil, "")
 		}
 		e.reregistered = false

@@ -300,6 +300,9 @@ func (c *Cluster) disconnected(f *framework, st *stream) {
 
 // removeFramework is TEARDOWN and failover-timeout expiry: offers discarded without RESCIND,
 // tasks forgotten without updates, executors shut down, the id remembered as removed.
+// Master::removeFramework tells only the agents it can reach (an agent ignores the message
+// while disconnected, Slave::shutdownFramework); the others are told when they re-register, if
+// the master still remembers the id then (reregister).
 func (c *Cluster) removeFramework(f *framework, why string) {
 	c.log.WithFields(logrus.Fields{"framework": f.id, "why": why}).Info("removing framework")
 	f.stopTimers()
@@ -314,6 +317,8 @@ func (c *Cluster) removeFramework(f *framework, why string) {
 		c.removed = c.removed[n:]
 	}
 	for _, a := range c.agents {
-		a.removeFramework(f.id)
+		if a.linked() {
+			a.removeFramework(f.id)
+		}
 	}
 }

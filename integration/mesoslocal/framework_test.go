@@ -10,6 +10,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/executor"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 
@@ -137,6 +138,49 @@ func TestTeardown(t *testing.T) {
 	await.True(t, wait, "executor process reaped", func() bool { return processGone(pid) })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("sandbox %s removed: %v", dir, err)
+	}
+}
+
+// Items 13 and 34: the master tells only the agents it can reach to shut a removed framework
+// down (Mesos's Master::removeFramework sends ShutdownFrameworkMessage to its registered agents,
+// and an agent ignores it while disconnected). An agent cut off at the TEARDOWN, partitioned or
+// already unreachable, runs the framework's executors on, and is told when it re-registers
+// (Master::reconcileKnownSlave, Master::__reregisterSlave).
+func TestTeardownReachesACutOffAgentWhenItReregisters(t *testing.T) {
+	for _, unreachable := range []bool{false, true} {
+		pingTimeout := time.Hour
+		if unreachable {
+			pingTimeout = 100 * time.Millisecond
+		}
+		c := newCluster(t, func(o *mesoslocal.Options) { o.AgentPingTimeout = pingTimeout })
+		s := subscribe(t, c.URL(), codec, paInfo())
+		x, o := runT1(t, s, testExecutor("e1", "nosubscribe"))
+		agent := o.AgentID.Value
+		if err := c.PartitionAgent(agent); err != nil {
+			t.Fatal(err)
+		}
+		if unreachable {
+			waitAgentState(t, c, agent, "unreachable")
+		}
+		s.MustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
+		select {
+		case <-s.Closed():
+		case <-time.After(wait):
+			t.Fatal("stream not closed by TEARDOWN")
+		}
+		// A SHUTDOWN sent at the TEARDOWN would be on the executor's stream before the
+		// acknowledgement of an update sent after it.
+		if got := x.sentBefore("t1", mesos.TASK_RUNNING); len(got) != 0 {
+			t.Fatalf("unreachable=%v: the agent sent the executor %v after the TEARDOWN; want nothing until it re-registers", unreachable, got)
+		}
+		if err := c.HealAgent(agent); err != nil {
+			t.Fatal(err)
+		}
+		x.next(executor.Event_SHUTDOWN)
+		await.True(t, wait, "the framework completed on the agent once e1 was killed", func() bool {
+			st := agentState(t, agentURL(o))
+			return len(st.Frameworks) == 0 && len(st.CompletedFrameworks) == 1
+		})
 	}
 }
 

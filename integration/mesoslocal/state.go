@@ -381,7 +381,9 @@ func (a *agent) stateJSON(w http.ResponseWriter, r *http.Request) {
 		Attributes: map[string]any{}, Flags: map[string]any{"work_dir": a.c.opts.WorkDir},
 		Frameworks: []agentFwDoc{}, CompletedFrameworks: []agentFwDoc{}}
 	frameworks := map[string]*agentFwDoc{}
-	for _, e := range a.liveExecutors() {
+	// Every executor the agent keeps, as Mesos's agent lists its Framework's executors: one that
+	// has ended stays listed until its tasks' terminal updates are acknowledged.
+	for _, e := range a.agentExecutors() {
 		fd := frameworks[e.frameworkID]
 		if fd == nil {
 			if rec := a.records[e.frameworkID]; rec != nil {

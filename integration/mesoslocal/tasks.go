@@ -31,10 +31,11 @@ func terminal(s mesos.TaskState) bool {
 	return false
 }
 
-// launch records a validated task as STAGING (no update is sent) and hands it to the agent.
-func (c *Cluster) launch(f *framework, a *agent, t mesos.TaskInfo) {
+// launch records a validated task as STAGING (no update is sent) and hands it to the agent;
+// launchExecutor: the task starts its executor, as far as the master knows.
+func (c *Cluster) launch(f *framework, a *agent, t mesos.TaskInfo, launchExecutor bool) {
 	f.tasks[t.TaskID.Value] = newTask(a, t)
-	a.runTask(f, t)
+	a.runTask(f, t, launchExecutor)
 }
 
 // newTask is the master's record of a task on an agent, in TASK_STAGING.

@@ -3,6 +3,7 @@ package mesoslocal_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -39,7 +40,8 @@ func withURI(e *mesos.ExecutorInfo, uri string) *mesos.ExecutorInfo {
 
 // Items 23 and 28 (kill before delivery): no STAGING update is ever sent, but reconciliation
 // reports STAGING while the executor is still being fetched; a kill then answers
-// TASK_KILLED / REASON_TASK_KILLED_DURING_LAUNCH.
+// TASK_KILLED / REASON_TASK_KILLED_DURING_LAUNCH, and the executor, never sent a task, is shut
+// down once it subscribes.
 func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 	c := newCluster(t)
 	url, release := slowFetch(t)
@@ -58,6 +60,10 @@ func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 	}
 	s.Ack(st)
 	release()
+	// Left with nothing to run, the executor is shut down when it subscribes (Slave::subscribe).
+	if f := s.Await("FAILURE", isType(scheduler.Event_FAILURE)).Failure; f.GetExecutorID().GetValue() != "e1" {
+		t.Fatalf("FAILURE %v; want executor e1's", f.String())
+	}
 	s.None("STAGING update", 300*time.Millisecond, updateOf("t1", mesos.TASK_STAGING))
 }
 
@@ -222,6 +228,110 @@ func TestFailureOnACleanExecutorExit(t *testing.T) {
 	}
 	if !processGone(pid) {
 		t.Fatalf("executor %d still alive", pid)
+	}
+}
+
+// Items 29 and 42: an executor that exits while a terminal update of one of its tasks is not
+// yet acknowledged stays on the agent, TERMINATED, until that acknowledgement (Mesos's
+// Slave::executorTerminated removes it only when it has no incomplete task), whereas the master
+// forgets it at once (Master::exitedExecutor): it is in no offer's executor_ids and not in
+// /master/state. A task launched meanwhile with its id is sent to start a new executor and
+// dropped (Slave::__run: "Master wants to launch executor, but one already exists"), and the
+// agent reports the executor's exit again (FAILURE, status -1); a second task for it in the same
+// ACCEPT, which the master sends to the executor it believes it has just started, is dropped as
+// "Executor terminated". A KILL of the failed task is ignored (Slave::kill). Once the TASK_FAILED
+// is acknowledged the executor is gone and its id starts a new one.
+func TestAnExitedExecutorHoldsItsIDUntilItsTerminalUpdatesAreAcknowledged(t *testing.T) {
+	for _, pa := range []bool{true, false} {
+		c := newCluster(t)
+		info, dropped := frameworkInfo(), mesos.TASK_LOST
+		if pa {
+			info, dropped = paInfo(), mesos.TASK_DROPPED
+		}
+		s := subscribe(t, c.URL(), codec, info)
+		o := s.Offers()[0]
+		agent := o.AgentID.Value
+		s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "exit3"))
+		s.Ack(s.Update("t1", mesos.TASK_RUNNING))
+		failed := s.Update("t1", mesos.TASK_FAILED) // acknowledged only at the end
+		s.Await("FAILURE of e1", isType(scheduler.Event_FAILURE))
+
+		o = wholeAgentOffer(s)
+		if len(o.ExecutorIDs) != 0 {
+			t.Fatalf("PA=%v: offer lists executors %v; the master forgot e1 when it exited", pa, o.ExecutorIDs)
+		}
+		if execs := frameworkField(t, c, s.FrameworkID, "executors").([]any); len(execs) != 0 {
+			t.Fatalf("PA=%v: /master/state lists executors %v; want none", pa, execs)
+		}
+		fws := agentState(t, agentURL(o)).Frameworks
+		if len(fws) != 1 || !slices.Equal(executorIDs(fws[0].Executors), []string{"e1"}) || len(fws[0].CompletedExecutors) != 0 {
+			t.Fatalf("PA=%v: the agent's frameworks %+v; want e1 still among its executors", pa, fws)
+		}
+
+		s.MustCall(calls.Kill("t1", agent)) // ignored: its executor is TERMINATED
+		e := testExecutor("e1", "basic")
+		s.Launch(o, task("t2", o, e, "run"), task("t3", o, e, "run"))
+		for _, want := range []struct{ task, msg, executor string }{
+			{"t2", "Master wants to launch executor, but one already exists", "e1"},
+			{"t3", "Executor terminated", ""}, // Mesos names no executor in this one
+		} {
+			st := s.Update(want.task)
+			if *st.State != dropped || st.GetReason() != mesos.REASON_EXECUTOR_TERMINATED || st.GetMessage() != want.msg ||
+				st.GetSource() != mesos.SOURCE_AGENT || len(st.UUID) != 16 || st.GetExecutorID().GetValue() != want.executor {
+				t.Fatalf("PA=%v: %s: %v; want %v / EXECUTOR_TERMINATED %q from the agent, with a uuid and executor id %q",
+					pa, want.task, st.String(), dropped, want.msg, want.executor)
+			}
+			s.Ack(st)
+		}
+		if f := s.Await("FAILURE of e1 again", isType(scheduler.Event_FAILURE)).Failure; f.GetExecutorID().GetValue() != "e1" || f.GetStatus() != -1 {
+			t.Fatalf("PA=%v: FAILURE %v; want e1's exit reported again, status -1", pa, f.String())
+		}
+
+		s.Ack(failed)
+		nothingSoFar(t, s, "an answer to the KILL of t1", func(ev scheduler.Event) bool {
+			return updateOf("t1")(ev) && ev.Update.Status.GetState() != mesos.TASK_FAILED // the head, re-sent before the ack
+		})
+		o = offerWith(s, 0.6)
+		s.Launch(o, task("t4", o, testExecutor("e1", "basic"), "run"))
+		if st := s.Update("t4"); *st.State != mesos.TASK_RUNNING {
+			t.Fatalf("PA=%v: t4 after t1's end was acknowledged: %v; want TASK_RUNNING on a new e1", pa, st.String())
+		}
+	}
+}
+
+// wholeAgentOffer declines offers until one holds the whole agent: one made after everything
+// that ran there has ended.
+func wholeAgentOffer(s *sched) mesos.Offer {
+	for {
+		for _, o := range s.Offers() {
+			if cpus(o) >= 4 {
+				return o
+			}
+			s.MustCall(calls.Decline(o.ID).With(calls.RefuseSeconds(0)))
+		}
+	}
+}
+
+// Item 28, MESOS.md §3.5: a KILL of the only task of an executor that is still REGISTERING
+// answers TASK_KILLED but leaves the executor be (Mesos's Slave::kill, REGISTERING case); a task
+// sent to it before it subscribes is queued and launched after SUBSCRIBED, as usual.
+func TestAKillDuringLaunchLeavesTheRegisteringExecutorForLaterTasks(t *testing.T) {
+	c := newCluster(t)
+	url, release := slowFetch(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, withURI(testExecutor("e1", "basic"), url), "run"))
+	s.MustCall(calls.Kill("t1", o.AgentID.Value))
+	st := s.Update("t1")
+	if *st.State != mesos.TASK_KILLED || *st.Reason != mesos.REASON_TASK_KILLED_DURING_LAUNCH {
+		t.Fatalf("kill during launch: %v; want TASK_KILLED / KILLED_DURING_LAUNCH", st.String())
+	}
+	s.Ack(st)
+	o = s.Offers()[0]
+	s.Launch(o, task("t2", o, withURI(testExecutor("e1", "basic"), url), "run"))
+	release()
+	if st := s.Update("t2"); *st.State != mesos.TASK_RUNNING {
+		t.Fatalf("t2, sent to the registering e1: %v; want TASK_RUNNING", st.String())
 	}
 }
 

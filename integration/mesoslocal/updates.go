@@ -118,6 +118,11 @@ func (a *agent) acknowledged(frameworkID, taskID string, uuid []byte) {
 			if t := e.tasks[taskID]; t != nil && k.framework == frameworkID {
 				e.completeTask(taskID, t)
 				delete(e.tasks, taskID)
+				// Slave::_statusUpdateAcknowledgement: an executor that has ended goes with the
+				// acknowledgement of its last task's terminal update.
+				if e.state == execTerminated && len(e.tasks) == 0 {
+					a.removeExecutor(e)
+				}
 			}
 		}
 		return
