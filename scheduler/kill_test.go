@@ -3,12 +3,15 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/scheduler/producer"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -219,5 +222,60 @@ func TestStartingAndKillingUpdatesAreAcknowledgedAndChangeNothing(t *testing.T) 
 	}
 	if f, err := w.base.Failovers(ctx); err != nil || len(f) != 0 {
 		t.Fatalf("failover queue %v (%v); want empty", f, err)
+	}
+}
+
+// A disable that comes while an offer cycle is under way — the cycle read the queues before
+// the disable marker and launches a failover relaunch after it — kills what the cycle
+// launched: the running queue is read on the event loop, after the cycle. Read at once, it
+// held nothing of the job yet, and the relaunch ran until it reported RUNNING.
+func TestADisableDuringAnOfferCycleKillsWhatTheCycleLaunched(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 1, func(j *config.Job) { j.Failover = true })
+	job := jobs[0]
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.inst.ld = ld
+	if err := ld.store.AddReady(ctx, job, false); err != nil {
+		t.Fatal(err)
+	}
+	ld.cycle(ctx, burstOffers(0))
+	running, err := base.RunningOf(ctx, job)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running %v (%v); want the run's one task", running, err)
+	}
+	id, _ := taskid.Parse(running[0].TaskID)
+	ld.update(ctx, fromMaster(id, mesos.TASK_LOST, mesos.REASON_AGENT_REMOVED)) // failed over
+	ld.relaunch = newRelaunches(time.Nanosecond, time.Nanosecond)
+
+	disabled := make(chan error, 1)
+	ld.inst.hooks.packed = func() {
+		ld.inst.hooks.packed = nil
+		go func() { disabled <- ld.inst.DisableJob(ctx, job) }()
+		// On the loop's goroutine: no t.Fatal here; a marker that never shows fails below.
+		for ctx.Err() == nil {
+			if off, err := ld.store.JobOrAppDisabled(ctx, config.Job{JobName: job, AppName: "app"}); err == nil && off {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	serving(t, ctx, ld, func() {
+		ld.events <- scheduler.Event{Type: scheduler.Event_OFFERS, Offers: &scheduler.Event_Offers{Offers: burstOffers(1)}}
+		if err := <-disabled; err != nil {
+			t.Fatal(err)
+		}
+		await.True(t, 10*time.Second, "the cycle's relaunch", func() bool { launched, _ := fake.launchesAndKills(); return launched == 2 })
+	})
+	relaunched, err := base.RunningOf(ctx, job)
+	if err != nil || len(relaunched) != 1 {
+		t.Fatalf("running %v (%v); want the relaunch the cycle made", relaunched, err)
+	}
+	fake.mu.Lock()
+	kills := slices.Clone(fake.kills)
+	fake.mu.Unlock()
+	if !slices.Equal(kills, []string{relaunched[0].TaskID}) {
+		t.Fatalf("killed %v; want the relaunch %s", kills, relaunched[0].TaskID)
 	}
 }

@@ -58,6 +58,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	ld.forgetUnlisted(ctx, byAgent)
 	res := ld.pack(ctx, w, agents, time.Now())
 	ld.recordUnplaced(w, res)
+	if h := ld.inst.hooks.packed; h != nil {
+		h()
+	}
 
 	// The write-ahead goes in multis of whole jobs, each below ZooKeeper's request limit
 	// (jute.maxbuffer, 1 MB: about 5,000 task nodes); a burst larger than one multi would

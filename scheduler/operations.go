@@ -85,36 +85,44 @@ func (ld *leader) onLoop(ctx context.Context, f func(context.Context)) error {
 }
 
 // killJobs kills the running tasks of the jobs; their KILLED updates end them in the state.
+// The running queue is read on the event loop, after any offer cycle under way: a cycle that
+// read the queues before the caller's disable and launches after it has its tasks in the
+// queue by then, and one that begins after it sees the disable. Read before, such a task
+// would run until it reported RUNNING.
 func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
-	var ids []taskid.ID
-	for _, job := range jobs {
-		running, err := ld.store.RunningOf(ctx, job)
-		if err != nil {
-			return err
-		}
-		for _, r := range running {
-			if id, err := taskid.Parse(r.TaskID); err == nil {
-				ids = append(ids, id)
+	var readErr error
+	err := ld.onLoop(ctx, func(ctx context.Context) {
+		var ids []taskid.ID
+		for _, job := range jobs {
+			running, err := ld.store.RunningOf(ctx, job)
+			if err != nil {
+				readErr = err
+				return
+			}
+			for _, r := range running {
+				if id, err := taskid.Parse(r.TaskID); err == nil {
+					ids = append(ids, id)
+				}
 			}
 		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	err := ld.onLoop(ctx, func(ctx context.Context) {
 		for _, id := range ids {
 			ld.kill(ctx, id.String(), id.AgentID)
 		}
-		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Info("killed running tasks")
+		if len(ids) > 0 {
+			ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Info("killed running tasks")
+		}
 	})
 	if errors.Is(err, errNotServing) {
 		// The change is in ZooKeeper: the kills wait for the next subscription, whose
 		// reconciliation also kills every running task of a deleted or disabled job
 		// (plan.Decide), should this leader end first.
-		ld.log.WithFields(logrus.Fields{"jobs": jobs, "tasks": len(ids)}).Warn("not subscribed to Mesos: the tasks are killed once it is")
+		ld.log.WithField("jobs", jobs).Info("not subscribed to Mesos: running tasks of the jobs are killed once it is")
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return readErr
 }
 
 // servedNow is closed when the loop's subscription ends; nil while the loop serves none.

@@ -48,6 +48,9 @@ type hooks struct {
 	// confirmed, if set, is told the outcome of every confirmation of the leadership (before
 	// a subscription or a kill).
 	confirmed func(error)
+	// packed, if set, is called when an offer cycle has placed its work, before its
+	// write-ahead.
+	packed func()
 	// writtenAhead, if set, is called after each write-ahead of an offer cycle, before its
 	// ACCEPTs.
 	writtenAhead func()
