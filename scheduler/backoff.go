@@ -334,8 +334,36 @@ func (ld *leader) wakeForWork(ctx context.Context) {
 	if w, err := ld.eligible(ctx); err == nil && len(w.Groups) == 0 {
 		return
 	}
+	ld.revive(ctx, time.Now())
+}
+
+// revive sends REVIVE: offers again, and every refusal filter cleared.
+func (ld *leader) revive(ctx context.Context, now time.Time) {
 	ld.call(ctx, calls.Revive())
 	ld.suppressed = false
+	ld.lastRevive = now
+}
+
+// reviveEvery is how often the leader REVIVEs while the last cycle left shards unplaced.
+const reviveEvery = 2 * refuseSeconds * time.Second
+
+// reviveForUnplaced REVIVEs every reviveEvery while the last offer cycle left shards unplaced.
+// Each declined offer filters its agent for refuseSeconds, from its own cycle: agents freed at
+// different moments come back in different OFFERS events, each alone, and stay out of phase
+// for as long as nothing REVIVEs (new work does). A run whose shards need several of them
+// together (a READY run places all or none) would see them one at a time for good. A REVIVE
+// clears every filter, and the next allocation offers the agents together.
+func (ld *leader) reviveForUnplaced(ctx context.Context, now time.Time) {
+	if ld.suppressed || now.Sub(ld.lastRevive) < reviveEvery {
+		return
+	}
+	ld.mu.Lock()
+	left := len(ld.unplaced) > 0
+	ld.mu.Unlock()
+	if left {
+		ld.log.Debug("shards were left unplaced: reviving, so that every agent is offered again at once")
+		ld.revive(ctx, now)
+	}
 }
 
 // clearStop lifts a job's stop mark and forgets its shards' backoff: an operator acted on the

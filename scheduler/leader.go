@@ -11,7 +11,6 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
-	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/api"
@@ -70,6 +69,7 @@ type leader struct {
 	// from other goroutines.
 	staleCount atomic.Int64
 	lastRecon  time.Time
+	lastRevive time.Time   // the last REVIVE's
 	reconOwed  bool        // the last explicit reconciliation could not read the running queue
 	recon      reconRun    // the explicit reconciliation under way (reconcile.go)
 	sweeping   atomic.Bool // a sweep of the deleted apps' executors is under way (sweepOrphans)
@@ -450,8 +450,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			// the refusal filters of the last declines, so that every agent is offered to the
 			// new work at once — SPREAD needs them all — instead of after the filters expire.
 			ld.log.WithField("suppressed", ld.suppressed).Debug("work appeared; reviving")
-			ld.call(ctx, calls.Revive())
-			ld.suppressed = false
+			ld.revive(ctx, time.Now())
 		case <-ld.due:
 			ld.wakeForWork(ctx)
 		case <-tick.C:
@@ -466,6 +465,7 @@ func (ld *leader) serve(ctx context.Context, streamErr <-chan error) error {
 			}
 			ld.retryReconcile(ctx, time.Now())
 			ld.wakeForWork(ctx)
+			ld.reviveForUnplaced(ctx, time.Now())
 			if ld.cfg.ReconcileInterval > 0 && time.Since(ld.lastRecon) >= ld.cfg.ReconcileInterval {
 				ld.reconcile(ctx)
 				ld.sweepOrphans(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
+	"github.com/mesos/mesos-go/api/v1/lib/scheduler"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -105,5 +106,38 @@ func TestARunLeftOutTooLongGetsAnAgentHeldForIt(t *testing.T) {
 				t.Errorf("after it launched: left out since %v (%v), agents held %v; want neither", since, ok, ld.starving.held)
 			}
 		})
+	}
+}
+
+// Each declined offer filters its agent for 5 s from its own cycle, so agents freed at
+// different moments come back one by one, out of phase, for as long as nothing REVIVEs; a run
+// needing several of them together would never see them in one cycle. While a cycle has left
+// shards unplaced the leader REVIVEs every reviveEvery, clearing the filters so that the next
+// allocation offers every agent at once; with nothing unplaced it does not.
+func TestTheLeaderRevivesWhileShardsAreLeftUnplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.CPUCount = 1 })
+	rec := &recordingCaller{calls: map[scheduler.Call_Type]int{}}
+	ld := testLeader(benchModel(t, ctx, base), rec)
+	if err := ld.store.AddReady(ctx, jobs[0], false); err != nil {
+		t.Fatal(err)
+	}
+	one := burstOffers(0)[:1]
+	one[0].Resources[0].Scalar.Value = 2 // the executor's cpu and one shard's: not both shards
+	ld.cycle(ctx, one)
+	now := time.Now()
+	ld.reviveForUnplaced(ctx, now)
+	if n := rec.calls[scheduler.Call_REVIVE]; n != 1 {
+		t.Fatalf("%d REVIVEs with a run left unplaced; want 1", n)
+	}
+	ld.reviveForUnplaced(ctx, now.Add(reviveEvery/2))
+	if n := rec.calls[scheduler.Call_REVIVE]; n != 1 {
+		t.Fatalf("%d REVIVEs within reviveEvery; want still 1", n)
+	}
+	ld.cycle(ctx, burstOffers(1)) // room for both: nothing left unplaced
+	ld.reviveForUnplaced(ctx, now.Add(2*reviveEvery))
+	if n := rec.calls[scheduler.Call_REVIVE]; n != 1 {
+		t.Fatalf("%d REVIVEs with nothing unplaced; want still 1", n)
 	}
 }
