@@ -45,8 +45,8 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 	ld.log.WithFields(logrus.Fields{"offers": len(offers), "groups": len(w.Groups)}).Debug("offer cycle")
 	if len(w.Groups) == 0 {
 		ld.recordUnplaced(w, binpack.Result{}) // nothing was left unplaced: forget the last cycle's reasons
-		ld.noteReservation(w, -1, false, nil)
 		ld.noteStarving(w, binpack.Result{}, time.Now())
+		ld.noteReservation(w, plan.Reservation{Group: -1})
 		ld.decline(ctx, offers, declineNoWork)
 		if !ld.suppressed {
 			ld.call(ctx, calls.Suppress())

@@ -16,60 +16,55 @@ import (
 )
 
 // starving remembers since when each READY run has been left out for want of resources, so
-// that one left out for --reserve-after goes first (plan.Reserve). Owned by the event loop.
+// that one left out for --reserve-after goes first (plan.Reserve), and which run agents are
+// held for, and which: Mesos offers an agent alone when a task there ends, and the hold must
+// outlast such cycles. Owned by the event loop.
 type starving struct {
 	since map[string]time.Time // by job
-	job   string               // the run the last cycle reserved for, and the agents it held
-	held  []string
+	job   string               // the run agents are held for, or that went first
+	held  map[string]bool      // by agent ID: the agents held for it
 }
-
-// reserveTries bounds the runs one cycle tries to reserve for, the longest left out first:
-// one that nothing could make room for (too large for any agent) must not keep the next from
-// its turn, and each try packs twice more.
-const reserveTries = 3
 
 // pack places the cycle's work: binpack.Pack, unless READY runs have been left out for
 // --reserve-after, when the one left out longest that can be helped goes first (plan.Reserve).
 func (ld *leader) pack(ctx context.Context, w plan.Work, agents []binpack.Agent, now time.Time) binpack.Result {
 	var res binpack.Result
-	first, reserved := -1, false
-	var held []string
+	r := plan.Reservation{Group: -1}
 	if starved := ld.longestStarved(w, now); len(starved) > 0 {
-		freeable, err := ld.freeable(ctx)
-		if err != nil {
+		if freeable, err := ld.freeable(ctx); err != nil {
 			ld.log.WithError(err).Warn("cannot read what the running tasks hold; no agent is held this cycle")
-			starved = nil
-		}
-		for _, g := range starved[:min(len(starved), reserveTries)] {
-			if res, held, reserved = plan.Reserve(w.Groups, g, agents, freeable); reserved {
-				first = g
-				break
-			}
+		} else {
+			res, r = plan.Reserve(w.Groups, starved, agents, freeable)
 		}
 	}
-	if !reserved {
+	if r.Group < 0 {
 		res = binpack.Pack(w.Groups, agents)
 	}
-	ld.noteReservation(w, first, reserved, held)
 	ld.noteStarving(w, res, now)
+	ld.noteReservation(w, r)
 	return res
 }
 
-// longestStarved returns the indexes in w.Groups of the READY runs left out for
-// --reserve-after or longer, the longest first.
-func (ld *leader) longestStarved(w plan.Work, now time.Time) []int {
+// longestStarved returns the READY runs left out for --reserve-after or longer, the longest
+// first, each with the agents held for it if it is the run agents are held for.
+func (ld *leader) longestStarved(w plan.Work, now time.Time) []plan.Starving {
 	if ld.cfg.ReserveAfter <= 0 {
 		return nil
 	}
-	var out []int
+	var out []plan.Starving
 	for g, grp := range w.Groups {
-		since, ok := ld.starving.since[w.Jobs[g].JobName]
+		job := w.Jobs[g].JobName
+		since, ok := ld.starving.since[job]
 		if grp.Integrity && ok && now.Sub(since) >= ld.cfg.ReserveAfter {
-			out = append(out, g)
+			s := plan.Starving{Group: g}
+			if job == ld.starving.job {
+				s.Held = ld.starving.held
+			}
+			out = append(out, s)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b int) int {
-		return ld.starving.since[w.Jobs[a].JobName].Compare(ld.starving.since[w.Jobs[b].JobName])
+	slices.SortStableFunc(out, func(a, b plan.Starving) int {
+		return ld.starving.since[w.Jobs[a.Group].JobName].Compare(ld.starving.since[w.Jobs[b.Group].JobName])
 	})
 	return out
 }
@@ -107,27 +102,35 @@ func (ld *leader) noteStarving(w plan.Work, res binpack.Result, now time.Time) {
 	maps.DeleteFunc(ld.starving.since, func(job string, _ time.Time) bool { return !keep[job] })
 }
 
-// noteReservation logs which run goes first when that changes, at Info, and the agents held
-// for it when they change, at Debug: offers come agent by agent, and the agents a cycle holds
-// are among those it was offered.
-func (ld *leader) noteReservation(w plan.Work, first int, reserved bool, held []string) {
-	job := ""
-	if reserved {
-		job = w.Jobs[first].JobName
-	}
-	if job == ld.starving.job && slices.Equal(held, ld.starving.held) {
-		return
-	}
+// noteReservation remembers which run went first this cycle and the agents held for it, and
+// logs when the run changes, at Info. A cycle that helped none (offered only agents that
+// cannot help) changes nothing: the hold ends when the run is no longer left out (noteStarving
+// has stopped its clock), placed or gone.
+func (ld *leader) noteReservation(w plan.Work, r plan.Reservation) {
 	was := ld.starving.job
-	ld.starving.job, ld.starving.held = job, held
-	log := ld.log.WithFields(logrus.Fields{"job": job, "agents": held, "after": ld.cfg.ReserveAfter})
 	switch {
+	case r.Group >= 0:
+		job := w.Jobs[r.Group].JobName
+		if job != ld.starving.job {
+			ld.starving.job, ld.starving.held = job, nil
+		}
+		if r.Fresh {
+			ld.starving.held = map[string]bool{}
+			for _, a := range r.Held {
+				ld.starving.held[a] = true
+			}
+		}
+	}
+	if _, left := ld.starving.since[ld.starving.job]; !left {
+		ld.starving.job, ld.starving.held = "", nil
+	}
+	switch job := ld.starving.job; {
 	case job == was:
-		log.Debug("agents held for the run left out longest")
 	case job == "":
-		ld.log.WithField("job", was).Info("no run left out past --reserve-after any longer: nothing goes first, no agent is held")
+		ld.log.WithField("job", was).Info("the run left out past --reserve-after was placed (or is gone): no agent is held for it any longer")
 	default:
-		log.Info("a run left out for want of resources goes before the others; agents that would fit it once this framework's tasks there end are held for it")
+		ld.log.WithFields(logrus.Fields{"job": job, "agents": slices.Sorted(maps.Keys(ld.starving.held)), "after": ld.cfg.ReserveAfter}).
+			Info("a run left out for want of resources goes before the others; agents that would fit it once this framework's tasks there end are held for it")
 	}
 }
 

@@ -141,3 +141,69 @@ func TestTheLeaderRevivesWhileShardsAreLeftUnplaced(t *testing.T) {
 		t.Fatalf("%d REVIVEs with nothing unplaced; want still 1", n)
 	}
 }
+
+// Mesos offers an agent alone when a task there ends. A run needing two agents, whose agents
+// were held in a cycle that offered both, keeps each one held in the cycles that offer it
+// alone — where it cannot fit by itself — or the small runs would take what each task's end
+// frees, one agent at a time, for ever.
+func TestAgentsHeldForARunStayHeldWhenOfferedAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base, jobs := burstJobs(t, ctx, 13, 1, func(j *config.Job) {
+		j.CPUCount = 1
+		if j.JobName == "job0000" {
+			j.CPUCount, j.ShardingTotalCount = 3.5, 2
+		}
+	})
+	fake := &ackRecorder{}
+	ld := testLeader(benchModel(t, ctx, base), fake)
+	ld.cfg.ReserveAfter = time.Nanosecond
+	wide, small := jobs[0], jobs[1:]
+	for _, n := range append([]string{wide}, small[:8]...) {
+		if err := ld.store.AddReady(ctx, n, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offer := func(round int, cpus map[string]float64) []mesos.Offer {
+		var out []mesos.Offer
+		for _, agent := range []string{"S0", "S1"} {
+			c, ok := cpus[agent]
+			if !ok {
+				continue
+			}
+			o := mesos.Offer{ID: mesos.OfferID{Value: fmt.Sprintf("O%d-%s", round, agent)}, AgentID: mesos.AgentID{Value: agent}, Hostname: agent,
+				Resources: []mesos.Resource{
+					{Name: "cpus", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: c}, Role: ptr("*")},
+					{Name: "mem", Type: mesos.SCALAR.Enum(), Scalar: &mesos.Value_Scalar{Value: 8192}, Role: ptr("*")},
+				}}
+			if round > 1 {
+				o.ExecutorIDs = []mesos.ExecutorID{{Value: taskid.Executor{AppName: "app", AgentID: agent}.String()}}
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	launched := func() int { n, _ := fake.launchesAndKills(); return n }
+
+	ld.cycle(ctx, offer(1, map[string]float64{"S0": 5, "S1": 5})) // the executor and 4 small runs on each
+	if launched() != 8 {
+		t.Fatalf("cycle 1: %d tasks launched; want the 8 small runs", launched())
+	}
+	for _, n := range small[8:] {
+		if err := ld.store.AddReady(ctx, n, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ld.cycle(ctx, offer(2, map[string]float64{"S0": 1, "S1": 1})) // a small task ended on each
+	if launched() != 8 || !ld.starving.held["S0"] || !ld.starving.held["S1"] {
+		t.Fatalf("cycle 2: %d tasks launched, agents held %v; want none more, S0 and S1 held", launched(), ld.starving.held)
+	}
+	ld.cycle(ctx, offer(3, map[string]float64{"S0": 2})) // another ended on S0: offered alone
+	if launched() != 8 {
+		t.Fatalf("cycle 3: %d tasks launched; want none: S0 stays held for %s", launched(), wide)
+	}
+	ld.cycle(ctx, offer(4, map[string]float64{"S0": 4, "S1": 4}))
+	if r, err := base.RunningOf(ctx, wide); err != nil || len(r) != 2 {
+		t.Fatalf("cycle 4: %s running %v (%v); want both shards", wide, r, err)
+	}
+}

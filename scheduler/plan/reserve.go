@@ -16,10 +16,34 @@ const (
 	ReasonHolding = "holding"
 )
 
-// Reserve packs a cycle in which the READY run groups[first] has been left out for too long,
-// for want of cpu or memory, while smaller work took what each cycle freed (the packer keeps
-// the packing that places the most shards, and a run that needs a whole agent never finds one
-// free). Failover work keeps its precedence (SPEC §5.4); then the starving run goes first:
+// ReserveTries bounds the starving runs one cycle tries (each try packs twice): those that
+// cannot fit on any one offered agent even once its tasks end are passed over without a try.
+const ReserveTries = 3
+
+// Starving is a READY run Reserve may put first: its group's index, and the IDs of the agents
+// held for it in earlier cycles.
+type Starving struct {
+	Group int
+	Held  map[string]bool
+}
+
+// Reservation is what Reserve decided for the cycle.
+type Reservation struct {
+	// Group is the index of the run that went first (placed, or agents held for it); -1 when
+	// none could be helped, and the caller keeps its own packing.
+	Group int
+	// Held lists the IDs of the agents held for it this cycle, in the order of agents; Fresh
+	// says they are those a packing of all of this cycle's agents chose (the caller remembers
+	// them), not only the earlier cycles' among those offered now.
+	Held  []string
+	Fresh bool
+}
+
+// Reserve packs a cycle in which READY runs (starved, the longest left out first) have been
+// left out for too long for want of cpu or memory while smaller work took what each cycle
+// freed: the packer keeps the packing that places the most shards, and a run that needs a whole
+// agent never finds one free. Failover work keeps its precedence (SPEC §5.4); then the first of
+// starved that can be helped goes first:
 //
 //   - if the offers hold it, it is placed before the other runs;
 //   - if not, but they would once this framework's tasks that end by themselves have ended
@@ -27,64 +51,115 @@ const (
 //     are held: nothing else goes there this cycle, so that what their tasks free adds up
 //     instead of going to smaller runs. Its shards are unplaced with ReasonHolding, and those
 //     of others that lost an agent to it with ReasonReserved;
-//   - if not even then (it needs more than this framework can free: another framework's
-//     tasks, or an agent too small), ok is false and the caller keeps its own packing: holding
-//     agents would starve the others for nothing.
-//
-// held lists the IDs of the agents held, in the order of agents.
-func Reserve(groups []binpack.Group, first int, agents []binpack.Agent, freeable map[string]binpack.Resources) (res binpack.Result, held []string, ok bool) {
+//   - if not even then, the agents held for it in earlier cycles that are offered now are held
+//     again: Mesos offers an agent alone when a task there ends, and a run needing several
+//     agents would lose each one's freed resources, cycle after cycle, to smaller runs;
+//   - else the next of starved is tried. When none can be helped (each needs more than this
+//     framework can free: an agent too small, another framework's tasks), Group is -1 and the
+//     caller keeps its own packing: holding agents would starve the others for nothing.
+func Reserve(groups []binpack.Group, starved []Starving, agents []binpack.Agent, freeable map[string]binpack.Resources) (binpack.Result, Reservation) {
+	none := Reservation{Group: -1}
+	var res binpack.Result
 	res.Placed = make([][]int, len(groups))
-	var failover, others []int
+	var failover []int
 	for g := range groups {
-		switch {
-		case g == first:
-		case groups[g].Integrity:
-			others = append(others, g)
-		default:
+		if !groups[g].Integrity {
 			failover = append(failover, g)
 		}
 	}
 	left := packSome(groups, failover, agents, nil, &res)
-
-	alone := binpack.Pack([]binpack.Group{groups[first]}, left)
-	if len(alone.Unplaced) == 0 {
-		res.Placed[first] = alone.Placed[0]
-		left = less(left, groups[first:first+1], alone.Placed)
-		packSome(groups, others, left, nil, &res)
-		return res, nil, true
-	}
 	potential := slices.Clone(left)
 	for i := range potential {
 		f := freeable[potential[i].ID]
 		potential[i].Free.CPUs += f.CPUs
 		potential[i].Free.MemMB += f.MemMB
 	}
-	could := binpack.Pack([]binpack.Group{groups[first]}, potential)
-	if len(could.Unplaced) > 0 {
-		return binpack.Result{}, nil, false
+	tries := 0
+	for _, s := range starved {
+		if tries == ReserveTries {
+			break
+		}
+		g := groups[s.Group]
+		if !fitsOne(g, potential) && !offered(s.Held, agents) {
+			continue
+		}
+		tries++
+		var others []int
+		for k := range groups {
+			if k != s.Group && groups[k].Integrity {
+				others = append(others, k)
+			}
+		}
+		alone := binpack.Pack([]binpack.Group{g}, left)
+		if len(alone.Unplaced) == 0 {
+			res.Placed[s.Group] = alone.Placed[0]
+			packSome(groups, others, less(left, groups[s.Group:s.Group+1], alone.Placed), nil, &res)
+			return res, Reservation{Group: s.Group}
+		}
+		hold := make([]bool, len(agents))
+		fresh := false
+		if could := binpack.Pack([]binpack.Group{g}, potential); len(could.Unplaced) == 0 {
+			for _, a := range could.Placed[0] {
+				hold[a] = true
+			}
+			fresh = true
+		} else {
+			for i, a := range agents {
+				hold[i] = s.Held[a.ID]
+			}
+		}
+		var held []string
+		for i, h := range hold {
+			if h {
+				held = append(held, agents[i].ID)
+			}
+		}
+		if len(held) == 0 {
+			continue
+		}
+		res.Placed[s.Group] = make([]int, len(g.Items))
+		holding := map[string]int{ReasonHolding: len(held)}
+		for k, item := range g.Items {
+			res.Placed[s.Group][k] = -1
+			res.Unplaced = append(res.Unplaced, binpack.Unplaced{Group: s.Group, Item: item, Reasons: holding})
+		}
+		packSome(groups, others, left, hold, &res)
+		return res, Reservation{Group: s.Group, Held: held, Fresh: fresh}
 	}
-	hold := make([]bool, len(agents))
-	for _, a := range could.Placed[0] {
-		hold[a] = true
-	}
-	for i, h := range hold {
-		if h {
-			held = append(held, agents[i].ID)
+	return binpack.Result{}, none
+}
+
+// fitsOne says whether one shard of g fits on one of agents, its app's executor counted where
+// none runs: a run none of whose shards fits anywhere cannot be helped by holding agents.
+func fitsOne(g binpack.Group, agents []binpack.Agent) bool {
+	const epsilon = 1e-9
+	for _, a := range agents {
+		need := g.Need
+		if !a.Executors[g.App] {
+			need.CPUs += g.Executor.CPUs
+			need.MemMB += g.Executor.MemMB
+		}
+		if need.CPUs <= a.Free.CPUs+epsilon && need.MemMB <= a.Free.MemMB+epsilon {
+			return true
 		}
 	}
-	res.Placed[first] = make([]int, len(groups[first].Items))
-	holding := map[string]int{ReasonHolding: len(held)}
-	for k, item := range groups[first].Items {
-		res.Placed[first][k] = -1
-		res.Unplaced = append(res.Unplaced, binpack.Unplaced{Group: first, Item: item, Reasons: holding})
+	return false
+}
+
+// offered says whether any of agents is in held.
+func offered(held map[string]bool, agents []binpack.Agent) bool {
+	for _, a := range agents {
+		if held[a.ID] {
+			return true
+		}
 	}
-	packSome(groups, others, left, hold, &res)
-	return res, held, true
+	return false
 }
 
 // packSome packs groups[which] on agents, leaving out those hold marks, into res (indexes of
 // the whole groups and agents), and returns agents less what it placed. Every shard unplaced
-// while agents were held also counts them as ReasonReserved.
+// while agents were held counts them as ReasonReserved; one that found no agent only because
+// every agent offered was held says so rather than "no offers".
 func packSome(groups []binpack.Group, which []int, agents []binpack.Agent, hold []bool, res *binpack.Result) []binpack.Agent {
 	if len(which) == 0 {
 		return agents
@@ -132,6 +207,9 @@ func packSome(groups []binpack.Group, which []int, agents []binpack.Agent, hold 
 			rs := maps.Clone(u.Reasons)
 			if rs == nil {
 				rs = map[string]int{}
+			}
+			if len(open) == 0 {
+				delete(rs, binpack.ReasonNoAgents)
 			}
 			rs[ReasonReserved] = nHeld
 			u.Reasons = rs

@@ -33,10 +33,12 @@ func TestReserve(t *testing.T) {
 	smalls := []binpack.Group{group("s1", 1, 1, true), group("s2", 1, 1, true), group("s3", 1, 1, true), group("s4", 1, 1, true)}
 	cases := []struct {
 		name     string
-		groups   []binpack.Group // the starving run is the first
+		groups   []binpack.Group // the starving run is the first, unless starved says
 		agents   []binpack.Agent
 		freeable map[string]binpack.Resources
+		starved  []Starving // default: the first group, nothing held before
 		ok       bool
+		first    int // the group that goes first, when ok
 		placed   string // per group: agent IDs, "-" for unplaced
 		held     []string
 		reasons  map[string]map[string]int // by job
@@ -82,6 +84,35 @@ func TestReserve(t *testing.T) {
 			ok:       false,
 		},
 		{
+			name:     "an agent held in an earlier cycle, offered alone, is held again: its freed cpu adds up",
+			groups:   append([]binpack.Group{group("wide", 2, 3.5, true)}, smalls...),
+			agents:   []binpack.Agent{agent("A", 1, "app")},
+			freeable: map[string]binpack.Resources{"A": {CPUs: 3}},
+			starved:  []Starving{{Group: 0, Held: map[string]bool{"A": true, "B": true}}},
+			ok:       true, placed: "wide:[- -] s1:[-] s2:[-] s3:[-] s4:[-]", held: []string{"A"},
+			reasons: map[string]map[string]int{"wide": {ReasonHolding: 1},
+				"s1": {ReasonReserved: 1}, "s2": {ReasonReserved: 1}, "s3": {ReasonReserved: 1}, "s4": {ReasonReserved: 1}},
+		},
+		{
+			name:     "an agent offered alone that was not held, for a run it cannot hold alone: nothing held",
+			groups:   append([]binpack.Group{group("wide", 2, 3.5, true)}, smalls...),
+			agents:   []binpack.Agent{agent("C", 1, "app")},
+			freeable: map[string]binpack.Resources{"C": {CPUs: 3}},
+			starved:  []Starving{{Group: 0, Held: map[string]bool{"A": true, "B": true}}},
+			ok:       false,
+		},
+		{
+			name:     "runs that fit on no agent are passed over without using up the tries",
+			groups:   append([]binpack.Group{group("h1", 1, 8, true), group("h2", 1, 8, true), group("h3", 1, 8, true), big}, smalls...),
+			agents:   []binpack.Agent{agent("A", 1, "app"), agent("B", 2, "app")},
+			freeable: map[string]binpack.Resources{"A": {CPUs: 3}},
+			starved:  []Starving{{Group: 0}, {Group: 1}, {Group: 2}, {Group: 3}},
+			ok:       true, first: 3, placed: "h1:[-] h2:[-] h3:[-] big:[-] s1:[B] s2:[B] s3:[-] s4:[-]", held: []string{"A"},
+			reasons: map[string]map[string]int{"big": {ReasonHolding: 1},
+				"h1": {binpack.ReasonCPU: 1, ReasonReserved: 1}, "h2": {binpack.ReasonCPU: 1, ReasonReserved: 1}, "h3": {binpack.ReasonCPU: 1, ReasonReserved: 1},
+				"s3": {binpack.ReasonCPU: 1, ReasonReserved: 1}, "s4": {binpack.ReasonCPU: 1, ReasonReserved: 1}},
+		},
+		{
 			name:     "a run of several shards holds every agent it needs",
 			groups:   append([]binpack.Group{group("wide", 2, 3.5, true)}, smalls...),
 			agents:   []binpack.Agent{agent("A", 0, "app"), agent("B", 1, "app"), agent("C", 2, "app")},
@@ -94,19 +125,26 @@ func TestReserve(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := fmt.Sprint(c.agents)
-			if plain := binpack.Pack(c.groups, c.agents); (plain.Placed[0][0] >= 0) != c.fitsAnyway {
-				t.Fatalf("binpack.Pack alone placed the first run at %v; want it placed: %v", plain.Placed[0], c.fitsAnyway)
+			if c.starved == nil {
+				c.starved = []Starving{{Group: 0}}
 			}
-			res, held, ok := Reserve(c.groups, 0, c.agents, c.freeable)
+			if plain := binpack.Pack(c.groups, c.agents); (plain.Placed[c.first][0] >= 0) != c.fitsAnyway {
+				t.Fatalf("binpack.Pack alone placed the run at %v; want it placed: %v", plain.Placed[c.first], c.fitsAnyway)
+			}
+			res, r := Reserve(c.groups, c.starved, c.agents, c.freeable)
 			if fmt.Sprint(c.agents) != before {
 				t.Fatalf("the agents changed: %v; were %v", c.agents, before)
 			}
-			if ok != c.ok {
-				t.Fatalf("ok %v; want %v", ok, c.ok)
+			if ok := r.Group >= 0; ok != c.ok {
+				t.Fatalf("a run went first: %v (%+v); want %v", ok, r, c.ok)
 			}
-			if !ok {
+			if !c.ok {
 				return
 			}
+			if r.Group != c.first {
+				t.Fatalf("group %d went first; want %d", r.Group, c.first)
+			}
+			held := r.Held
 			var placed []string
 			for g, p := range res.Placed {
 				var on []string
