@@ -85,24 +85,40 @@ func (ld *leader) onLoop(ctx context.Context, f func(context.Context)) error {
 }
 
 // killJobs kills the running tasks of the jobs; their KILLED updates end them in the state.
-// The running queue is read on the event loop, after any offer cycle under way: a cycle that
-// read the queues before the caller's disable and launches after it has its tasks in the
-// queue by then, and one that begins after it sees the disable. Read before, such a task
-// would run until it reported RUNNING.
-func (ld *leader) killJobs(ctx context.Context, jobs ...string) error {
-	var readErr error
-	err := ld.onLoop(ctx, func(ctx context.Context) {
-		var ids []taskid.ID
+//
+// afterCycle reads the running queue on the event loop, after any offer cycle under way: for
+// a disable, which the launch's write-ahead does not check, a cycle that read the queues
+// before the marker and launches after it has its tasks in the queue by then (one that
+// begins after it sees the marker). Read before, such a task would run until it reported
+// RUNNING. An update or a delete changes the job's config node, which the write-ahead does
+// check: a launch of the old config after it is refused, and the queue is read at once, as
+// a task a cycle launches after the read runs the new config and must not be killed.
+func (ld *leader) killJobs(ctx context.Context, afterCycle bool, jobs ...string) error {
+	var ids []taskid.ID
+	read := func(ctx context.Context) error {
 		for _, job := range jobs {
 			running, err := ld.store.RunningOf(ctx, job)
 			if err != nil {
-				readErr = err
-				return
+				return err
 			}
 			for _, r := range running {
 				if id, err := taskid.Parse(r.TaskID); err == nil {
 					ids = append(ids, id)
 				}
+			}
+		}
+		return nil
+	}
+	if !afterCycle {
+		if err := read(ctx); err != nil || len(ids) == 0 {
+			return err
+		}
+	}
+	var readErr error
+	err := ld.onLoop(ctx, func(ctx context.Context) {
+		if afterCycle {
+			if readErr = read(ctx); readErr != nil {
+				return
 			}
 		}
 		for _, id := range ids {
@@ -150,7 +166,7 @@ func (s *instance) DisableJob(ctx context.Context, job string) error {
 	if err := ld.store.DisableJob(ctx, job); err != nil {
 		return err
 	}
-	return ld.killJobs(ctx, job)
+	return ld.killJobs(ctx, true, job)
 }
 
 // EnableJob removes the marker and the stop, and reschedules the job. Enabling a job that is
@@ -182,7 +198,7 @@ func (s *instance) DisableApp(ctx context.Context, app string) error {
 	if err != nil {
 		return err
 	}
-	return ld.killJobs(ctx, jobs...)
+	return ld.killJobs(ctx, true, jobs...)
 }
 
 // EnableApp removes the app's marker and its jobs' stops, and reschedules its jobs.
@@ -265,7 +281,7 @@ func (s *instance) UpdateJob(ctx context.Context, j config.Job) error {
 	}
 	ld.stopCleared(j.JobName, "job update", wasStopped)
 	if prev.RestartsTasks(j) {
-		if err := ld.killJobs(ctx, j.JobName); err != nil {
+		if err := ld.killJobs(ctx, false, j.JobName); err != nil {
 			return err
 		}
 	}
@@ -284,7 +300,7 @@ func (s *instance) DeleteJob(ctx context.Context, job string) error {
 	}
 	ld.prod.Remove(job)
 	ld.relaunch.forgetJob(job)
-	return ld.killJobs(ctx, job)
+	return ld.killJobs(ctx, false, job)
 }
 
 // DeleteApp deletes the app and all its jobs, kills their tasks, and tells the app's live
@@ -306,7 +322,7 @@ func (s *instance) DeleteApp(ctx context.Context, app string) error {
 		ld.prod.Remove(j)
 		ld.relaunch.forgetJob(j)
 	}
-	if err := ld.killJobs(ctx, jobs...); err != nil {
+	if err := ld.killJobs(ctx, false, jobs...); err != nil {
 		return err
 	}
 	live, err := ld.masterExecutors(ctx)
