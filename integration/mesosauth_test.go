@@ -31,11 +31,21 @@ func TestFrameworkAuthentication(t *testing.T) {
 	})
 	await.True(t, 30*time.Second, "the scheduler without the secret stops", func() bool { return exited(without.proc) })
 	// Its last word is a line of its log format, which a collector parses (it was plain text).
-	lines := strings.Split(strings.TrimSpace(without.proc.log.String()), "\n")
+	// The process has exited, but its console may not be drained yet: the line is waited for
+	// whole, up to its newline.
+	var line string
 	var last struct{ Level, Msg, Error string }
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Level != "error" || last.Msg != "ejcloud-scheduler exits" ||
-		!strings.Contains(last.Error, "cannot reach Mesos") {
-		t.Fatalf("the scheduler's last line %q (%v); want a JSON error entry saying why it exits", lines[len(lines)-1], err)
+	await.True(t, 10*time.Second, "the scheduler's last line, whole", func() bool {
+		out := without.proc.log.String()
+		if !strings.HasSuffix(out, "\n") {
+			return false
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		line = strings.TrimSpace(lines[len(lines)-1])
+		return json.Unmarshal([]byte(line), &last) == nil
+	})
+	if last.Level != "error" || last.Msg != "ejcloud-scheduler exits" || !strings.Contains(last.Error, "cannot reach Mesos") {
+		t.Fatalf("the scheduler's last line %q; want a JSON error entry saying why it exits", line)
 	}
 
 	with := startScheduler(t, w.zk, w.mesos, "--mesos-principal", "ejcloud", "--mesos-secret-file", secret)
