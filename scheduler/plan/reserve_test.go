@@ -38,7 +38,7 @@ func TestReserve(t *testing.T) {
 		freeable map[string]binpack.Resources
 		starved  []Starving // default: the first group, nothing held before
 		ok       bool
-		first    int // the group that goes first, when ok
+		first    int    // the group that goes first, when ok
 		placed   string // per group: agent IDs, "-" for unplaced
 		held     []string
 		reasons  map[string]map[string]int // by job
