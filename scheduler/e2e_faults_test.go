@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -223,7 +224,10 @@ func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
 			records := filepath.Join(s.mesos.WorkDir(), "slaves", "*", "frameworks", "*", "executors", "*", "runs", "latest", taskend.Dir, "*")
 			var record string
 			await.True(t, 30*time.Second, "the run's end recorded while its executor is frozen", func() bool {
+				// Not the record's temporary file (taskend.Write renames it over the record):
+				// read as it is being written, it was empty.
 				m, _ := filepath.Glob(records)
+				m = slices.DeleteFunc(m, func(p string) bool { return strings.HasSuffix(p, ".tmp") })
 				if len(m) == 1 {
 					record = m[0]
 				}
