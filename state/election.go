@@ -17,7 +17,7 @@ var (
 	ErrResigned            = errors.New("state: leadership resigned")
 	ErrElectionNodeGone    = errors.New("state: election node deleted")
 	ErrElectionNodeChanged = errors.New("state: election node changed by someone else")
-	ErrDisconnectedTooLong = errors.New("state: disconnected from ZooKeeper for longer than the session timeout")
+	ErrDisconnectedTooLong = errors.New("state: ZooKeeper has not heard from this instance for most of the session timeout; it may expire the session")
 )
 
 const electionPrefix = "n_"
@@ -300,32 +300,35 @@ func (s *Store) lead(path string, version int32, expiries int) *Leadership {
 	return l
 }
 
-// watch ends the leadership when its node or session goes. It owns no state but the watch.
+// watch ends the leadership when its node or session goes, or may be going. It owns no state
+// but the watch.
+//
+// The server expires a session one session timeout (the one it negotiated, which its
+// min/maxSessionTimeout may make other than the one asked for) after the last packet it
+// received from it, and the next candidate leads at once. So the leadership is counted from
+// the send time of the newest packet the server surely received (zk.Conn.LastHeard), not from
+// when the client noticed a broken connection: in a silent partition the client notices only
+// after two thirds of a timeout without an answer, and a leader that then waited a whole
+// timeout for its connection to come back led beside its successor for two thirds of one. It
+// ends a sixth of a timeout before the earliest expiry (leaseNum/leaseDen), which leaves its
+// work that much to stop; while the connection is healthy a ping is answered every third of a
+// timeout, so a sixth is never reached by waiting for a ping alone.
 func (l *Leadership) watch(ctx context.Context, expiries int) {
 	defer close(l.done)
 	s := l.store
 	var watch <-chan zk.Event
 	for {
-		connected, since, n, changed := s.sess.snapshot()
+		connected, _, n, changed := s.sess.snapshot()
 		if n != expiries {
 			l.end(ErrSessionExpired)
 			return
 		}
-		if !connected {
-			left := s.timeout - time.Since(since)
-			if left <= 0 {
-				l.end(ErrDisconnectedTooLong)
-				return
-			}
-			select {
-			case <-changed:
-			case <-time.After(left):
-			case <-ctx.Done():
-				return
-			}
-			continue
+		left := time.Until(s.leaseEnd())
+		if left <= 0 {
+			l.end(ErrDisconnectedTooLong)
+			return
 		}
-		if watch == nil {
+		if connected && watch == nil {
 			start := s.begin()
 			exists, st, w, err := s.conn.ExistsW(l.path)
 			s.end("exists", start)
@@ -343,14 +346,31 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 			}
 			watch = w
 		}
+		timer := time.NewTimer(left)
 		select {
 		case <-watch: // deleted, or the watch ended with the session: look again
 			watch = nil
 		case <-changed:
+		case <-timer.C: // the server has heard from the session since, or the lease is over
 		case <-ctx.Done():
+			timer.Stop()
 			return
 		}
+		timer.Stop()
 	}
+}
+
+// leaseNum/leaseDen is the part of the negotiated session timeout, counted from the last
+// packet the server surely received, after which a leader stops leading (see watch).
+const leaseNum, leaseDen = 5, 6
+
+// leaseEnd is when a leadership on s's session ends unless the server hears from it again.
+func (s *Store) leaseEnd() time.Time {
+	heard, timeout := s.conn.LastHeard()
+	if timeout <= 0 {
+		timeout = s.timeout
+	}
+	return heard.Add(timeout * leaseNum / leaseDen)
 }
 
 // beforeElectionCreate, when set (by a test), runs just before a candidate creates its node.

@@ -88,6 +88,13 @@ func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *t
 }
 
 func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
+	// Its connections cut, a's client notices at once; its requests dropped (a silent
+	// partition), only after two thirds of a session timeout without an answer.
+	t.Run("connections cut", func(t *testing.T) { deposedLeaderIsFenced(t, (*statetest.Proxy).Cut) })
+	t.Run("requests dropped", func(t *testing.T) { deposedLeaderIsFenced(t, (*statetest.Proxy).DropRequests) })
+}
+
+func deposedLeaderIsFenced(t *testing.T, partition func(*statetest.Proxy)) {
 	env := statetest.StartZooKeeper(t)
 	proxy := statetest.NewProxy(t, env.Servers[0])
 	a := open(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace}, withTimeout)
@@ -99,7 +106,28 @@ func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
 	bch := campaign(ctx, b, "b:1")
 	expired := a.SessionExpired()
 
-	proxy.Cut() // a is partitioned from ZooKeeper; the server expires its session
+	// At the moment b leads, a must have stopped leading. The server expires a's session one
+	// session timeout after the last packet it received from a, and b leads at once; a's
+	// client notices the silence only after two thirds of that, so a leader that then waited a
+	// whole session timeout for its connection to come back led beside b for two thirds of one.
+	// The check runs when b leads, or later: a late check can miss the overlap, never invent it.
+	bLeads := make(chan *state.Leadership, 1)
+	overlap := make(chan bool, 1)
+	go func() {
+		l, ok := <-bch
+		if !ok {
+			close(bLeads)
+			return
+		}
+		select {
+		case <-la.Lost():
+			overlap <- false
+		default:
+			overlap <- true
+		}
+		bLeads <- l
+	}()
+	partition(proxy) // a is partitioned from ZooKeeper; the server expires its session
 	select {
 	case <-la.Lost():
 	case <-time.After(2 * sessionTimeout):
@@ -109,7 +137,10 @@ func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
 		t.Fatalf("a's leadership ended with %v; want ErrDisconnectedTooLong", la.Err())
 	}
 	// The server needs one session timeout to expire a's session, then b leads at once.
-	lb := awaitLeader(t, bch, 2*sessionTimeout+time.Second, "b")
+	lb := awaitLeader(t, bLeads, 2*sessionTimeout+time.Second, "b")
+	if <-overlap {
+		t.Fatal("b became leader while the partitioned a still led")
+	}
 	if err := la.Store().AddReady(ctx, "job", true); err == nil {
 		t.Fatal("the deposed leader completed a fenced write while partitioned")
 	}
