@@ -887,40 +887,84 @@ func (s *Store) Watched() <-chan struct{} { return s.mv.m.armed }
 // since the load read it (or went) is reported as if its watch had fired, so nothing changed
 // by someone else between the load and the watch is missed; after that the watch tells. The
 // report makes follow read the node itself again (its data, not only its directory's list).
+//
+// A watch that cannot be set (the connection lost just after a takeover, as when ZooKeeper
+// restarts) is tried again, at growing intervals, until it is set or ctx ends: a config left
+// unwatched would take others' changes to it only at the next takeover, days later. The
+// comparison with the load's zxid covers the changes made meanwhile.
 func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) {
 	if len(items) == 0 {
 		return
 	}
 	start := time.Now()
-	err := concurrently(len(items), 64, func(i int) error {
+	wait := armRetryMin
+	for round := 1; ; round++ {
+		failed := make([]error, len(items))
+		concurrently(len(items), 64, func(i int) error {
+			failed[i] = s.armOne(ctx, items[i], events)
+			return nil
+		})
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return
 		}
-		start := s.begin()
-		_, st, _, err := s.conn.GetW(items[i].path)
-		s.end("get", start)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return fmt.Errorf("watch %s: %w", items[i].path, translate(err))
-		}
-		// The zxid of the node's last change, not its version: a config deleted and created
-		// again (an operator registering a job anew) starts again at version 0, which a
-		// never-updated config had when the load read it, while its Mzxid is new.
-		if err != nil || st.Mzxid != items[i].mzxid {
-			select {
-			case events <- items[i].path:
-			case <-ctx.Done():
+		left := items[:0:0]
+		var errs []error
+		for i, err := range failed {
+			if err != nil {
+				left = append(left, items[i])
+				errs = append(errs, err)
 			}
 		}
-		return nil
-	})
-	log := s.log.WithFields(logrus.Fields{"watches": len(items), "took": time.Since(start).Round(time.Millisecond)})
-	if err != nil && ctx.Err() == nil {
-		// The model stays right for our own writes; others' changes to these configs are
-		// seen at the next takeover. Say so rather than hide it.
-		log.WithError(err).Warn("could not watch every config node: changes others make to them may go unseen")
-		return
+		log := s.log.WithFields(logrus.Fields{"watches": len(items), "took": time.Since(start).Round(time.Millisecond)})
+		if len(left) == 0 {
+			if round > 1 {
+				log.Info("config nodes watched")
+			} else {
+				log.Debug("config nodes watched")
+			}
+			return
+		}
+		if round == 1 {
+			// Said once, then again when they are armed.
+			log.WithError(errs[0]).WithField("unwatched", len(left)).Warn("could not watch every config node; trying again (changes others make to them are seen once watched)")
+		}
+		items = left
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+		wait = min(2*wait, armRetryMax)
 	}
-	log.Debug("config nodes watched")
+}
+
+// armRetryMin and armRetryMax bound the wait between two attempts to arm the config watches.
+const (
+	armRetryMin = 100 * time.Millisecond
+	armRetryMax = 10 * time.Second
+)
+
+// armOne sets one config node's watch and reports the node if it changed since the load.
+func (s *Store) armOne(ctx context.Context, it armItem, events chan<- string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	start := s.begin()
+	_, st, _, err := s.conn.GetW(it.path)
+	s.end("get", start)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("watch %s: %w", it.path, translate(err))
+	}
+	// The zxid of the node's last change, not its version: a config deleted and created
+	// again (an operator registering a job anew) starts again at version 0, which a
+	// never-updated config had when the load read it, while its Mzxid is new.
+	if err != nil || st.Mzxid != it.mzxid {
+		select {
+		case events <- it.path:
+		case <-ctx.Done():
+		}
+	}
+	return nil
 }
 
 // Change is a config or marker that someone changed, found by a watch.

@@ -417,3 +417,38 @@ func TestLoadListsADirectoryLargerThanOneReply(t *testing.T) {
 		}
 	}
 }
+
+// The config nodes' watches are armed after the load; a connection lost meanwhile must not
+// leave them unarmed for the term: a change another makes to a config would then never reach
+// the model. They are armed once the connection is back.
+func TestConfigWatchesAreArmedOnceTheConnectionIsBack(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	for i := range 20 {
+		must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
+	}
+	proxy := statetest.NewProxy(t, env.Servers[0])
+	s := openPlain(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace}, func(c *state.Config) { c.SessionTimeout = 10 * time.Second })
+	var cutAt atomic.Uint64
+	defer state.SetLoadedHook(func() {
+		proxy.Cut()
+		cutAt.Store(s.RoundTrips())
+	})()
+	mctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m, err := s.Mirror(mctx, nil)
+	must(t, err, "Mirror")
+	// The arming has tried, and failed, on the cut connection: let the connection back.
+	await.True(t, 10*time.Second, "an attempt to arm the watches", func() bool { return s.RoundTrips() > cutAt.Load() })
+	proxy.Restore()
+	changed := testJob("job07", "app")
+	changed.ShardingTotalCount = 7
+	_, err = other.UpdateJob(ctx, changed)
+	must(t, err, "UpdateJob once the connection is back")
+	await.True(t, 10*time.Second, "the model has the config changed once the connection is back", func() bool {
+		j, err := m.Job(ctx, "job07")
+		return err == nil && j.ShardingTotalCount == 7
+	})
+}
