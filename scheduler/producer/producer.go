@@ -88,6 +88,10 @@ type Producer struct {
 	// written (lock order: a job's, then mu, then pendMu): so a Change writes after what the
 	// writer has taken, never before it.
 	writing sync.Map
+	// changing holds a *sync.Mutex per job, held by a Change across its writes and by Put and
+	// Remove (lock order: it, then the job's write lock): a job's Put or Remove waits for its
+	// Change, whose writes are made without mu.
+	changing sync.Map
 }
 
 // due is a write that waits: some of a job's decided slots, a change of its cron or zone, or
@@ -160,6 +164,9 @@ func Options(j config.Job) schedule.Options {
 // slots, so a leader that takes over before the new cron's first slot resumes from the change
 // with the new cron, and the old cron's passed slots are never decided again.
 func (p *Producer) Put(ctx context.Context, j config.Job) error {
+	changing := jobLock(&p.changing, j.JobName)
+	changing.Lock()
+	defer changing.Unlock()
 	if c, _ := j.FiredCron(); c == "" {
 		p.mu.Lock()
 		defer p.poke()
@@ -238,8 +245,13 @@ func (p *Producer) change(old *entry, j config.Job, now time.Time) {
 // job, in order; then update(now) writes the config and the change; then j's cron fires from
 // now. A leader that takes over at any point finds either the old config and a ledger of the
 // old cron, or the new config and a ledger that says when it took effect. A failed write
-// changes nothing but the old cron's slots decided up to now; its cron goes on. Decisions wait
-// while a Change writes: an update is rare, its writes a round trip or two.
+// changes nothing but the old cron's slots decided up to now; its cron goes on.
+//
+// The writes are made without mu: they may wait for ZooKeeper (the client reconnecting, up to a
+// session timeout), and the other jobs' fires must not wait with them, or a fire decided that
+// late could be skipped by its job's starting deadline. Meanwhile the job is out of the timer's
+// sight: its slots up to now are decided, and the ones after now are the new cron's, or the old
+// cron's again if the change fails.
 func (p *Producer) Change(ctx context.Context, j config.Job, update func(from time.Time) error) error {
 	var sched *cron.Schedule
 	var loc *time.Location
@@ -252,25 +264,32 @@ func (p *Producer) Change(ctx context.Context, j config.Job, update func(from ti
 			return err
 		}
 	}
+	c := jobLock(&p.changing, j.JobName)
+	c.Lock()
+	defer c.Unlock()
 	// The job's write lock first: while the writer writes a long batch, the timer goes on.
 	w := p.writeLock(j.JobName)
 	w.Lock()
 	defer w.Unlock()
-	p.mu.Lock()
 	defer p.poke()
-	defer p.mu.Unlock()
+	p.mu.Lock()
 	now := p.clock.Now()
-	if old := p.jobs[j.JobName]; old != nil {
+	old := p.jobs[j.JobName]
+	if old != nil {
 		p.decide(old, now)
-	}
-	if !p.writeQueued(ctx, j.JobName) {
-		return fmt.Errorf("change the cron of job %q: the old cron's slots up to the change are not written", j.JobName)
-	}
-	if err := update(now); err != nil {
-		return err
-	}
-	if sched == nil {
 		delete(p.jobs, j.JobName)
+	}
+	p.mu.Unlock()
+	err := p.writeChange(ctx, j.JobName, now, update)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil:
+		if old != nil {
+			p.jobs[j.JobName] = old // its cron goes on, from the slots decided up to now
+		}
+		return err
+	case sched == nil:
 		return nil
 	}
 	e := &entry{job: j, sched: sched, loc: loc, opts: Options(j), last: now, live: true}
@@ -279,14 +298,29 @@ func (p *Producer) Change(ctx context.Context, j config.Job, update func(from ti
 	return nil
 }
 
+// writeChange writes, for a Change, what the job has pending (its old cron's slots up to now),
+// then the update; the caller holds the job's write lock.
+func (p *Producer) writeChange(ctx context.Context, job string, now time.Time, update func(from time.Time) error) error {
+	if !p.writeQueued(ctx, job) {
+		return fmt.Errorf("change the cron of job %q: the old cron's slots up to the change are not written", job)
+	}
+	return update(now)
+}
+
 // writeLock returns the lock a job's writes are made under.
-func (p *Producer) writeLock(job string) *sync.Mutex {
-	l, _ := p.writing.LoadOrStore(job, &sync.Mutex{})
+func (p *Producer) writeLock(job string) *sync.Mutex { return jobLock(&p.writing, job) }
+
+// jobLock returns job's lock in locks, a map of *sync.Mutex by job.
+func jobLock(locks *sync.Map, job string) *sync.Mutex {
+	l, _ := locks.LoadOrStore(job, &sync.Mutex{})
 	return l.(*sync.Mutex)
 }
 
-// Remove stops firing a job.
+// Remove stops firing a job; it waits for a Change of the job under way.
 func (p *Producer) Remove(name string) {
+	c := jobLock(&p.changing, name)
+	c.Lock()
+	defer c.Unlock()
 	p.mu.Lock()
 	delete(p.jobs, name)
 	p.mu.Unlock()

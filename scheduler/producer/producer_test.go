@@ -616,3 +616,39 @@ func TestChangeWritesTheOldCronsSlotsFirstAndKeepsItOnAFailedUpdate(t *testing.T
 		t.Fatalf("ledger %v; want %v", got, want)
 	}
 }
+
+// A cron change writes the job's config and ledger while the other jobs' timer goes on: its
+// writes may wait for ZooKeeper (the client reconnecting, up to a session timeout), and a fire
+// decided that much later could be skipped by its job's starting deadline.
+func TestAChangeWaitingForZooKeeperHoldsUpNoOtherJobsFire(t *testing.T) {
+	p, clock, rec := start(t, t0)
+	ctx := context.Background()
+	p.Put(ctx, job("other", "*/2 * * * * ?", "UTC", true))
+	j := job("j", "*/10 * * * * ?", "UTC", true)
+	p.Put(ctx, j)
+	await.True(t, 5*time.Second, "producer waiting", func() bool { return clock.waiting() > 0 })
+	next := j
+	next.Cron = "*/3 * * * * ?"
+	writing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer let() // a failed check must not leave the producer blocked for the cleanup
+	changed := make(chan error, 1)
+	go func() {
+		changed <- p.Change(ctx, next, func(time.Time) error {
+			close(writing)
+			<-release // the config's write waits for ZooKeeper
+			return nil
+		})
+	}()
+	<-writing
+	clock.advance(2 * time.Second)
+	await.True(t, 5*time.Second, "the other job fired while the change waits", func() bool {
+		return reflect.DeepEqual(rec.got(), []string{"other:add"})
+	})
+	let()
+	if err := <-changed; err != nil {
+		t.Fatalf("Change: %v", err)
+	}
+	step(t, clock, rec, time.Second, []string{"other:add", "j:add"}) // 3 s: the new cron's first slot
+}
