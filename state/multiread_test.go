@@ -204,11 +204,7 @@ func TestLoadReadsAgainAConfigChangedBeforeItsWatch(t *testing.T) {
 		t.Run(fmt.Sprintf("multiRead=%v", multiRead), func(t *testing.T) {
 			env := statetest.StartZooKeeper(t)
 			ctx := ctxT(t)
-			other := openPlain(t, env)
-			must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
-			for i := range 50 {
-				must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
-			}
+			other := seedJobs(t, env, 50)
 			changed := testJob("job17", "app")
 			changed.ShardingTotalCount = 9
 			m, _ := loadModel(t, env, multiRead, func() {
@@ -424,11 +420,7 @@ func TestLoadListsADirectoryLargerThanOneReply(t *testing.T) {
 func TestConfigWatchesAreArmedOnceTheConnectionIsBack(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
-	other := openPlain(t, env)
-	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
-	for i := range 20 {
-		must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
-	}
+	other := seedJobs(t, env, 20)
 	proxy := statetest.NewProxy(t, env.Servers[0])
 	s := openPlain(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: env.Namespace}, func(c *state.Config) { c.SessionTimeout = 10 * time.Second })
 	var cutAt atomic.Uint64
@@ -451,4 +443,17 @@ func TestConfigWatchesAreArmedOnceTheConnectionIsBack(t *testing.T) {
 		j, err := m.Job(ctx, "job07")
 		return err == nil && j.ShardingTotalCount == 7
 	})
+}
+
+// seedJobs registers app "app" and n jobs job00… through a store of their own, as another
+// instance or an operator's tool would, and returns that store.
+func seedJobs(t *testing.T, env statetest.Env, n int) *state.Store {
+	t.Helper()
+	ctx := ctxT(t)
+	other := openPlain(t, env)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	for i := range n {
+		must(t, other.CreateJob(ctx, testJob(fmt.Sprintf("job%02d", i), "app")), "CreateJob")
+	}
+	return other
 }
