@@ -162,10 +162,14 @@ func TestSoak(t *testing.T) {
 			"jobExecutionType": "TRANSIENT", "cron": expr, "timeZone": "UTC", "shardingTotalCount": shards,
 			"cpuCount": 0.05, "memoryMB": 8, "failover": true,
 			"scriptCommandLine": audit.RecordingScript(w.effects(), w.dir, body)})
+		sent := time.Now()
 		l.must(t, 204, "POST", "/api/job/register", string(b))
 		// Since is after the registration answered: the leader schedules the job's cron
-		// before it answers, from then on (no slot before counts as the job's).
-		audited = append(audited, cronJob(t, name, shards, expr))
+		// before it answers, from then on (no slot before counts as the job's). A slot
+		// between the two is the job's if its ledger holds it (audit.Job.Registered).
+		job := cronJob(t, name, shards, expr)
+		job.Registered = sent
+		audited = append(audited, job)
 		bodies = append(bodies, string(b))
 	}
 	var names []string

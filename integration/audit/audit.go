@@ -57,6 +57,10 @@ type Job struct {
 	Schedule *cron.Schedule
 	// Since is when the job was registered: no fire before it counts.
 	Since time.Time
+	// Registered, if set, is when the registration was sent, and Since when it was answered:
+	// the scheduler began the job's cron somewhere in between, so a slot in [Registered,
+	// Since) is the job's exactly when the fire ledger (Fires) holds it (see firstSlot).
+	Registered time.Time
 	// Misfire says each fire counts (the job's misfire): fires that fall while the job waits
 	// to run are run one after another later, so a round may consume a fire that fell before
 	// the round two back ended.
@@ -348,13 +352,29 @@ func checkShard(r *round, item int, problem func(string, ...any), rep *Report) i
 	return ran
 }
 
+// firstSlot is the job's first slot that counts: the earliest cron slot of the ledger in
+// [Registered, Since), when there is one (the scheduler began the job's cron before the
+// registration was answered, and the slot was the job's), else Since.
+func (j Job) firstSlot() time.Time {
+	first := j.Since
+	if j.Registered.IsZero() {
+		return first
+	}
+	for _, e := range j.Fires {
+		if !e.Triggered && !e.Slot.Before(j.Registered) && e.Slot.Before(first) {
+			first = e.Slot
+		}
+	}
+	return first
+}
+
 // matchFires gives each round, in order, the earliest fire it can have consumed: after the
 // previous round's fire and (without misfire, where a fire that falls while the job is pending
 // merges into it) after the round before that ended, and no later than its own first update.
 // A round left without one was launched twice for one fire.
 func matchFires(j Job, rounds []*round, problem func(string, ...any)) int {
 	dup := 0
-	last := j.Since.Add(-time.Nanosecond)
+	last := j.firstSlot().Add(-time.Nanosecond)
 	for k, r := range rounds {
 		after := last
 		if !j.Misfire && k >= 2 && rounds[k-2].end.After(after) {

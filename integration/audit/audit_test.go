@@ -11,6 +11,7 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
 	"github.com/ejcloud/ejcloud/cron"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskdata"
 )
 
@@ -220,5 +221,35 @@ func TestRecorderWritesWhatReadFileReads(t *testing.T) {
 	os.WriteFile(path, []byte("{bad\n"+buf.String()), 0o644)
 	if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("bad first line: err %v", err)
+	}
+}
+
+// A registration under way at a slot: the scheduler may have begun the job's cron before it,
+// and then fired it, though the slot is before Since (the answer). The ledger tells.
+func TestASlotDuringTheRegistrationIsTheJobsIfTheLedgerHoldsIt(t *testing.T) {
+	every2s, err := cron.Parse("*/2 * * * * ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lives := join(healthy(0.05, "a"), healthy(2.05, "b"))
+	registering := Job{Name: "job", Shards: 3, Schedule: every2s, Registered: t0.Add(-10 * time.Millisecond), Since: t0.Add(10 * time.Millisecond)}
+	for _, c := range []struct {
+		name    string
+		fires   []state.FireEntry
+		problem string
+	}{
+		{name: "the ledger holds the slot", fires: []state.FireEntry{{Slot: t0, Count: 1, Outcome: state.OutcomeFired}}},
+		{name: "the ledger does not hold it", problem: "round 0 (06:00:00.050) has no fire of its own"},
+		{name: "the ledger holds a slot before the registration", fires: []state.FireEntry{{Slot: t0.Add(-2 * time.Second), Count: 1, Outcome: state.OutcomeFired}},
+			problem: "round 0 (06:00:00.050) has no fire of its own"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := registering
+			j.Fires = c.fires
+			rep := Check([]Job{j}, ups(lives...))
+			if c.problem == "" && !rep.OK() || c.problem != "" && !strings.Contains(rep.String(), c.problem) {
+				t.Fatalf("want finding %q; got\n%s", c.problem, rep)
+			}
+		})
 	}
 }

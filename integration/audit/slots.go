@@ -11,7 +11,9 @@ import (
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
-// Every cron slot of a job's audited window [Since, Until] must be accounted for. The runs
+// Every cron slot of a job's audited window [Since, Until] must be accounted for (the window
+// begins earlier when the ledger holds a slot the registration was under way at: see
+// Job.Registered). The runs
 // (status updates or side effects) alone cannot do it: with misfire off, any number of slots
 // may merge into one run that waits (behind a long round, a relaunch, a takeover), so a job
 // idle between two rounds looks the same whether the slots between were merged or lost. The
@@ -97,7 +99,7 @@ func accountSlots(j Job, tasks []*task, source string, rep *Report, problem func
 		}
 		return ""
 	}
-	for s := j.Schedule.Next(j.Since.Add(-time.Nanosecond)); !s.IsZero() && !s.After(j.Until); s = j.Schedule.Next(s) {
+	for s := j.Schedule.Next(j.firstSlot().Add(-time.Nanosecond)); !s.IsZero() && !s.After(j.Until); s = j.Schedule.Next(s) {
 		rep.Slots++
 		why := ""
 		switch i := entryOf(ledger, cron, s); {
