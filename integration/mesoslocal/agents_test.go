@@ -214,3 +214,41 @@ func wantPosts(t *testing.T, c *mesoslocal.Cluster, cases []postCase) {
 		}
 	}
 }
+
+// Master::markUnreachable takes one time for all the updates of an agent it marks unreachable, and
+// Master::__removeSlave gives it to every one of them as unreachable_time: TASK_UNREACHABLE for a
+// partition-aware framework, TASK_LOST for another alike. Master::_reconcileTasks (case 4, task
+// unknown on an unreachable agent) answers with that time too, partition-aware or not.
+func TestUnreachableTimeWhetherPartitionAwareOrNot(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		info func() *mesos.FrameworkInfo
+		want mesos.TaskState
+	}{
+		{"partition-aware", paInfo, mesos.TASK_UNREACHABLE},
+		{"not partition-aware", func() *mesos.FrameworkInfo { return frameworkInfo() }, mesos.TASK_LOST},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			s := subscribe(t, c.URL(), codec, tc.info())
+			_, st := runPID(t, s, "t1", "e1")
+			s.Ack(st)
+			agent := st.AgentID.Value
+			if err := c.PartitionAgent(agent); err != nil {
+				t.Fatal(err)
+			}
+			un := s.Update("t1")
+			if *un.State != tc.want || un.GetReason() != mesos.REASON_AGENT_REMOVED || un.GetSource() != mesos.SOURCE_MASTER ||
+				len(un.UUID) != 0 || un.UnreachableTime == nil {
+				t.Fatalf("%v; want %v / AGENT_REMOVED from the master, no uuid, with unreachable_time", un.String(), tc.want)
+			}
+			reconcile(s, "t1", agent)
+			ans := s.Update("t1")
+			if *ans.State != tc.want || ans.GetReason() != mesos.REASON_RECONCILIATION || ans.UnreachableTime == nil ||
+				ans.UnreachableTime.Nanoseconds != un.UnreachableTime.Nanoseconds {
+				t.Fatalf("reconciliation: %v; want %v / RECONCILIATION with the unreachable_time %v of the update",
+					ans.String(), tc.want, un.UnreachableTime.String())
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	executorapi "github.com/mesos/mesos-go/api/v1/lib/executor"
+	"github.com/sirupsen/logrus"
 )
 
 // executorAPI serves POST /api/v1/executor with the checks of MESOS.md §6.1, in order.
@@ -207,10 +208,19 @@ func (a *agent) executorUpdate(e *executor, st mesos.TaskStatus) {
 }
 
 // takeExecutorUpdate takes an executor's UPDATE into the agent's books and the task's stream.
+// The caller acknowledges it to the executor either way.
 func (a *agent) takeExecutorUpdate(e *executor, st mesos.TaskStatus) {
-	// A terminal state stays: a replayed older update (a re-subscription carries every
-	// unacknowledged one) must not bring a task back in the agent's books.
-	if t := e.tasks[st.TaskID.Value]; t != nil && st.State != nil && !terminal(t.state) {
+	t := e.tasks[st.TaskID.Value]
+	if t != nil && terminal(t.state) {
+		// Executor::updateTaskState fails for a task already terminal at the agent ("Task is
+		// already terminated"), and Slave::_statusUpdate then drops the update: a late or replayed
+		// update, non-terminal or a second terminal one, reaches neither the task's stream nor the
+		// master (whose latest state stays terminal) nor the framework.
+		e.log().WithFields(logrus.Fields{"task": st.TaskID.Value, "state": st.GetState(), "terminal": t.state}).
+			Warn("dropped an update of a task already terminal")
+		return
+	}
+	if t != nil && st.State != nil {
 		t.state = *st.State
 		e.reported = true
 	}

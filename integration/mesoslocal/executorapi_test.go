@@ -687,3 +687,65 @@ func TestCarriedUpdatesAreAcknowledgedAfterSubscribed(t *testing.T) {
 		t.Fatalf("t1: %v; want the carried TASK_RUNNING", st.String())
 	}
 }
+
+// Executor::updateTaskState and Slave::_statusUpdate (slave.cpp): once a task is terminal at the
+// agent, a later update of it from the executor (a late non-terminal one, or a second terminal
+// one) fails the state update and is dropped, though the executor gets its ACKNOWLEDGED. It never
+// enters the task's stream, so the latest state the agent sends the master with every update of
+// the stream stays the terminal one (Master::updateTask keeps the task terminal), and the
+// framework never sees the late update.
+func TestAnExecutorUpdateAfterATerminalOneIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ackRunning bool // the framework acknowledges the TASK_RUNNING before the executor goes on
+		late       mesos.TaskState
+	}{
+		{"RUNNING after FINISHED", true, mesos.TASK_RUNNING},
+		{"RUNNING after FINISHED, both behind an unacknowledged RUNNING", false, mesos.TASK_RUNNING},
+		{"FAILED after FINISHED", true, mesos.TASK_FAILED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			s := subscribe(t, c.URL(), codec, paInfo())
+			o := s.Offers()[0]
+			s.Launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
+			x := executorSubscribe(t, o, s.FrameworkID, "e1")
+			x.next(executor.Event_SUBSCRIBED)
+			x.next(executor.Event_LAUNCH)
+			x.sentBefore("t1", mesos.TASK_RUNNING)
+			running := s.Update("t1", mesos.TASK_RUNNING)
+			head := running // the update the agent re-sends until it is acknowledged
+			if tc.ackRunning {
+				s.Ack(running)
+			}
+			x.sentBefore("t1", mesos.TASK_FINISHED)
+			if tc.ackRunning {
+				head = s.Update("t1", mesos.TASK_FINISHED)
+			}
+			x.sentBefore("t1", tc.late) // acknowledged to the executor all the same
+			// Every re-send of the head tells the master the agent's latest state. Wait for one made
+			// after the late update was sent: the answer to a reconciliation asked for now comes after
+			// everything sent before, which is then dropped.
+			reconcile(s, "probe", "no-such-agent-S9")
+			s.Update("probe")
+			for {
+				if _, ok := s.AwaitFor(0, updateOf("t1")); !ok {
+					break
+				}
+			}
+			s.Await("a re-send of the unacknowledged "+head.GetState().String(), func(ev scheduler.Event) bool {
+				return updateOf("t1")(ev) && bytes.Equal(ev.Update.Status.UUID, head.UUID)
+			})
+			tasks, _ := frameworkField(t, c, s.FrameworkID, "tasks").([]any)
+			if len(tasks) != 1 || tasks[0].(map[string]any)["state"] != "TASK_FINISHED" {
+				t.Fatalf("the master's t1 after a %v sent after its TASK_FINISHED: %v; want TASK_FINISHED", tc.late, tasks)
+			}
+			if !tc.ackRunning {
+				s.Ack(running)
+				head = s.Update("t1", mesos.TASK_FINISHED)
+			}
+			s.Ack(head)
+			s.None("update of t1 after its acknowledged TASK_FINISHED", 500*time.Millisecond, updateOf("t1"))
+		})
+	}
+}

@@ -97,12 +97,10 @@ func (c *Cluster) markUnreachable(a *agent, why string) {
 			t.unreachedAt = at
 			state := lostOr(f.partitionAware(), mesos.TASK_UNREACHABLE)
 			t.state = state
+			// Master::__removeSlave gives every update the unreachable time, the TASK_LOST of a
+			// framework that is not partition-aware too.
 			c.masterUpdate(f, id, a.id, t.executorID, state, mesos.REASON_AGENT_REMOVED, why,
-				func(s *mesos.TaskStatus) {
-					if f.partitionAware() {
-						s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)}
-					}
-				})
+				func(s *mesos.TaskStatus) { s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)} })
 		}
 		f.send(failureEvent(a.id, "", 0))
 	}

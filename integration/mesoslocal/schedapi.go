@@ -1,6 +1,9 @@
 package mesoslocal
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,10 +31,11 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var call scheduler.Call
-	if readCall(w, r, &call) == "" {
+	media, body := readCallBody(w, r, &call)
+	if media == "" {
 		return
 	}
-	if err := validateCall(&call); err != nil {
+	if err := validateCall(&call, callHasType(media, body)); err != nil {
 		plain(w, http.StatusBadRequest, "Failed to validate scheduler::Call: "+err.Error())
 		return
 	}
@@ -81,7 +85,7 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	if call.Type == scheduler.Call_UNKNOWN {
 		c.mu.Unlock()
-		plain(w, http.StatusNotImplemented, "Received 'UNKNOWN' call")
+		plain(w, http.StatusNotImplemented, "501 Not Implemented.") // libprocess's NotImplemented()
 		return
 	}
 	if call.Type == scheduler.Call_UPDATE_FRAMEWORK {
@@ -131,8 +135,12 @@ func (c *Cluster) dispatch(f *framework, call *scheduler.Call) {
 	}
 }
 
-// validateCall is validation::scheduler::call::validate (MESOS.md §1.2).
-func validateCall(call *scheduler.Call) error {
+// validateCall is validation::scheduler::call::validate (MESOS.md §1.2); typed tells whether the
+// body set 'type' at all (see callHasType).
+func validateCall(call *scheduler.Call, typed bool) error {
+	if !typed {
+		return fmt.Errorf("Expecting 'type' to be present")
+	}
 	if call.Type != scheduler.Call_SUBSCRIBE && call.FrameworkID == nil {
 		return fmt.Errorf("Expecting 'framework_id' to be present")
 	}
@@ -227,32 +235,89 @@ func plain(w http.ResponseWriter, code int, msg string) {
 	io.WriteString(w, msg)
 }
 
+// callHasType tells whether a scheduler call's body sets 'type' as Mesos's has_type() sees it,
+// which mesos-go's Call cannot (its Type is no pointer: a missing one reads as UNKNOWN). In JSON,
+// a "type" that is not null (stout's parser takes null as unset); in protobuf, field 2 with a
+// value of the enum (proto2 keeps an unknown value out of the field). body has parsed already.
+func callHasType(media string, body []byte) bool {
+	if media == mediaJSON {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(body, &fields) != nil {
+			return false
+		}
+		v, ok := fields["type"]
+		return ok && string(bytes.TrimSpace(v)) != "null"
+	}
+	for len(body) > 0 {
+		key, n := binary.Uvarint(body)
+		if n <= 0 {
+			return false
+		}
+		body = body[n:]
+		size := uint64(0)
+		switch key & 7 {
+		case 0: // varint
+			v, n := binary.Uvarint(body)
+			if n <= 0 {
+				return false
+			}
+			if _, known := scheduler.Call_Type_name[int32(v)]; key>>3 == 2 && known {
+				return true
+			}
+			size = uint64(n)
+		case 1: // fixed64
+			size = 8
+		case 2: // length-delimited
+			l, n := binary.Uvarint(body)
+			if n <= 0 {
+				return false
+			}
+			size = uint64(n) + l
+		case 5: // fixed32
+			size = 4
+		default:
+			return false
+		}
+		if size > uint64(len(body)) {
+			return false
+		}
+		body = body[size:]
+	}
+	return false
+}
+
 // readCall applies the checks every v1 endpoint makes before looking at the call (method,
 // Content-Type, parse) and decodes the body into m. It answers the error itself and returns
 // the content type, or "" when it did.
 func readCall(w http.ResponseWriter, r *http.Request, m message) string {
+	media, _ := readCallBody(w, r, m)
+	return media
+}
+
+// readCallBody is readCall that also returns the body.
+func readCallBody(w http.ResponseWriter, r *http.Request, m message) (string, []byte) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		plain(w, http.StatusMethodNotAllowed, "Expecting 'POST', received '"+r.Method+"'")
-		return ""
+		return "", nil
 	}
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		plain(w, http.StatusBadRequest, "Expecting 'Content-Type' to be present")
-		return ""
+		return "", nil
 	}
 	if ct != mediaJSON && ct != mediaProtobuf {
 		plain(w, http.StatusUnsupportedMediaType, "Expecting 'Content-Type' of application/json or application/x-protobuf")
-		return ""
+		return "", nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		plain(w, http.StatusBadRequest, "Failed to read body: "+err.Error())
-		return ""
+		return "", nil
 	}
 	if err := decode(ct, body, m); err != nil {
 		plain(w, http.StatusBadRequest, "Failed to parse body into Call protobuf: "+err.Error())
-		return ""
+		return "", nil
 	}
-	return ct
+	return ct, body
 }

@@ -88,9 +88,11 @@ func (c *Cluster) forward(a *agent, frameworkID string, st mesos.TaskStatus, lat
 			t = u // the agent is back: the task is active again
 			delete(f.unreachable, st.TaskID.Value)
 			f.tasks[st.TaskID.Value] = t
+			t.state = latest
 		}
-	}
-	if t != nil {
+	} else if !terminal(t.state) {
+		// Master::updateTask never moves a task out of a terminal state (the agent, dropping what
+		// an executor sends after a terminal update, does not report one past it anyway).
 		t.state = latest
 	}
 	if f.stream == nil {
@@ -203,13 +205,10 @@ func (c *Cluster) reconcile(f *framework, tasks []scheduler.Call_Reconcile_Task)
 		case a != nil && a.state == agentGone:
 			c.masterUpdate(f, id, agentID, "", pick(mesos.TASK_GONE_BY_OPERATOR), mesos.REASON_RECONCILIATION, "Reconciliation: Task is gone", nil)
 		case a != nil && a.state == agentUnreachable:
+			// Master::_reconcileTasks, case 4: the unreachable time, partition-aware or not.
 			at := a.unreachableAt
 			c.masterUpdate(f, id, agentID, "", pick(mesos.TASK_UNREACHABLE), mesos.REASON_RECONCILIATION, "Reconciliation: Task is unreachable",
-				func(s *mesos.TaskStatus) {
-					if pa {
-						s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)}
-					}
-				})
+				func(s *mesos.TaskStatus) { s.UnreachableTime = &mesos.TimeInfo{Nanoseconds: int64(at * 1e9)} })
 		case a != nil:
 			c.masterUpdate(f, id, agentID, "", pick(mesos.TASK_GONE), mesos.REASON_RECONCILIATION, "Reconciliation: Task is unknown to the agent", nil)
 		default:

@@ -323,3 +323,46 @@ func TestStandbyMasterRedirects(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// Master::Http::scheduler validates a call (validation::scheduler::call::validate) before it
+// looks for the framework or the stream id, and the first check after parsing is that 'type' is
+// present: 400 "Failed to validate scheduler::Call: Expecting 'type' to be present", as text. A
+// JSON type of null is no type (stout's protobuf parser). Only a call that names type UNKNOWN,
+// which protobuf can carry as a present 0, gets as far as the 501 "501 Not Implemented.".
+func TestSchedulerCallWithoutType(t *testing.T) {
+	c := newCluster(t)
+	url := c.URL() + "/api/v1/scheduler"
+	resp, r := rawSubscribe(t, c, paInfo())
+	streamID := resp.Header.Get("Mesos-Stream-Id")
+	fwID := readEvent(t, r, "application/json").Subscribed.FrameworkID.Value
+	id, err := (&mesos.FrameworkID{Value: fwID}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoNoType := append([]byte{1<<3 | 2, byte(len(id))}, id...)       // framework_id (field 1) only
+	protoUnknown := append(append([]byte{}, protoNoType...), 2<<3|0, 0) // and type (field 2) = UNKNOWN
+	const noType = "Failed to validate scheduler::Call: Expecting 'type' to be present"
+	tests := []struct {
+		name, contentType string
+		body              []byte
+		want              int
+		wantBody          string
+	}{
+		{"JSON without type", "application/json", []byte(`{"framework_id":{"value":"` + fwID + `"}}`), 400, noType},
+		{"JSON with a null type", "application/json", []byte(`{"type":null,"framework_id":{"value":"` + fwID + `"}}`), 400, noType},
+		{"JSON without type or framework_id", "application/json", []byte(`{}`), 400, noType},
+		{"JSON without type, of an unknown framework", "application/json", []byte(`{"framework_id":{"value":"nope-0000"}}`), 400, noType},
+		{"protobuf without type", "application/x-protobuf", protoNoType, 400, noType},
+		{"protobuf with type UNKNOWN", "application/x-protobuf", protoUnknown, 501, "501 Not Implemented."},
+		{"JSON with type UNKNOWN", "application/json", []byte(`{"type":"UNKNOWN","framework_id":{"value":"` + fwID + `"}}`), 501, "501 Not Implemented."},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := rawPost(t, url, tc.contentType, "", streamID, tc.body)
+			if resp.StatusCode != tc.want || body != tc.wantBody || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+				t.Fatalf("%d %q (Content-Type %q); want %d %q as text/plain; charset=utf-8",
+					resp.StatusCode, body, resp.Header.Get("Content-Type"), tc.want, tc.wantBody)
+			}
+		})
+	}
+}
