@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -50,6 +51,9 @@ type Store interface {
 	Failovers(ctx context.Context) ([]state.FailoverEntry, error)
 	// FireLedger is the job's fire ledger (GET /api/job/{jobName}/fires).
 	FireLedger(ctx context.Context, job string) (state.Ledger, bool, error)
+	// MaxConfigBytes is the most an app's or a job's config may take as stored JSON: a larger
+	// one could not be written (config.CheckStoredSize).
+	MaxConfigBytes() int
 }
 
 // Scheduler is what the handlers ask of the leader: the operations that also act on Mesos.
@@ -103,19 +107,67 @@ func New(store Store, sched Scheduler, cfg Config) http.Handler {
 		cfg.Now = time.Now
 	}
 	s := &Server{store: store, sched: sched, cfg: cfg}
+	return sameOrigin(s.auth(s.router()))
+}
+
+// reads are the methods of a route that reads: HEAD is served wherever GET is (RFC 9110
+// §9.3.2), and the auth layer lets the guest send both.
+var reads = []string{http.MethodGet, http.MethodHead}
+
+// router routes every path under /api.
+func (s *Server) router() *mux.Router {
 	r := mux.NewRouter()
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, "")
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path, "")
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		allow := allowed(r, req)
+		w.Header().Set("Allow", strings.Join(allow, ", ")) // RFC 9110 §15.5.6: a 405 says what is allowed
+		writeError(w, http.StatusMethodNotAllowed, "method "+req.Method+" not allowed on "+req.URL.Path+"; allowed: "+strings.Join(allow, ", "), "")
 	})
 	s.appRoutes(r)
 	s.traceRoutes(r) // before the job routes: /api/job/events/… is not a job named "events"
 	s.clusterRoutes(r)
 	s.jobRoutes(r)
 	s.operateRoutes(r)
-	return sameOrigin(s.auth(r))
+	return r
+}
+
+// allowed lists the methods that r routes req's path with, in the order of methodOrder.
+func allowed(r *mux.Router, req *http.Request) []string {
+	methods := map[string]bool{}
+	r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		ms, _ := route.GetMethods()
+		for _, m := range ms {
+			methods[m] = true
+		}
+		return nil
+	})
+	var out []string
+	for m := range methods {
+		probe := req.Clone(req.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if r.Match(probe, &match) && match.MatchErr == nil {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := methodOrder(out[i]), methodOrder(out[j])
+		return a < b || a == b && out[i] < out[j]
+	})
+	return out
+}
+
+// methodOrder orders methods as RFC 9110 §9 lists them.
+func methodOrder(m string) int {
+	for i, o := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch} {
+		if m == o {
+			return i
+		}
+	}
+	return 100
 }
 
 // sameOrigin refuses writes that a browser sends on behalf of another site (CSRF): the
@@ -255,6 +307,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.cfg.Log.WithError(err).WithFields(logrus.Fields{"path": r.URL.Path, "error_id": id}).Error("internal error")
 		writeError(w, http.StatusInternalServerError, "internal error "+id+": the scheduler's log has the details under error_id="+id, "")
 	}
+}
+
+// failWrite answers the error of a write of the config c (an App or a Job). A write ZooKeeper
+// could not take is the config's size, which the request can change: 400 naming its largest
+// field (config.TooLargeToWrite), not the 409 of a change to the state that is too large.
+func (s *Server) failWrite(w http.ResponseWriter, r *http.Request, err error, c any) {
+	if errors.Is(err, state.ErrTooLarge) {
+		err = config.TooLargeToWrite(c)
+	}
+	s.fail(w, r, err)
 }
 
 // subjectOf is what the error says it was about (state.SubjectError, state.OpError), or "".

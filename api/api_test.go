@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
@@ -71,6 +73,9 @@ func withDeps(name string, deps ...string) string {
 	b, _ := json.Marshal(j)
 	return string(b)
 }
+
+// plus is body, a JSON object, with member (`"name":value`) added at its end.
+func plus(body, member string) string { return strings.TrimSuffix(body, "}") + "," + member + "}" }
 
 // allowing is jobBody renamed, with concurrencyPolicy Allow.
 func allowing(name string) string {
@@ -264,6 +269,19 @@ func TestValidationNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"/api/job/register", strings.Replace(jobBody, `"0/5 * * * * ?"`, `"0 0 0 30 2 ?"`, 1), "cron"},
 		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"s","appCacheEnable":"sometimes"}`, "appCacheEnable"},
 		{"/api/app", `{"appName":"` + strings.Repeat("a", 101) + `","appURL":"/x","bootstrapScript":"s"}`, "appName"},
+		// URLs the Mesos fetcher can never fetch: every launch of the app's jobs would fail.
+		{"/api/app", `{"appName":"a","appURL":"file:///","bootstrapScript":"s"}`, "appURL"},
+		{"/api/app", `{"appName":"a","appURL":"http:///app.tar.gz","bootstrapScript":"s"}`, "appURL"},
+		{"/api/app", `{"appName":"a","appURL":"https://?x","bootstrapScript":"s"}`, "appURL"},
+		{"/api/app", `{"appName":"a","appURL":"http://h/a\u0000b","bootstrapScript":"s"}`, "appURL"},
+		{"/api/app", `{"appName":"a","appURL":"http://h/a\u007fb","bootstrapScript":"s"}`, "appURL"},
+		// The agent runs it as sh -c <bootstrapScript>: a NUL cannot pass exec.
+		{"/api/app", `{"appName":"a","appURL":"/x","bootstrapScript":"./start.sh\u0000 --x"}`, "bootstrapScript"},
+		// Numeric strings hold JSON numbers, not Go's (hex floats, a trailing dot, a leading '+').
+		{"/api/job/register", strings.Replace(jobBody, `"3"`, `"0x10p0"`, 1), "shardingTotalCount"},
+		{"/api/job/register", strings.Replace(jobBody, `"3"`, `"5."`, 1), "shardingTotalCount"},
+		{"/api/job/register", strings.Replace(jobBody, `"3"`, `"+5"`, 1), "shardingTotalCount"},
+		{"/api/job/register", strings.Replace(jobBody, `"0.5"`, `"0x1p-1"`, 1), "cpuCount"},
 	} {
 		t.Run(tc.field+" "+tc.path, func(t *testing.T) {
 			f := newFixture(Config{})
@@ -604,4 +622,231 @@ func TestRequestsEndedByTheirContextOrTheLeadershipAreNotInternalErrors(t *testi
 			}
 		})
 	}
+}
+
+// A config whose stored JSON is more than one ZooKeeper write holds is bad input (SPEC §3: 400
+// naming the field), checked before anything is written: encoding/json writes '<' as \u003c,
+// so a body well under the 1 MiB limit stores six times as much. It was a 409 speaking of "it"
+// and of deleting an app's jobs.
+func TestAConfigTooLargeForOneWriteIs400NamingItsField(t *testing.T) {
+	do, dump := realFixture(t)
+	big := strings.Repeat("<", 300000)
+	for _, tc := range []struct{ name, method, path, body, field string }{
+		{"job registration", "POST", "/api/job/register", plus(strings.Replace(jobBody, `"job"`, `"big"`, 1), `"description":"`+big+`"`), "description"},
+		{"job update", "PUT", "/api/job/update", plus(jobBody, `"description":"`+big+`"`), "description"},
+		{"job properties", "PUT", "/api/job/update", plus(jobBody, `"jobProperties":{"a":"`+big[:100000]+`","b":"`+big[:100000]+`"}`), "jobProperties"},
+		{"app registration", "POST", "/api/app", `{"appName":"bigapp","appURL":"/x","bootstrapScript":"` + big + `"}`, "bootstrapScript"},
+		{"app partial update", "PUT", "/api/app", `{"appName":"app","bootstrapScript":"` + big + `"}`, "bootstrapScript"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := dump()
+			rec := do(tc.method, tc.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			if rec.Code != 400 || got["field"] != tc.field || !strings.HasPrefix(got["error"], tc.field+" is too large to store") {
+				t.Errorf("%s %s: %d %.300s; want 400 naming %s, too large to store", tc.method, tc.path, rec.Code, rec.Body, tc.field)
+			}
+			if after := dump(); !reflect.DeepEqual(after, before) {
+				t.Errorf("a refused request wrote to ZooKeeper")
+			}
+		})
+	}
+	// Up to the bound a config is stored.
+	fits := strings.Repeat("x", 200000)
+	if rec := do("PUT", "/api/job/update", plus(jobBody, `"description":"`+fits+`"`)); rec.Code != 204 {
+		t.Errorf("a job of 200 KB: %d %.300s; want 204", rec.Code, rec.Body)
+	}
+}
+
+// A config write that ZooKeeper refuses as too large though the config passed the bound (what
+// the write carries beside it left no room) is the config's size too: 400 naming its largest
+// field, not the 409 about a change to many nodes with its advice to delete an app's jobs.
+func TestAConfigWriteTooLargeForZooKeeperIs400NamingItsField(t *testing.T) {
+	for _, tc := range []struct{ name, method, path, body, field string }{
+		{"app registration", "POST", "/api/app", `{"appName":"b","appURL":"/x","bootstrapScript":"` + strings.Repeat("s", 1000) + `"}`, "bootstrapScript"},
+		{"job registration", "POST", "/api/job/register", plus(strings.Replace(jobBody, `"job"`, `"b"`, 1), `"description":"`+strings.Repeat("d", 1000)+`"`), "description"},
+		{"job update", "PUT", "/api/job/update", plus(jobBody, `"jobParameter":"`+strings.Repeat("p", 1000)+`"`), "jobParameter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := seeded()
+			f.store.fault = fmt.Errorf("create: multi of 3 ops, 1040000 bytes: %w", state.ErrTooLarge)
+			rec := f.do(tc.method, tc.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			if rec.Code != 400 || got["field"] != tc.field || !strings.Contains(got["error"], "too large to store") ||
+				!strings.Contains(got["error"], "nothing changed") || strings.Contains(got["error"], "app's jobs") {
+				t.Errorf("%s %s: %d %s; want 400 naming %s, too large to store", tc.method, tc.path, rec.Code, rec.Body, tc.field)
+			}
+		})
+	}
+}
+
+// A body is one JSON value and nothing after it: a stray '}' or ']' after the object (which
+// json.Decoder.More does not see) is refused, 400 naming "body", on every endpoint taking a
+// config, and nothing changes.
+func TestABodyWithDataAfterItsJSONIs400NamingBody(t *testing.T) {
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/api/app", strings.Replace(appBody, `"app"`, `"other"`, 1) + "}"},
+		{"POST", "/api/app", strings.Replace(appBody, `"app"`, `"other"`, 1) + "]"},
+		{"POST", "/api/app", strings.Replace(appBody, `"app"`, `"other"`, 1) + ` {}`},
+		{"POST", "/api/job/register", strings.Replace(jobBody, `"job"`, `"new"`, 1) + "}"},
+		{"POST", "/api/job/register", strings.Replace(jobBody, `"job"`, `"new"`, 1) + "x"},
+		{"PUT", "/api/job/update", jobBody + "]"},
+		{"PUT", "/api/app", `{"appName":"app","memoryMB":256}}`},
+		{"PUT", "/api/app", `{"appName":"app","memoryMB":256}]`},
+	} {
+		t.Run(tc.method+tc.path+tc.body[len(tc.body)-1:], func(t *testing.T) {
+			f := seeded()
+			apps, jobs := fmt.Sprint(f.store.apps), fmt.Sprint(f.store.jobs)
+			rec := f.do(tc.method, tc.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			if rec.Code != 400 || got["field"] != "body" {
+				t.Errorf("%s %s …%q: %d %s; want 400 naming body", tc.method, tc.path, tc.body[len(tc.body)-5:], rec.Code, rec.Body)
+			}
+			if fmt.Sprint(f.store.apps) != apps || fmt.Sprint(f.store.jobs) != jobs || len(f.sched.Ops()) != 0 {
+				t.Errorf("the refused request changed something: ops %v", f.sched.Ops())
+			}
+		})
+	}
+	// White space after the value is no data.
+	if rec := seeded().do("PUT", "/api/job/update", jobBody+"\n \t"); rec.Code != 204 {
+		t.Errorf("a body ending in white space: %d %s; want 204", rec.Code, rec.Body)
+	}
+}
+
+// A member given twice is refused, 400 naming it: encoding/json keeps the last one silently,
+// and a client that sends two appNames does not know which app it made or updated.
+func TestAKeyGivenTwiceIs400NamingIt(t *testing.T) {
+	for _, tc := range []struct{ method, path, body, field string }{
+		{"POST", "/api/app", `{"appName":"first","appURL":"/x","bootstrapScript":"s","appName":"second"}`, "appName"},
+		{"POST", "/api/app", `{"appName":"first","appURL":"/x","bootstrapScript":"s","app\u004eame":"second"}`, "appName"},
+		{"PUT", "/api/app", `{"appName":"app","memoryMB":256,"appName":"other"}`, "appName"},
+		{"PUT", "/api/app", `{"appName":"app","memoryMB":256,"memoryMB":512}`, "memoryMB"},
+		{"POST", "/api/job/register", plus(strings.Replace(jobBody, `"job"`, `"new"`, 1), `"jobName":"newer"`), "jobName"},
+		{"PUT", "/api/job/update", plus(jobBody, `"cron":"0/5 * * * * ?"`), "cron"},
+	} {
+		t.Run(tc.method+tc.path+" "+tc.field, func(t *testing.T) {
+			f := seeded()
+			apps, jobs := fmt.Sprint(f.store.apps), fmt.Sprint(f.store.jobs)
+			rec := f.do(tc.method, tc.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			if rec.Code != 400 || got["field"] != tc.field || got["error"] != tc.field+" is given more than once" {
+				t.Errorf("%s %s %s: %d %s; want 400 %q naming %s", tc.method, tc.path, tc.body, rec.Code, rec.Body, tc.field+" is given more than once", tc.field)
+			}
+			if fmt.Sprint(f.store.apps) != apps || fmt.Sprint(f.store.jobs) != jobs || len(f.sched.Ops()) != 0 {
+				t.Errorf("the refused request changed something: ops %v", f.sched.Ops())
+			}
+		})
+	}
+}
+
+// A trigger or deregister body is the job's name, raw or as a JSON string (2.1.5's forms). A
+// JSON object or array is neither: 400 naming jobName, not a 404 for a job named
+// {"jobName":"job"}. Anything else stays a raw name, so that the jobs 2.1.5 registered under
+// names ejcloud would refuse can still be deregistered.
+func TestAJobNameBodyThatIsAJSONObjectOrArrayIs400(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"jobName":"job"}`, 400},
+		{` {"jobName":"job"} `, 400},
+		{`["job"]`, 400},
+		{`{}`, 400},
+		{`{job`, 404},   // not JSON: a raw name, of no job here
+		{`[job]`, 404},  // likewise
+		{`"job"`, 204},  // a JSON string
+		{"job\n", 204},  // a raw name
+		{`{"job"`, 404}, // not JSON
+		{`null`, 404},   // a raw name, as 2.1.5 took it
+		{`[1] x`, 404},  // not JSON
+		{`1`, 404},      // a raw name
+		{"{\n}", 400},   // an object
+		{`[{"a":1}]`, 400},
+	} {
+		for _, ep := range []struct{ method, path, op string }{{"POST", "/api/job/trigger", "trigger job"}, {"DELETE", "/api/job/deregister", "delete job"}} {
+			f := seeded()
+			rec := f.do(ep.method, ep.path, tc.body)
+			var got map[string]string
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			switch {
+			case rec.Code != tc.want:
+				t.Errorf("%s %s %q: %d %s; want %d", ep.method, ep.path, tc.body, rec.Code, rec.Body, tc.want)
+			case tc.want == 400 && got["field"] != "jobName":
+				t.Errorf("%s %s %q: %s; want it to name jobName", ep.method, ep.path, tc.body, rec.Body)
+			case tc.want != 204 && len(f.sched.Ops()) != 0, tc.want == 204 && !reflect.DeepEqual(f.sched.Ops(), []string{ep.op}):
+				t.Errorf("%s %s %q: operations %v", ep.method, ep.path, tc.body, f.sched.Ops())
+			}
+		}
+	}
+}
+
+// A job whose stored cron Quartz cannot parse (2.1.5 stored such crons, SPEC §12) has no next
+// fire times because of its config, not of a fault here: 409 naming cron and saying the job
+// must be updated, not 500. A stored zone that is no zone likewise names timeZone.
+func TestNextOfAJobWithAStoredInvalidCronIs409NamingCron(t *testing.T) {
+	for _, tc := range []struct{ cron, zone, field string }{
+		{"0 0 12 * * *", "UTC", "cron"}, // both day fields: Quartz refuses it
+		{"0 0 25 * * ?", "UTC", "cron"},
+		{"0/5 * * * * ?", "Mars/Olympus", "timeZone"},
+	} {
+		f := seeded()
+		j := f.store.jobs["job"]
+		j.JobName, j.Cron, j.TimeZone = "old", tc.cron, tc.zone
+		f.store.jobs["old"] = j
+		rec := f.do("GET", "/api/job/old/next", "")
+		var got map[string]string
+		json.Unmarshal(rec.Body.Bytes(), &got)
+		if rec.Code != 409 || got["field"] != tc.field || !strings.Contains(got["error"], `job "old"'s stored `+tc.field) ||
+			!strings.Contains(got["error"], "update the job") {
+			t.Errorf("next of a job stored with cron %q in %q: %d %s; want 409 naming %s, saying to update the job", tc.cron, tc.zone, rec.Code, rec.Body, tc.field)
+		}
+	}
+}
+
+// A 405 carries Allow, the methods the path is served with (RFC 9110 §15.5.6: MUST), and HEAD
+// is served wherever GET is (RFC 9110 §9.3.2; the auth layer lets the guest send it as a read).
+func TestA405NamesTheAllowedMethodsAndHEADIsServedWhereGETIs(t *testing.T) {
+	f := newFixture(Config{Root: "root:secret", Guest: "guest:look"})
+	f.do("POST", "/api/app", appBody, "root", "secret")
+	f.do("POST", "/api/job/register", jobBody, "root", "secret")
+	for _, tc := range []struct{ method, path, allow string }{
+		{"GET", "/api/job/register", "POST"},
+		{"POST", "/api/job/jobs", "GET, HEAD"},
+		{"DELETE", "/api/app", "POST, PUT"},
+		{"PUT", "/api/job/job/disable", "GET, HEAD, POST, DELETE"},
+		{"PATCH", "/api/app/app", "GET, HEAD, DELETE"},
+		{"GET", "/api/operate/reconcile/explicit", "POST"},
+	} {
+		rec := f.do(tc.method, tc.path, "", "root", "secret")
+		if rec.Code != 405 || rec.Header().Get("Allow") != tc.allow || !strings.Contains(rec.Body.String(), `"error"`) {
+			t.Errorf("%s %s: %d Allow=%q %s; want 405 Allow=%q", tc.method, tc.path, rec.Code, rec.Header().Get("Allow"), rec.Body, tc.allow)
+		}
+	}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/api/app/list", 200}, {"/api/app/app", 200}, {"/api/app/nope", 404}, {"/api/job/jobs", 200},
+		{"/api/job/jobs/job", 200}, {"/api/job/job/next", 200}, {"/api/job/tasks/ready", 200},
+		{"/api/job/events/executions", 200}, {"/api/operate/sandbox?appName=app", 200},
+	} {
+		for _, user := range [][]string{{"root", "secret"}, {"guest", "look"}} {
+			get, head := f.do("GET", tc.path, "", user...), f.do("HEAD", tc.path, "", user...)
+			if get.Code != tc.want || head.Code != tc.want || head.Header().Get("Content-Type") != get.Header().Get("Content-Type") {
+				t.Errorf("%s: GET %s = %d, HEAD = %d; want both %d", user[0], tc.path, get.Code, head.Code, tc.want)
+			}
+		}
+	}
+	// Every route that serves GET serves HEAD.
+	(&Server{store: f.store, sched: f.sched, cfg: Config{Log: f.log}}).router().Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		methods, _ := route.GetMethods()
+		path, _ := route.GetPathTemplate()
+		if slices.Contains(methods, http.MethodGet) && !slices.Contains(methods, http.MethodHead) {
+			t.Errorf("%s serves GET but not HEAD (%v)", path, methods)
+		}
+		return nil
+	})
 }

@@ -12,10 +12,10 @@ import (
 func (s *Server) appRoutes(r *mux.Router) {
 	r.HandleFunc("/api/app", s.createApp).Methods(http.MethodPost)
 	r.HandleFunc("/api/app", s.updateApp).Methods(http.MethodPut)
-	r.HandleFunc("/api/app/list", s.listApps).Methods(http.MethodGet)
-	r.HandleFunc("/api/app/{appName}", s.getApp).Methods(http.MethodGet)
+	r.HandleFunc("/api/app/list", s.listApps).Methods(reads...)
+	r.HandleFunc("/api/app/{appName}", s.getApp).Methods(reads...)
 	r.HandleFunc("/api/app/{appName}", s.deleteApp).Methods(http.MethodDelete)
-	r.HandleFunc("/api/app/{appName}/disable", s.appDisabled).Methods(http.MethodGet)
+	r.HandleFunc("/api/app/{appName}/disable", s.appDisabled).Methods(reads...)
 	r.HandleFunc("/api/app/{appName}/disable", s.disableApp).Methods(http.MethodPost)
 	r.HandleFunc("/api/app/{appName}/disable", s.enableApp).Methods(http.MethodDelete) // the 2.1.5 form
 	r.HandleFunc("/api/app/{appName}/enable", s.enableApp).Methods(http.MethodPost)
@@ -31,10 +31,13 @@ func (s *Server) createApp(w http.ResponseWriter, r *http.Request) {
 		err = config.CheckNewName("appName", a.AppName)
 	}
 	if err == nil {
+		err = config.CheckStoredSize(a, s.store.MaxConfigBytes())
+	}
+	if err == nil {
 		err = s.store.CreateApp(r.Context(), a)
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.failWrite(w, r, err, a)
 		return
 	}
 	noContent(w)
@@ -49,27 +52,30 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	}
 	// A map, not a struct: encoding/json matches a struct's keys case-insensitively, and
 	// "appname" would name the app that PatchApp then refuses the key of.
-	var fields map[string]json.RawMessage
-	var name string
-	if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
-		msg := "body is not a JSON object"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		s.fail(w, r, &config.FieldError{Field: "body", Message: msg})
+	fields, err := config.Fields(b)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
+	var name string
 	if json.Unmarshal(fields["appName"], &name) != nil || name == "" {
 		s.fail(w, r, &config.FieldError{Field: "appName", Message: "appName is required and names the app to update"})
 		return
 	}
-	_, err := s.store.UpdateApp(r.Context(), name, func(cur config.App) (config.App, error) {
-		return config.PatchApp(cur, b)
+	var next config.App
+	_, err = s.store.UpdateApp(r.Context(), name, func(cur config.App) (config.App, error) {
+		a, err := config.PatchApp(cur, b)
+		if err == nil {
+			err = config.CheckStoredSize(a, s.store.MaxConfigBytes())
+		}
+		next = a
+		return a, err
 	})
-	if err == nil {
-		err = s.sched.AppUpdated(r.Context(), name)
-	}
 	if err != nil {
+		s.failWrite(w, r, err, next)
+		return
+	}
+	if err := s.sched.AppUpdated(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -4,13 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http/httptest"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"testing"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
 // fakeStore keeps apps and jobs in memory, with the state layer's error kinds.
@@ -147,6 +154,9 @@ func (f *fakeStore) JobOrAppDisabled(_ context.Context, j config.Job) (bool, err
 	defer f.mu.Unlock()
 	return f.offJobs[j.JobName] || f.offApps[j.AppName], f.fault
 }
+
+// MaxConfigBytes is about the state layer's bound with ZooKeeper's default jute.maxbuffer.
+func (f *fakeStore) MaxConfigBytes() int { return 256 << 10 }
 
 func (f *fakeStore) Running(context.Context) ([]state.RunningEntry, error) { return f.running, f.fault }
 func (f *fakeStore) Ready(context.Context) ([]state.ReadyEntry, error)     { return f.ready, f.fault }
@@ -309,3 +319,76 @@ type fakeOverseer struct {
 
 func (f *fakeOverseer) Cluster(context.Context) (Cluster, error) { return f.cluster, nil }
 func (f *fakeOverseer) Unplaced() map[string]map[string]int      { return f.unplaced }
+
+// realSched is the Scheduler's ZooKeeper part on the real state layer (the leader's Mesos part
+// is left out): the API then writes what production writes.
+type realSched struct {
+	noMesos
+	st *state.Store
+}
+
+type noMesos struct{}
+
+func (noMesos) JobChanged(context.Context, string)       {}
+func (noMesos) Trigger(context.Context, string) error    { return nil }
+func (noMesos) Idle(string) bool                         { return false }
+func (noMesos) Waiting(string) string                    { return "" }
+func (noMesos) AppUpdated(context.Context, string) error { return nil }
+func (noMesos) Failure(_ context.Context, job string) (JobFailure, error) {
+	return JobFailure{JobName: job}, nil
+}
+
+func (r realSched) UpdateJob(ctx context.Context, j config.Job) error {
+	_, err := r.st.UpdateJob(ctx, j)
+	return err
+}
+func (r realSched) DeleteJob(ctx context.Context, j string) error  { return r.st.DeleteJob(ctx, j) }
+func (r realSched) DisableJob(ctx context.Context, j string) error { return r.st.DisableJob(ctx, j) }
+func (r realSched) EnableJob(ctx context.Context, j string) error {
+	_, err := r.st.EnableJob(ctx, j)
+	return err
+}
+func (r realSched) DisableApp(ctx context.Context, a string) error { return r.st.DisableApp(ctx, a) }
+func (r realSched) EnableApp(ctx context.Context, a string) error {
+	_, err := r.st.EnableApp(ctx, a)
+	return err
+}
+func (r realSched) DeleteApp(ctx context.Context, a string) error {
+	_, err := r.st.DeleteApp(ctx, a)
+	return err
+}
+
+// realFixture serves the API from a leader's model of a real ZooKeeper, as production does,
+// with the app "app" and the job "job" registered. It returns the request function and a dump
+// of the namespace's nodes.
+func realFixture(t *testing.T) (do func(method, path, body string) *httptest.ResponseRecorder, dump func() map[string]string) {
+	t.Helper()
+	env := statetest.StartZooKeeper(t)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	store, err := state.Connect(context.Background(), state.Config{Servers: env.Servers, Namespace: env.Namespace, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	model, err := store.Mirror(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(model, realSched{st: model}, Config{Log: log, Zone: "UTC"})
+	do = func(method, path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := do("POST", "/api/app", appBody); rec.Code != 204 {
+		t.Fatalf("app: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do("POST", "/api/job/register", jobBody); rec.Code != 204 {
+		t.Fatalf("job: %d %s", rec.Code, rec.Body)
+	}
+	return do, func() map[string]string { return statetest.Dump(t, env) }
+}

@@ -22,18 +22,18 @@ func (s *Server) jobRoutes(r *mux.Router) {
 	r.HandleFunc("/api/job/update", s.updateJob).Methods(http.MethodPut)
 	r.HandleFunc("/api/job/deregister", s.deregisterJob).Methods(http.MethodDelete)
 	r.HandleFunc("/api/job/trigger", s.triggerJob).Methods(http.MethodPost)
-	r.HandleFunc("/api/job/jobs", s.listJobs).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/jobs/{jobName}", s.getJob).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/tasks/running", s.runningTasks).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/tasks/ready", s.readyTasks).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/tasks/failover", s.failoverTasks).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/{jobName}/disable", s.jobDisabled).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/jobs", s.listJobs).Methods(reads...)
+	r.HandleFunc("/api/job/jobs/{jobName}", s.getJob).Methods(reads...)
+	r.HandleFunc("/api/job/tasks/running", s.runningTasks).Methods(reads...)
+	r.HandleFunc("/api/job/tasks/ready", s.readyTasks).Methods(reads...)
+	r.HandleFunc("/api/job/tasks/failover", s.failoverTasks).Methods(reads...)
+	r.HandleFunc("/api/job/{jobName}/disable", s.jobDisabled).Methods(reads...)
 	r.HandleFunc("/api/job/{jobName}/disable", s.disableJob).Methods(http.MethodPost)
 	r.HandleFunc("/api/job/{jobName}/disable", s.enableJob).Methods(http.MethodDelete) // the 2.1.5 form
 	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
-	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(http.MethodGet)
-	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(http.MethodGet)
+	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(reads...)
+	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(reads...)
+	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(reads...)
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +46,7 @@ func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {
 		err = s.store.CreateJob(r.Context(), j)
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.failWrite(w, r, err, j)
 		return
 	}
 	s.sched.JobChanged(r.Context(), j.JobName)
@@ -61,7 +61,7 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.sched.UpdateJob(r.Context(), j); err != nil {
-		s.fail(w, r, err)
+		s.failWrite(w, r, err, j)
 		return
 	}
 	noContent(w)
@@ -76,6 +76,9 @@ func (s *Server) jobBody(w http.ResponseWriter, r *http.Request) (config.Job, bo
 	}
 	// Its dependsOn is checked against the other jobs by the store, in the write itself.
 	j, err := config.DecodeJob(b, s.cfg.Zone)
+	if err == nil {
+		err = config.CheckStoredSize(j, s.store.MaxConfigBytes())
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return config.Job{}, false
@@ -83,13 +86,19 @@ func (s *Server) jobBody(w http.ResponseWriter, r *http.Request) (config.Job, bo
 	return j, true
 }
 
-// jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms).
+// jobName reads a job name given as the raw body or as a JSON string (both 2.1.5 forms). A
+// JSON object or array is neither ({"jobName":"x"} is no job's name); anything else is a raw
+// name, as 2.1.5 took it, so that the jobs it registered under any name can be deregistered.
 func (s *Server) jobName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	b, ok := body(w, r)
 	if !ok {
 		return "", false
 	}
 	name := strings.TrimSpace(string(b))
+	if (strings.HasPrefix(name, "{") || strings.HasPrefix(name, "[")) && json.Valid([]byte(name)) {
+		s.fail(w, r, &config.FieldError{Field: "jobName", Message: "jobName must be the whole body, the job's name raw or as a JSON string (\"job\"), not a JSON object or array"})
+		return "", false
+	}
 	if strings.HasPrefix(name, `"`) {
 		if err := json.Unmarshal([]byte(name), &name); err != nil {
 			s.fail(w, r, &config.FieldError{Field: "jobName", Message: "jobName is not a valid JSON string: " + err.Error()})
@@ -200,6 +209,19 @@ func (s *Server) nextFires(w http.ResponseWriter, r *http.Request) {
 	j, err := s.store.Job(r.Context(), mux.Vars(r)["jobName"])
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	// Elastic-Job-Cloud 2.1.5 stored crons it could not schedule (SPEC §12); ejcloud checks them
+	// at registration. Such a job's config, not the scheduler, is at fault: 409, until the
+	// job is updated.
+	if _, err := j.Schedule(); err != nil {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %q's stored cron %q is not a valid Quartz expression (%v): it was stored before"+
+			" crons were checked; update the job with a valid cron (PUT /api/job/update)", j.JobName, j.Cron, err), "cron")
+		return
+	}
+	if _, err := j.Location(); err != nil {
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %q's stored timeZone %q is not a time zone (%v); update the job with an IANA"+
+			" time zone name (PUT /api/job/update)", j.JobName, j.TimeZone, err), "timeZone")
 		return
 	}
 	times, err := producer.Next(j, s.cfg.Now(), count)

@@ -43,7 +43,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 	r.HandleFunc("/api/job/events/statusTraces", func(w http.ResponseWriter, r *http.Request) {
 		q, ok := s.traceQuery(w, r, false)
 		if !ok {
@@ -59,7 +59,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 
 	r.HandleFunc("/api/job/statistics/tasks/results", func(w http.ResponseWriter, r *http.Request) {
 		var iv eventtrace.Interval
@@ -87,7 +87,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 	r.HandleFunc("/api/job/statistics/tasks/results/{period:online|lastWeek|lastHour|lastMinute|lastDay}", func(w http.ResponseWriter, r *http.Request) {
 		now := s.cfg.Now()
 		period := mux.Vars(r)["period"]
@@ -134,7 +134,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		default: // no database, or a period 2.1.5 answers with zeros
 			writeJSON(w, http.StatusOK, zero)
 		}
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 	for _, p := range []struct {
 		path string
 		read func(t *Trace, r *http.Request, since time.Time) (any, error)
@@ -162,7 +162,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 				return
 			}
 			writeJSON(w, http.StatusOK, rows)
-		}).Methods(http.MethodGet)
+		}).Methods(reads...)
 	}
 	r.HandleFunc("/api/job/statistics/jobs/register", func(w http.ResponseWriter, r *http.Request) {
 		if v := r.URL.Query().Get("since"); v != "" && v != "lastWeek" {
@@ -179,7 +179,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 	r.HandleFunc("/api/job/statistics/jobs/type", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := s.store.Jobs(r.Context())
 		if err != nil {
@@ -202,7 +202,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 		}
 		writeJSON(w, http.StatusOK, c)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 	r.HandleFunc("/api/job/statistics/jobs/executionType", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := s.store.Jobs(r.Context())
 		if err != nil {
@@ -222,7 +222,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 		}
 		writeJSON(w, http.StatusOK, c)
-	}).Methods(http.MethodGet)
+	}).Methods(reads...)
 }
 
 // traceQuery reads and checks a search's parameters: per_page, page, sort, order, startTime,

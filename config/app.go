@@ -6,7 +6,9 @@ package config
 
 import (
 	"encoding/json"
+	"net/url"
 	"strings"
+	"unicode"
 )
 
 // App is a deployable bundle holding an executor and the job code (SPEC §3.1).
@@ -63,6 +65,14 @@ func (a App) Validate() error {
 	if strings.TrimSpace(a.BootstrapScript) == "" {
 		return fieldErr("bootstrapScript", "is required")
 	}
+	// The Mesos agent runs it as sh -c <bootstrapScript>: a NUL cannot pass exec, and another
+	// control character (a carriage return of a script written on Windows) is a command that
+	// does not run as it reads. Tabs and line breaks are a script's own.
+	for _, r := range a.BootstrapScript {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' {
+			return fieldErr("bootstrapScript", "must not contain the control character %q: the Mesos agent runs it as a shell command", r)
+		}
+	}
 	if !(a.CPUCount > 0) {
 		return fieldErr("cpuCount", "must be greater than 0, got %v", a.CPUCount)
 	}
@@ -81,20 +91,47 @@ func (a App) Validate() error {
 	return nil
 }
 
+// validURL checks an app's URL: what the Mesos fetcher can fetch. An http(s) URL names a host,
+// a file:// URL a file; an absolute path is a file on the agent.
 func validURL(u string) *FieldError {
-	switch {
-	case u == "":
+	if u == "" {
 		return fieldErr("appURL", "is required")
-	case strings.HasPrefix(u, "http://") && len(u) > len("http://"),
-		strings.HasPrefix(u, "https://") && len(u) > len("https://"),
-		strings.HasPrefix(u, "file:///"),
-		strings.HasPrefix(u, "/") && len(u) > 1:
-		if strings.ContainsAny(u, " \t\r\n") {
+	}
+	for _, r := range u {
+		switch {
+		case r == ' ' || r == '\t' || r == '\r' || r == '\n':
 			return fieldErr("appURL", "must not contain white space")
+		case unicode.IsControl(r):
+			return fieldErr("appURL", "must not contain a control character, got %q", r)
+		}
+	}
+	if strings.HasPrefix(u, "/") {
+		if strings.Trim(u, "/") == "" {
+			return fieldErr("appURL", "must name a file, got %q", u)
 		}
 		return nil
 	}
-	return fieldErr("appURL", "must be an http://, https:// or file:// URL or an absolute path, got %q", u)
+	var scheme string
+	switch {
+	case strings.HasPrefix(u, "http://"):
+		scheme = "http"
+	case strings.HasPrefix(u, "https://"):
+		scheme = "https"
+	case strings.HasPrefix(u, "file:///"):
+		scheme = "file"
+	default:
+		return fieldErr("appURL", "must be an http://, https:// or file:// URL or an absolute path, got %q", u)
+	}
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return fieldErr("appURL", "is not a valid URL: %v", err)
+	case scheme == "file" && strings.Trim(p.Path, "/") == "":
+		return fieldErr("appURL", "must name a file after file://, got %q", u)
+	case scheme != "file" && p.Hostname() == "":
+		return fieldErr("appURL", "must name a host after %s://, got %q", scheme, u)
+	}
+	return nil
 }
 
 var archiveSuffixes = []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip"}

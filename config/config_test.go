@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -48,8 +49,17 @@ func TestDecodeJobAppliesDefaults(t *testing.T) {
 // Issue 19's misfire options: defaults that keep the behaviour of misfire, and a 400 naming
 // the field for a bad value.
 func TestDecodeJobMisfireOptions(t *testing.T) {
-	with := func(extra string) []byte {
-		return []byte(strings.TrimSuffix(strings.TrimSpace(validJob), "}") + "," + extra + "}")
+	with := func(extra string) []byte { // validJob with extra's fields added or replacing its own
+		var m, more map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(validJob), &m); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte("{"+extra+"}"), &more); err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(m, more)
+		b, _ := json.Marshal(m)
+		return b
 	}
 	cases := []struct {
 		extra    string
@@ -279,6 +289,25 @@ func TestDecodeAppRejectsEachRuleNamingTheField(t *testing.T) {
 		{"fractional sampling", "eventTraceSamplingCount", `1.5`},
 		{"cache flag not a boolean", "appCacheEnable", `"sometimes"`},
 		{"unknown field", "appUrl", `"http://h/x"`},
+		// URLs the Mesos fetcher can never fetch: every launch of the app's jobs would fail.
+		{"file URL without a path", "appURL", `"file:///"`},
+		{"file URL of the root", "appURL", `"file:////"`},
+		{"file URL with a host", "appURL", `"file://h/app.tar.gz"`},
+		{"http URL without a host", "appURL", `"http:///app.tar.gz"`},
+		{"https URL without a host", "appURL", `"https://?x"`},
+		{"http URL with a port but no host", "appURL", `"http://:80/app.tar.gz"`},
+		{"http URL with a bad escape", "appURL", `"http://h/a%zz"`},
+		{"the root as a path", "appURL", `"/"`},
+		{"slashes as a path", "appURL", `"//"`},
+		{"appURL with a NUL", "appURL", `"http://h/a\u0000b"`},
+		{"appURL with a DEL", "appURL", `"http://h/a\u007fb"`},
+		{"appURL with a C1 control", "appURL", `"/opt/a\u0085b"`},
+		{"appURL with a tab", "appURL", `"/opt/a\tb"`},
+		// The agent runs it as sh -c <bootstrapScript>: a NUL cannot pass exec, and a carriage
+		// return is part of the command.
+		{"bootstrapScript with a NUL", "bootstrapScript", `"./start.sh\u0000 --x"`},
+		{"bootstrapScript with a carriage return", "bootstrapScript", `"./start.sh\r\n"`},
+		{"bootstrapScript with an escape", "bootstrapScript", `"./start.sh \u001b[0m"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,6 +317,153 @@ func TestDecodeAppRejectsEachRuleNamingTheField(t *testing.T) {
 				t.Fatalf("DecodeApp(%s) error = %v; want a FieldError for %q", body, err, tc.field)
 			}
 		})
+	}
+}
+
+// What the Mesos fetcher can fetch registers: an http(s) URL naming a host, a file:// URL or an
+// absolute path naming a file. A bootstrapScript may hold tabs and lines.
+func TestDecodeAppAcceptsFetchableURLsAndScriptsOfLines(t *testing.T) {
+	for _, tc := range []struct{ field, value string }{
+		{"appURL", `"http://h/app.tar.gz"`},
+		{"appURL", `"https://h:8443/dl?app=x&v=1#top"`},
+		{"appURL", `"http://[::1]:8080/app"`},
+		{"appURL", `"http://user:pw@h/app.zip"`},
+		{"appURL", `"http://h"`},
+		{"appURL", `"file:///opt/app.tar.gz"`},
+		{"appURL", `"/opt/app.tar.gz"`},
+		{"appURL", `"/opt/ünïcode/app"`},
+		{"bootstrapScript", `"cd bin &&\n\t./start.sh"`},
+	} {
+		if _, err := DecodeApp(withField(t, validApp, tc.field, tc.value)); err != nil {
+			t.Errorf("%s %s: %v; want it valid", tc.field, tc.value, err)
+		}
+	}
+}
+
+// Numbers given as strings (the 2.1.5 console's form) hold JSON numbers: Go's own syntax,
+// which strconv takes (hex floats, a trailing dot, a leading '+', underscores, Inf), is refused
+// naming the field.
+func TestNumericStringsAreJSONNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		field, value string
+		ok           bool
+	}{
+		{"shardingTotalCount", `"3"`, true},
+		{"shardingTotalCount", `" 3 "`, true},
+		{"shardingTotalCount", `"3.0"`, true},
+		{"shardingTotalCount", `"3e0"`, true},
+		{"cpuCount", `"0.5"`, true},
+		{"cpuCount", `"5E-1"`, true},
+		{"cpuCount", `"-0"`, false}, // a JSON number, and too small
+		{"shardingTotalCount", `"0x10p0"`, false},
+		{"shardingTotalCount", `"0x10"`, false},
+		{"shardingTotalCount", `"5."`, false},
+		{"shardingTotalCount", `"+5"`, false},
+		{"shardingTotalCount", `"05"`, false},
+		{"shardingTotalCount", `"1_0"`, false},
+		{"cpuCount", `"0x1p-1"`, false},
+		{"cpuCount", `".5"`, false},
+		{"cpuCount", `"Inf"`, false},
+		{"cpuCount", `"NaN"`, false},
+		{"cpuCount", `""`, false},
+	} {
+		_, err := DecodeJob(withField(t, validJob, tc.field, tc.value), "UTC")
+		var fe *FieldError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s %s: %v; want it valid", tc.field, tc.value, err)
+		case !tc.ok && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%s %s: %v; want a FieldError for %s", tc.field, tc.value, err, tc.field)
+		}
+	}
+	if _, err := DecodeApp(withField(t, validApp, "memoryMB", `"+64"`)); err == nil || !strings.Contains(err.Error(), `a JSON number, or a string holding one such as "12.5"), got "+64"`) {
+		t.Errorf(`memoryMB "+64": %v; want it refused, saying what a number is`, err)
+	}
+}
+
+// A body is one JSON object and nothing after it: json.Decoder.More is false before a stray
+// '}' or ']', which was then taken for the end of the body.
+func TestDataAfterTheBodysObjectIsRefusedNamingBody(t *testing.T) {
+	for _, rest := range []string{"}", "]", " {}", `"x"`, "x", ",", "\x00"} {
+		var fe *FieldError
+		if _, err := DecodeJob([]byte(validJob+rest), "UTC"); !errors.As(err, &fe) || fe.Field != "body" || fe.Message != "body has data after the JSON object" {
+			t.Errorf("DecodeJob(validJob + %q) = %v; want body has data after the JSON object", rest, err)
+		}
+		if _, err := DecodeApp([]byte(validApp + rest)); !errors.As(err, &fe) || fe.Field != "body" {
+			t.Errorf("DecodeApp(validApp + %q) = %v; want a FieldError for body", rest, err)
+		}
+	}
+	if _, err := DecodeJob([]byte(validJob+" \n\t\r\n"), "UTC"); err != nil {
+		t.Errorf("DecodeJob(validJob + white space) = %v; want it valid", err)
+	}
+}
+
+// A member given twice is refused naming it (encoding/json keeps the last one silently), also
+// when an escape spells its name; within retry, the error names retry.
+func TestAKeyGivenTwiceIsRefusedNamingIt(t *testing.T) {
+	for _, tc := range []struct{ body, field string }{
+		{`{"appName":"first","appURL":"/x","bootstrapScript":"s","appName":"second"}`, "appName"},
+		{`{"appName":"a","appURL":"/x","bootstrapScript":"s","app\u0055RL":"/y"}`, "appURL"},
+		{`{"appName":"a","appURL":"/x","bootstrapScript":"s","cpuCount":null,"cpuCount":2}`, "cpuCount"},
+		{`{"appName":"a","appURL":"/x","bootstrapScript":"s","":1,"":2}`, "body"},
+	} {
+		var fe *FieldError
+		if _, err := DecodeApp([]byte(tc.body)); !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("DecodeApp(%s) = %v; want a FieldError for %s", tc.body, err, tc.field)
+		}
+	}
+	for _, tc := range []struct{ extra, field string }{
+		{`"cron":"0/5 * * * * ?"`, "cron"}, // the same value twice too
+		{`"jobName":"other"`, "jobName"},
+		{`"retry":{"maxAttempts":2,"maxAttempts":3}`, "retry"},
+	} {
+		body := strings.TrimSuffix(strings.TrimSpace(validJob), "}") + "," + tc.extra + "}"
+		var fe *FieldError
+		if _, err := DecodeJob([]byte(body), "UTC"); !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(fe.Message, "given more than once") {
+			t.Errorf("DecodeJob(…%s) = %v; want a FieldError for %s, given more than once", tc.extra, err, tc.field)
+		}
+	}
+}
+
+// A config larger, as stored JSON, than the state layer's bound is refused naming the field
+// that takes the most of it; '<' counts 6 bytes, as encoding/json writes it.
+func TestAConfigTooLargeToStoreNamesItsLargestField(t *testing.T) {
+	job, err := DecodeJob([]byte(validJob), "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, _, _ := StoredSize(job)
+	described := job
+	described.Description = strings.Repeat("<", 1000)
+	propertied := job
+	propertied.JobProperties = map[string]string{"a": strings.Repeat("x", 600), "b": strings.Repeat("y", 600)}
+	propertied.Description = strings.Repeat("d", 1000)
+	app, _ := DecodeApp([]byte(validApp))
+	app.BootstrapScript = strings.Repeat("&", 1000)
+	for _, tc := range []struct {
+		name  string
+		c     any
+		most  int
+		field string
+	}{
+		{"a job within the bound", job, size, ""},
+		{"a job over it", job, size - 1, "jobShardingStrategyType"}, // "AVG_ALLOCATION", its longest value
+		{"a description of '<'s", described, size + 5000, "description"},
+		{"a description of '<'s within the bound", described, size + 6002, ""},
+		{"job properties", propertied, 2000, "jobProperties"},
+		{"an app's bootstrapScript", app, 5000, "bootstrapScript"},
+	} {
+		err := CheckStoredSize(tc.c, tc.most)
+		var fe *FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v; want it stored", tc.name, err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(fe.Message, tc.field+" is too large to store")):
+			t.Errorf("%s: %v; want %s is too large to store", tc.name, err, tc.field)
+		}
+	}
+	if err := TooLargeToWrite(described); !strings.HasPrefix(err.Error(), "description: description is too large to store") {
+		t.Errorf("TooLargeToWrite: %v; want it to name description", err)
 	}
 }
 

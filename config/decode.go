@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,20 +29,64 @@ func fieldErr(field, format string, args ...any) *FieldError {
 // setter decodes one JSON value into its destination, or explains why it cannot.
 type setter func(raw json.RawMessage) error
 
+// Fields splits a request body holding one JSON object into its members, each error a
+// *FieldError: a body that is not one object, or has anything but white space after it, or a
+// member named "", names "body"; a member given twice names the member (encoding/json would keep the last one
+// silently, and a client sending two appNames would not know which app it made).
+func Fields(body []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		msg := "body is not a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return nil, &FieldError{Field: "body", Message: msg}
+	}
+	broken := func(err error) error { // within the object: a syntax error, or its end
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return &FieldError{Field: "body", Message: "body is not a JSON object: " + err.Error()}
+	}
+	raw := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, broken(err)
+		}
+		name, ok := t.(string) // json.Decoder gives a member's name here, or an error
+		if !ok {
+			return nil, &FieldError{Field: "body", Message: "body is not a JSON object"}
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, broken(err)
+		}
+		if name == "" { // no field to name
+			return nil, &FieldError{Field: "body", Message: `body has a field with an empty name ""`}
+		}
+		if _, dup := raw[name]; dup {
+			return nil, &FieldError{Field: name, Message: name + " is given more than once"}
+		}
+		raw[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // the object's '}'
+		return nil, broken(err)
+	}
+	// Token, not More: More is false before a stray '}' or ']' too.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, &FieldError{Field: "body", Message: "body has data after the JSON object"}
+	}
+	return raw, nil
+}
+
 // decodeObject decodes a JSON object field by field so that each error names its field and
 // unknown fields are refused. A JSON null leaves the destination as it was, as the 2.1.5
 // console sends nulls for fields it leaves empty.
 func decodeObject(body []byte, fields map[string]setter) error {
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&raw); err != nil {
-		return &FieldError{Field: "body", Message: "body is not a JSON object: " + err.Error()}
-	}
-	if raw == nil {
-		return &FieldError{Field: "body", Message: "body is not a JSON object"}
-	}
-	if dec.More() {
-		return &FieldError{Field: "body", Message: "body has data after the JSON object"}
+	raw, err := Fields(body)
+	if err != nil {
+		return err
 	}
 	names := make([]string, 0, len(raw))
 	for name := range raw {
@@ -49,10 +95,7 @@ func decodeObject(body []byte, fields map[string]setter) error {
 	sort.Strings(names) // report the first problem deterministically
 	for _, name := range names {
 		set, ok := fields[name]
-		switch {
-		case !ok && name == "":
-			return &FieldError{Field: "body", Message: `body has a field with an empty name ""`}
-		case !ok:
+		if !ok {
 			return fieldErr(name, "is not a known field")
 		}
 		v := raw[name]
@@ -76,24 +119,32 @@ func str(dst *string) setter {
 }
 
 // numberText returns the text of a JSON number, or of a string holding one (the 2.1.5 console
-// sends numbers as strings).
-func numberText(raw json.RawMessage) (string, bool) {
+// sends numbers as strings). A string must hold a number in JSON's grammar, as a JSON number
+// is: Go's own syntax ("0x10p0", "5.", "+5", "1_000", "Inf") is no number here. what ("a
+// number") and example ("12.5") are for the error.
+func numberText(raw json.RawMessage, what, example string) (string, error) {
 	var n json.Number
-	if err := json.Unmarshal(raw, &n); err == nil {
-		return n.String(), true
+	if err := json.Unmarshal(raw, &n); err == nil && jsonNumber.MatchString(n.String()) {
+		return n.String(), nil
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return strings.TrimSpace(s), true
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("must be %s", what)
 	}
-	return "", false
+	if t := strings.TrimSpace(s); jsonNumber.MatchString(t) {
+		return t, nil
+	}
+	return "", fmt.Errorf("must be %s (a JSON number, or a string holding one such as %q), got %q", what, example, s)
 }
+
+// jsonNumber is the grammar of a JSON number (RFC 8259 §6).
+var jsonNumber = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
 func float(dst *float64) setter {
 	return func(raw json.RawMessage) error {
-		text, ok := numberText(raw)
-		if !ok {
-			return fmt.Errorf("must be a number")
+		text, err := numberText(raw, "a number", "12.5")
+		if err != nil {
+			return err
 		}
 		f, err := strconv.ParseFloat(text, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -106,9 +157,9 @@ func float(dst *float64) setter {
 
 func integer(dst *int) setter {
 	return func(raw json.RawMessage) error {
-		text, ok := numberText(raw)
-		if !ok {
-			return fmt.Errorf("must be an integer")
+		text, err := numberText(raw, "an integer", "3")
+		if err != nil {
+			return err
 		}
 		n, err := strconv.ParseInt(text, 10, 32)
 		if err != nil {

@@ -599,6 +599,12 @@ const multiSlack = 16 << 10
 // maxMulti is the largest multi sent.
 func (s *shared) maxMulti() int { return s.jute - multiSlack }
 
+// MaxConfigBytes is the most an app's or a job's config may take as stored JSON. A job's writes
+// carry its app's config beside its own (appOp), and an update of it the job's fire ledger and
+// the restart list of its running tasks too, all in one multi of at most jute.maxbuffer: each
+// config may take a quarter of it (252 KiB with ZooKeeper's default).
+func (s *Store) MaxConfigBytes() int { return s.maxMulti() / 4 }
+
 // fits says whether ops go in one multi: nil, or an error wrapping ErrTooLarge.
 func (s *shared) fits(ops []any) error {
 	if n, most := multiBytes(ops), s.maxMulti(); n > most {
