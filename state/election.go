@@ -17,7 +17,7 @@ var (
 	ErrResigned            = errors.New("state: leadership resigned")
 	ErrElectionNodeGone    = errors.New("state: election node deleted")
 	ErrElectionNodeChanged = errors.New("state: election node changed by someone else")
-	ErrDisconnectedTooLong = errors.New("state: ZooKeeper has not heard from this instance for most of the session timeout; it may expire the session")
+	ErrDisconnectedTooLong = errors.New("state: disconnected from ZooKeeper for longer than the session timeout")
 )
 
 const electionPrefix = "n_"
@@ -300,35 +300,46 @@ func (s *Store) lead(path string, version int32, expiries int) *Leadership {
 	return l
 }
 
-// watch ends the leadership when its node or session goes, or may be going. It owns no state
-// but the watch.
+// watch ends the leadership when its node or session goes: the session expired, or the
+// connection down for a whole session timeout — the one the server negotiated (its
+// min/maxSessionTimeout may make it other than the one asked for), counted from when the
+// client noticed. It owns no state but the watch.
 //
-// The server expires a session one session timeout (the one it negotiated, which its
-// min/maxSessionTimeout may make other than the one asked for) after the last packet it
-// received from it, and the next candidate leads at once. So the leadership is counted from
-// the send time of the newest packet the server surely received (zk.Conn.LastHeard), not from
-// when the client noticed a broken connection: in a silent partition the client notices only
-// after two thirds of a timeout without an answer, and a leader that then waited a whole
-// timeout for its connection to come back led beside its successor for two thirds of one. It
-// ends a sixth of a timeout before the earliest expiry (leaseNum/leaseDen), which leaves its
-// work that much to stop; while the connection is healthy a ping is answered every third of a
-// timeout, so a sixth is never reached by waiting for a ping alone.
+// Counted so, a leader cut off silently (packets dropped, no reset) may still lead when its
+// successor does: the client notices only after two thirds of a timeout without an answer,
+// while the server expires the session a timeout after the last packet it received. Every
+// write of the old leader is refused by then (its election node is gone: the fence), and so is
+// every act on Mesos that the leader confirms first or writes ahead (a launch, a kill, an
+// acknowledgement). Counting from the last packet answered instead would close that overlap,
+// but end the leadership of every leader connected to a hung quorum leader, whose session
+// lives on: the new quorum leader starts the sessions' clocks again, and the client, trying
+// the hung member among the others, reconnects after more than a timeout of silence
+// (TestEnsembleQuorumLeaderHangs).
 func (l *Leadership) watch(ctx context.Context, expiries int) {
 	defer close(l.done)
 	s := l.store
 	var watch <-chan zk.Event
 	for {
-		connected, _, n, changed := s.sess.snapshot()
+		connected, since, n, changed := s.sess.snapshot()
 		if n != expiries {
 			l.end(ErrSessionExpired)
 			return
 		}
-		left := time.Until(s.leaseEnd())
-		if left <= 0 {
-			l.end(ErrDisconnectedTooLong)
-			return
+		if !connected {
+			left := s.negotiatedTimeout() - time.Since(since)
+			if left <= 0 {
+				l.end(ErrDisconnectedTooLong)
+				return
+			}
+			select {
+			case <-changed:
+			case <-time.After(left):
+			case <-ctx.Done():
+				return
+			}
+			continue
 		}
-		if connected && watch == nil {
+		if watch == nil {
 			start := s.begin()
 			exists, st, w, err := s.conn.ExistsW(l.path)
 			s.end("exists", start)
@@ -346,31 +357,23 @@ func (l *Leadership) watch(ctx context.Context, expiries int) {
 			}
 			watch = w
 		}
-		timer := time.NewTimer(left)
 		select {
 		case <-watch: // deleted, or the watch ended with the session: look again
 			watch = nil
 		case <-changed:
-		case <-timer.C: // the server has heard from the session since, or the lease is over
 		case <-ctx.Done():
-			timer.Stop()
 			return
 		}
-		timer.Stop()
 	}
 }
 
-// leaseNum/leaseDen is the part of the negotiated session timeout, counted from the last
-// packet the server surely received, after which a leader stops leading (see watch).
-const leaseNum, leaseDen = 5, 6
-
-// leaseEnd is when a leadership on s's session ends unless the server hears from it again.
-func (s *Store) leaseEnd() time.Time {
-	heard, timeout := s.conn.LastHeard()
-	if timeout <= 0 {
-		timeout = s.timeout
+// negotiatedTimeout is the session timeout the server gave s's session, or, before it has
+// given one, the one asked for.
+func (s *Store) negotiatedTimeout() time.Duration {
+	if _, t := s.conn.LastHeard(); t > 0 {
+		return t
 	}
-	return heard.Add(timeout * leaseNum / leaseDen)
+	return s.timeout
 }
 
 // beforeElectionCreate, when set (by a test), runs just before a candidate creates its node.
