@@ -2,11 +2,13 @@ package lite_test
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/lite"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -72,4 +74,91 @@ func TestInterruptedItemRunsForItsFireWhenReshardedBeforeItIsFlagged(t *testing.
 			}
 		}
 	}
+}
+
+// A graceful stop (Run's context ends: a SIGTERM during a deploy) while one item of a claim
+// still runs and another has finished: the finished one's completion is written before the
+// session closes, so the survivors run only the interrupted one again for the fire.
+func TestAGracefulStopRecordsTheItemsThatFinishedBeforeIt(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	const name = "gracefulstop"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	cfg := simpleJob(name, neverCron, 4)
+	forever := make(chan struct{})
+	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
+		if inst == a && item == 3 {
+			return forever
+		}
+		return nil
+	}}
+	ia := start(t, env.Servers, env.Namespace, a, cfg, rec)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	start(t, env.Servers, env.Namespace, b, cfg, rec)
+	await.True(t, 10*time.Second, "b:[0 1] a:[2 3]", func() bool {
+		got := assignment(t, tr, name, 4)
+		return fmt.Sprint(got[a]) == "[2 3]" && fmt.Sprint(got[b]) == "[0 1]"
+	})
+	fire := time.Now().UnixMilli()
+	lite.Fire(ia.in, fire)
+	awaitRuns(t, rec, 5*time.Second, "a finished item 2 and runs item 3", func(runs []run) bool {
+		return doneByFire(runs)[fire][2] == 1 && exists(t, tr, name+"/sharding/3/running")
+	})
+	ia.stop(t) // graceful: item 3 is interrupted, item 2 had finished
+	if f, done := record(t, tr, name+"/sharding/2"); f != fire || !done {
+		t.Fatalf("item 2's record after the stop: fire %d done %v; want fire %d done", f, done, fire)
+	}
+	awaitRuns(t, rec, 4*sessionTimeout, "b runs the interrupted item 3 for the fire", func(runs []run) bool {
+		return doneByFire(runs)[fire][3] == 1
+	})
+	if n := doneByFire(rec.snapshot())[fire][2]; n != 1 {
+		t.Errorf("item 2, finished before the graceful stop, finished %d times for the fire; want 1 (%s)", n, lastFires(rec.snapshot(), 2))
+	}
+}
+
+// An interrupted item that a resharding hands to an instance that has not fired yet (started
+// after the fire, in a rolling restart), the resharding having won the race with the failover
+// flag: that instance has no fire to catch up on, and runs the owed run all the same, rather
+// than at its next fire (a day later, for a daily job).
+func TestAnInterruptedItemHandedToAnInstanceThatHasNotFiredRunsAtOnce(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	const name = "newowner"
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	cfg := simpleJob(name, neverCron, 2)
+	forever := make(chan struct{})
+	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
+		if inst == b {
+			return forever
+		}
+		return nil
+	}}
+	var holdFlags atomic.Bool
+	flagGate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(flagGate) }) }
+	t.Cleanup(openGate)
+	startHooked(t, env.Servers, env.Namespace, a, cfg, rec, func(op string) {
+		if op == "flag" && holdFlags.Load() {
+			<-flagGate // the resharding wins the race with the flag
+		}
+	})
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	ib := start(t, env.Servers, env.Namespace, b, cfg, rec)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	fire := time.Now().UnixMilli()
+	lite.Fire(ib.in, fire) // a never fires
+	await.True(t, 5*time.Second, "b runs item 0", func() bool { return exists(t, tr, name+"/sharding/0/running") })
+	holdFlags.Store(true)
+	ib.stop(t)
+	await.True(t, 10*time.Second, "a has both items", func() bool {
+		return fmt.Sprint(assignment(t, tr, name, 2)[a]) == "[0 1]"
+	})
+	openGate()
+	awaitRuns(t, rec, 4*sessionTimeout, "item 0's interrupted run finished on a", func(runs []run) bool {
+		return doneByFire(runs)[fire][0] == 1
+	})
 }

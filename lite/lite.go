@@ -632,10 +632,15 @@ func (in *Instance) runner(ctx context.Context) {
 			if err := in.reshardIfIdle(ctx, max(last, now)+1); err != nil && ctx.Err() == nil {
 				in.log.WithError(err).Warn("sharding failed")
 			}
-			if last != 0 && in.config().MonitorExecution {
+			switch {
+			case last != 0 && in.config().MonitorExecution:
 				// Catch up on items this instance received since its last fire; only the fire
 				// records say what is owed.
 				in.runOwn(ctx, last, true)
+			case last == 0:
+				// No fire yet (started after the last one): nothing to catch up on, but an
+				// interrupted run of an item received is owed all the same.
+				in.runOwed(ctx, now+1)
 			}
 			in.mu.Lock()
 			more := in.pending != 0 || in.triggered

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -146,17 +147,36 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 		return
 	}
 	cfg := in.config()
-	mine := func(it item) bool { return it.owner == in.id && (it.failover == "" || it.failover == in.id) }
 	var read *pass
 	if cfg.Failover && cfg.MonitorExecution {
-		read = in.runInterrupted(ctx, cfg, fire, mine)
+		read = in.runInterrupted(ctx, cfg, fire, in.mine)
 	}
 	in.claimAndRun(ctx, fire, allItems(cfg.ShardingTotalCount), func(it item) bool {
 		if catchUp && !cfg.Failover && it.rec.Fire == fire && !it.rec.Done {
 			return false
 		}
-		return mine(it)
+		return in.mine(it)
 	}, read)
+}
+
+// mine says whether it is this instance's to run: assigned to it and not taken over by another.
+func (in *Instance) mine(it item) bool {
+	return it.owner == in.id && (it.failover == "" || it.failover == in.id)
+}
+
+// runOwed runs, on an instance that has not fired yet, the interrupted runs of the items a
+// resharding handed it (runInterrupted, for every fire before before): it has no fire to catch
+// up on, and the flag that would have the item taken over may have been refused, the sharding
+// having moved first.
+func (in *Instance) runOwed(ctx context.Context, before int64) {
+	cfg := in.config()
+	if !cfg.Failover || !cfg.MonitorExecution {
+		return
+	}
+	if ok, err := in.serverEnabled(ctx, in.ip); err != nil || !ok {
+		return
+	}
+	in.runInterrupted(ctx, cfg, before, in.mine)
 }
 
 // runInterrupted runs, each for its own fire, the runs of this instance's items that were
@@ -286,6 +306,13 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pi
 			}
 		}
 		finished := in.runItems(ctx, cfg, fire, chosen)
+		if cfg.MonitorExecution && ctx.Err() != nil {
+			// Stopping (Run's context ended: a SIGTERM, a lapsed lease) with some items of the
+			// claim run and some cut short: the interrupted ones are taken over and run again
+			// for this fire, as they must; the finished ones must not be.
+			in.completeFinished(ctx, fire, chosen, finished)
+			return
+		}
 		if cfg.MonitorExecution {
 			if err := in.complete(ctx, in.completeOps(t, fire, chosen)); err != nil {
 				// The session ended under the run: the items count as interrupted, and are
@@ -300,6 +327,31 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pi
 		if len(waitFor) == 0 || !cfg.MonitorExecution {
 			return
 		}
+	}
+}
+
+// completeFinished writes, once Run's context has ended, the completion of the items of a
+// claim whose runs finished, on a context of its own bounded by a third of the session
+// timeout: nothing else would write it before the session closes, and the survivors would take
+// the items over as interrupted and run them again for the fire. It is safe whatever ended the
+// context: the write deletes the items' running markers, which go with the session, so it
+// fails once the session is gone, and while the session lives nobody has taken them over.
+// What it cannot write is kept for a next session (keepUnrecorded).
+func (in *Instance) completeFinished(ctx context.Context, fire int64, chosen []item, finished []bool) {
+	var done []item
+	for k, it := range chosen {
+		if finished[k] {
+			done = append(done, it)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.sessionTimeout()/3)
+	defer cancel()
+	if err := in.tree.Multi(wctx, in.completeOps(in.tree, fire, done)...); err != nil {
+		in.log.WithError(err).WithField("fire", fire).Warn("record the completion of the runs that finished before the stop")
+		in.keepUnrecorded(fire, done, slices.Repeat([]bool{true}, len(done)))
 	}
 }
 
