@@ -24,10 +24,15 @@ import (
 // the instance in question still holds: the sharding's version read before the items (no
 // resharding gave the item to someone else since) and the item's failover node, as read (no
 // taker took it since). A flag refused because the item moved is decided again on a new read.
-func (in *Instance) flagCrashed(ctx context.Context, live []string) error {
+//
+// An item of an instance that has gone but whose running marker is still there is not flagged:
+// its run may still be winding down (an instance shut down through ZooKeeper loses its node
+// first, its session, and the marker with it, after its runs end). flagCrashed returns those
+// markers, for the caller to look again once they go (watchInstances).
+func (in *Instance) flagCrashed(ctx context.Context, live []string) (stillRunning []string, err error) {
 	cfg := in.config()
 	if !cfg.Failover {
-		return nil
+		return nil, nil
 	}
 	alive := map[string]bool{}
 	for _, id := range live {
@@ -37,11 +42,11 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) error {
 	which := allItems(cfg.ShardingTotalCount)
 	for attempt := 0; len(which) > 0; attempt++ {
 		if attempt == maxAttempts {
-			return fmt.Errorf("flag items for failover: items %v moved under every attempt", which)
+			return nil, fmt.Errorf("flag items for failover: items %v moved under every attempt", which)
 		}
 		p, err := in.readPass(ctx, which)
 		if err != nil {
-			return fmt.Errorf("flag items for failover: %w", err)
+			return nil, fmt.Errorf("flag items for failover: %w", err)
 		}
 		var moved []int
 		for _, it := range p.items {
@@ -51,7 +56,11 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) error {
 			if gone == "" {
 				gone = it.owner
 			}
-			if gone == "" || alive[gone] || it.running {
+			if gone == "" || alive[gone] {
+				continue
+			}
+			if it.running {
+				stillRunning = append(stillRunning, in.p("sharding/"+strconv.Itoa(it.i)+"/running"))
 				continue
 			}
 			in.testHook("flag")
@@ -66,14 +75,14 @@ func (in *Instance) flagCrashed(ctx context.Context, live []string) error {
 			case isRace(err):
 				moved = append(moved, it.i)
 			case errors.Is(err, state.ErrUnavailable), errors.Is(err, state.ErrSessionExpired), ctx.Err() != nil:
-				return fmt.Errorf("flag item %d for failover: %w", it.i, err)
+				return nil, fmt.Errorf("flag item %d for failover: %w", it.i, err)
 			default:
 				in.log.WithError(err).WithField("item", it.i).Warn("flag an item for failover")
 			}
 		}
 		which = moved
 	}
-	return nil
+	return stillRunning, nil
 }
 
 // flagOps flag item it for failover, read in a pass whose sharding version is sharding, as the
@@ -283,9 +292,9 @@ func (in *Instance) runTaken(ctx context.Context, i int) {
 // findRetakes looks for the items whose failover node names this instance: an earlier session
 // took them over and stopped before it gave them back, because the server stopped hearing
 // from it for too long (watchLease), or because it expired. Nobody else runs such an item: the
-// survivors flag only the items of instances that are gone, and its owner skips an item taken
-// by a live instance. Left alone, it would wait for this instance to die; it is run again, as
-// runTaken would have, and given back.
+// survivors flag only the items of instances that are gone, and its owner does not run an item
+// taken by a live instance (with misfire, it waits for it to be given back). Left alone, it
+// would wait for this instance to die; it is run again, as runTaken would have, and given back.
 func (in *Instance) findRetakes(ctx context.Context) {
 	if !in.config().Failover {
 		return

@@ -89,6 +89,23 @@ func (r *recorder) Execute(ctx context.Context, sc job.ShardingContext) error {
 	return nil
 }
 
+// lingerJob is a recorder whose cancelled runs take linger to wind down (a job that cleans up
+// after its context ends, as jobs do).
+type lingerJob struct {
+	*recorder
+	linger time.Duration
+}
+
+func (j *lingerJob) Execute(ctx context.Context, sc job.ShardingContext) error {
+	err := j.recorder.Execute(ctx, sc)
+	if ctx.Err() != nil {
+		time.Sleep(j.linger)
+	}
+	return err
+}
+
+var _ job.SimpleJob = (*lingerJob)(nil)
+
 func (r *recorder) snapshot() []run {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -563,6 +564,9 @@ func (in *Instance) fire(ms int64) {
 // runner does all the runs of the session, one at a time: fires, triggers, failover and
 // catching up after a resharding.
 func (in *Instance) runner(ctx context.Context) {
+	// The running markers that held up a resharding (reshardIfIdle), watched, one watch per
+	// marker at a time: the runner looks again when one goes.
+	markers := map[string]state.Watch{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -575,10 +579,8 @@ func (in *Instance) runner(ctx context.Context) {
 				in.mu.Unlock()
 				in.idle(last)
 			}
-			select {
-			case <-ctx.Done():
+			if !in.awaitWake(ctx, markers) {
 				return
-			case <-in.wakeC:
 			}
 		}
 		for ctx.Err() == nil {
@@ -629,9 +631,11 @@ func (in *Instance) runner(ctx context.Context) {
 			// (just elected, or a job that fires rarely) would write 0, and the others would
 			// catch up on the new items for fires they ran before the items existed.
 			now := time.Now().UnixMilli()
-			if err := in.reshardIfIdle(ctx, max(last, now)+1); err != nil && ctx.Err() == nil {
+			running, err := in.reshardIfIdle(ctx, max(last, now)+1)
+			if err != nil && ctx.Err() == nil {
 				in.log.WithError(err).Warn("sharding failed")
 			}
+			in.watchMarkers(ctx, markers, running)
 			switch {
 			case last != 0 && in.config().MonitorExecution:
 				// Catch up on items this instance received since its last fire; only the fire
@@ -648,6 +652,43 @@ func (in *Instance) runner(ctx context.Context) {
 			if !more {
 				break
 			}
+		}
+	}
+}
+
+// awaitWake waits for the runner to have work: a wake-up, or one of the watched markers gone
+// (or changed), whose watch is then dropped. It returns false once ctx has ended.
+func (in *Instance) awaitWake(ctx context.Context, markers map[string]state.Watch) bool {
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(in.wakeC)}}
+	paths := make([]string, 0, len(markers))
+	for m, w := range markers {
+		paths = append(paths, m)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	if chosen >= 2 {
+		delete(markers, paths[chosen-2])
+	}
+	return chosen != 0
+}
+
+// watchMarkers watches the running markers a resharding waits for (reshardIfIdle), those not
+// watched already: a marker's watch stays until it fires. A marker gone since it was read wakes
+// the runner at once.
+func (in *Instance) watchMarkers(ctx context.Context, markers map[string]state.Watch, running []string) {
+	for _, m := range running {
+		if w, ok := markers[m]; ok && !fired(w) {
+			continue
+		}
+		n, w, err := in.tree.GetW(ctx, m)
+		if err != nil {
+			delete(markers, m) // the session is failing: its end, if it comes, ends ctx
+			continue
+		}
+		markers[m] = w // absent: it fires when a next run makes the marker again
+		if !n.Exists {
+			in.wake()
 		}
 	}
 }

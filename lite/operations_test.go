@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +121,123 @@ func TestMisfire(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With misfire, an item another instance has taken over (failover) and still runs when its
+// owner's next fire comes runs for that fire once the taker gives it back: "items still running
+// elsewhere run once they end". The taker runs it only for the fire its instance did not finish
+// (and its own last fire, the same here), so the owner's fire would otherwise be lost for it.
+//
+// q leads and owns item 0, p item 1, k item 2. k stops in the middle of fire 1; p takes item 2
+// over, and its claim is held until q, the run of its item 0 let go, has resharded (q gets
+// items 0 and 2). p's run of item 2 is held while q fires again: q runs item 0 for fire 2 at
+// once and item 2 for fire 2 once p has given it back, each item once per fire.
+func TestWithMisfireAnItemTakenOverRunsForTheOwnersFireOnceReleased(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := inspect(t, env)
+	const name = "misfiretaken"
+	const k, p, q = "127.0.0.1@-@k", "127.0.0.1@-@p", "127.0.0.1@-@q"
+	cfg := simpleJob(name, neverCron, 3)
+	cfg.Misfire = true
+	forever := make(chan struct{})
+	qGate, pGate := make(chan struct{}), make(chan struct{})
+	var f1 atomic.Int64
+	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
+		switch {
+		case inst == k:
+			return forever // until k stops
+		case inst == q && item == 0 && fire == f1.Load():
+			return qGate
+		case inst == p && item == 2:
+			return pGate
+		}
+		return nil
+	}}
+	var armed atomic.Bool
+	claimHeld, claimGo := make(chan struct{}), make(chan struct{})
+	var goOnce sync.Once
+	letClaimGo := func() { goOnce.Do(func() { close(claimGo) }) }
+	iq := start(t, env.Servers, env.Namespace, q, cfg, rec)
+	await.True(t, 5*time.Second, "q leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == q })
+	ip := startHooked(t, env.Servers, env.Namespace, p, cfg, rec, func(op string) {
+		if op == "claim" && armed.CompareAndSwap(true, false) {
+			close(claimHeld)
+			<-claimGo
+		}
+	})
+	t.Cleanup(letClaimGo) // before p stops (cleanups run last first)
+	ik := start(t, env.Servers, env.Namespace, k, cfg, rec)
+	await.True(t, 10*time.Second, "q:[0] p:[1] k:[2]", func() bool {
+		got := assignment(t, tr, name, 3)
+		return fmt.Sprint(got[q]) == "[0]" && fmt.Sprint(got[p]) == "[1]" && fmt.Sprint(got[k]) == "[2]"
+	})
+	fire1 := time.Now().UnixMilli()
+	f1.Store(fire1)
+	for _, x := range []*instance{iq, ip, ik} {
+		lite.Fire(x.in, fire1)
+	}
+	awaitRuns(t, rec, 5*time.Second, "p ran item 1; q and k run items 0 and 2", func(runs []run) bool {
+		return doneByFire(runs)[fire1][1] == 1 && exists(t, tr, name+"/sharding/0/running") && exists(t, tr, name+"/sharding/2/running")
+	})
+	armed.Store(true)
+	ik.stop(t) // item 2's run for fire 1 is interrupted; p, idle, takes it over (q is busy)
+	select {
+	case <-claimHeld:
+	case <-time.After(4 * sessionTimeout):
+		t.Fatal("p did not take item 2 over")
+	}
+	if fo, _ := data(t, tr, name+"/sharding/2/failover"); fo != p {
+		t.Fatalf("item 2's failover node names %q; want p", fo)
+	}
+	close(qGate) // q ends its run of item 0; it leads, and reshards before p's claim goes out
+	await.True(t, 10*time.Second, "q has items 0 and 2", func() bool {
+		return fmt.Sprint(assignment(t, tr, name, 3)[q]) == "[0 2]"
+	})
+	letClaimGo()
+	awaitRuns(t, rec, 10*time.Second, "p runs item 2 for fire 1 (taken over)", func(runs []run) bool {
+		for _, x := range runs {
+			if x.inst == p && x.item == 2 && x.fire == fire1 && !x.done {
+				return true
+			}
+		}
+		return false
+	})
+	fire2 := fire1 + 1000
+	lite.Fire(iq.in, fire2) // q's next fire comes while p runs item 2
+	awaitRuns(t, rec, 5*time.Second, "q ran item 0 for fire 2, not waiting for item 2", func(runs []run) bool {
+		return doneByFire(runs)[fire2][0] == 1
+	})
+	if n := doneByFire(rec.snapshot())[fire2][2]; n != 0 {
+		t.Fatalf("item 2 finished %d times for fire 2 while p still ran it for fire 1", n)
+	}
+	close(pGate)
+	awaitRuns(t, rec, 5*time.Second, "item 2 ran for fire 1", func(runs []run) bool { return doneByFire(runs)[fire1][2] == 1 })
+	awaitRuns(t, rec, 3*sessionTimeout, "item 2 ran for q's fire 2 once p gave it back", func(runs []run) bool {
+		return doneByFire(runs)[fire2][2] == 1
+	})
+	runs := rec.snapshot()
+	var p1End, q2Start time.Time
+	for _, x := range runs {
+		switch {
+		case x.item == 2 && x.fire == fire1 && x.done:
+			p1End = x.end
+		case x.item == 2 && x.fire == fire2:
+			q2Start = x.start
+			if x.inst != q {
+				t.Errorf("item 2 ran for fire 2 on %s; want q, its owner", x.inst)
+			}
+		}
+	}
+	if q2Start.Before(p1End) {
+		t.Errorf("item 2's run for fire 2 started at %s, before its run for fire 1 ended at %s", q2Start.Format("15:04:05.000"), p1End.Format("15:04:05.000"))
+	}
+	for f, items := range doneByFire(runs) {
+		for item, n := range items {
+			if n > 1 {
+				t.Errorf("fire %s: item %d finished %d times", fmtFire(f), item, n)
+			}
+		}
 	}
 }
 

@@ -137,10 +137,12 @@ func allItems(n int) []int {
 	return out
 }
 
-// runOwn runs this instance's items for a fire: those assigned to it and not taken over by
-// another instance, unless its server is disabled. Catching up (the fire is one this instance
-// has run already) runs the items it received since; without failover, not the ones whose run
-// for that fire was interrupted: re-running those is failover's business.
+// runOwn runs this instance's items for a fire: those assigned to it, unless its server is
+// disabled. An item taken over by another instance is that instance's to run until it gives it
+// back: with misfire, it runs for the fire once given back (claimAndRun waits for it);
+// without, it is skipped. Catching up (the fire is one this instance has run already) runs the
+// items it received since; without failover, not the ones whose run for that fire was
+// interrupted: re-running those is failover's business.
 func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 	ok, err := in.serverEnabled(ctx, in.ip)
 	if err != nil || !ok {
@@ -155,7 +157,7 @@ func (in *Instance) runOwn(ctx context.Context, fire int64, catchUp bool) {
 		if catchUp && !cfg.Failover && it.rec.Fire == fire && !it.rec.Done {
 			return false
 		}
-		return in.mine(it)
+		return it.owner == in.id // taken by another: see claimAndRun
 	}, read)
 }
 
@@ -223,6 +225,15 @@ func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64,
 // of which made since this instance's last claim: the first round decides on it rather than
 // read again.
 //
+// An item chosen but taken over by another instance (its failover node names it) is not
+// claimed: the taker runs it, for the fire its instance did not finish and for the taker's
+// last fire, then gives it back. With misfire, a claim for a later fire waits for that, as
+// for the running marker of an earlier fire, and claims the item once it is given back
+// (README: "items still running elsewhere run once they end"). The taker needs nothing of
+// this instance to give it back; a taker that goes (its instance node gone) is not waited for:
+// the item is flagged and taken again, by this instance's failover too, which this wait must
+// not hold up.
+//
 // What it reads only says what to try. The claim is one transaction that holds only if what
 // made each item claimable still holds: the sharding has the version read before the items
 // (no resharding moved an owner since), no resharding is in progress, each item's record has
@@ -232,6 +243,7 @@ func (in *Instance) runInterrupted(ctx context.Context, cfg *parsed, fire int64,
 func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pick func(item) bool, read *pass) {
 	cfg := in.config()
 	t := in.tree
+	var gone map[string]bool // takers seen gone: their items are failover's
 	for ctx.Err() == nil {
 		var p pass
 		if read != nil {
@@ -243,10 +255,17 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pi
 				return
 			}
 		}
-		var chosen []item
+		var chosen, taken []item
 		var waitFor []string
 		for _, it := range p.items {
 			if !it.exists || !pick(it) || it.disabled {
+				continue
+			}
+			if it.failover != "" && it.failover != in.id {
+				// Taken over by another instance, which runs it until it gives it back.
+				if cfg.Misfire && cfg.MonitorExecution && it.rec.Fire < fire && !gone[it.failover] {
+					taken = append(taken, it)
+				}
 				continue
 			}
 			if !cfg.MonitorExecution {
@@ -265,11 +284,25 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pi
 			chosen = append(chosen, it)
 		}
 		if len(chosen) == 0 {
-			if len(waitFor) == 0 {
-				return
-			}
-			// Misfire: items still running for an earlier fire run once they end.
-			if err := in.waitGone(ctx, waitFor[0]); err != nil {
+			// Misfire: items still running for an earlier fire, or taken over by another
+			// instance, run once they end, or once they are given back.
+			switch {
+			case len(waitFor) > 0:
+				if err := in.waitGone(ctx, waitFor[0]); err != nil {
+					return
+				}
+			case len(taken) > 0:
+				takerGone, err := in.waitGivenBack(ctx, taken[0])
+				if err != nil {
+					return
+				}
+				if takerGone {
+					if gone == nil {
+						gone = map[string]bool{}
+					}
+					gone[taken[0].failover] = true
+				}
+			default:
 				return
 			}
 			continue
@@ -324,10 +357,39 @@ func (in *Instance) claimAndRun(ctx context.Context, fire int64, which []int, pi
 			}
 			in.nudge(ctx)
 		}
-		if len(waitFor) == 0 || !cfg.MonitorExecution {
+		if (len(waitFor) == 0 && len(taken) == 0) || !cfg.MonitorExecution {
 			return
 		}
 	}
+}
+
+// waitGivenBack returns once item it, read as taken over by another instance, may no longer
+// be: its failover node changed (the taker gave it back, or another took it after the taker
+// died), or its taker's instance node changed. It says whether the taker is gone (its node
+// absent): its items are then failover's, and the caller does not wait for them any more.
+func (in *Instance) waitGivenBack(ctx context.Context, it item) (takerGone bool, err error) {
+	t := in.tree
+	fo, w1, err := t.GetW(ctx, in.p("sharding/"+strconv.Itoa(it.i)+"/failover"))
+	if err != nil {
+		return false, err
+	}
+	if !fo.Exists || fo.Version != it.foVersion {
+		return false, nil // given back, or taken again, since the read: read again
+	}
+	taker, w2, err := t.GetW(ctx, in.p("instances/"+it.failover))
+	if err != nil {
+		return false, err
+	}
+	if !taker.Exists {
+		return true, nil
+	}
+	select {
+	case <-w1:
+	case <-w2:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return false, nil
 }
 
 // completeFinished writes, once Run's context has ended, the completion of the items of a

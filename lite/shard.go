@@ -107,31 +107,33 @@ func (in *Instance) shardIfNecessary(ctx context.Context, fire int64) error {
 // reshardIfIdle: the leader reshards as soon as the flag rises and no item runs, not only at
 // its own fires: the others block on the flag at their fires, and a leader whose fires come
 // later (or never: a job run by triggers) would stall them. While items run it leaves the
-// flag alone, so as not to hold up their claims (failover's above all); each run's completion
-// touches the flag, which wakes the leader to look again.
-func (in *Instance) reshardIfIdle(ctx context.Context, fire int64) error {
+// flag alone, so as not to hold up their claims (failover's above all), and returns their
+// running markers: each run's completion touches the flag, which wakes the leader to look
+// again, but a run that ends without one (its instance shut down through ZooKeeper, whose
+// session closes after its node went) does not, and the runner watches them (runner).
+func (in *Instance) reshardIfIdle(ctx context.Context, fire int64) (running []string, err error) {
 	t := in.tree
 	nec, err := t.Get(ctx, in.p("leader/sharding/necessary"))
 	if err != nil || !nec.Exists {
-		return err
+		return nil, err
 	}
 	lead, err := t.Get(ctx, in.p("leader/election/instance"))
 	if err != nil || !lead.Exists || string(lead.Data) != in.id {
-		return err
+		return nil, err
 	}
 	if avail, err := in.availableInstances(ctx); err != nil || len(avail) == 0 {
-		return err
+		return nil, err
 	}
 	if in.config().MonitorExecution {
 		items, err := t.Children(ctx, in.p("sharding"))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if running, err := in.running(ctx, items); err != nil || len(running) > 0 {
-			return err
+			return running, err
 		}
 	}
-	return in.reshard(ctx, fire)
+	return nil, in.reshard(ctx, fire)
 }
 
 // running returns the running markers among those of items (names under sharding/), read

@@ -67,10 +67,17 @@ func (in *Instance) watchSelf(ctx context.Context, sid int64, shutdown func()) {
 // look, or it failed: a pass over the job for each flag written would be waste. The sharding
 // counts too for an instance that joined and went between two looks, the same instances
 // listed before and after, but which a resharding meanwhile gave items.
+//
+// The items of an instance that went while they ran are not flagged while their running
+// markers stay (flagCrashed): an instance shut down through ZooKeeper loses its node before its
+// runs have ended and its session has closed. Their markers are watched, one watch per marker
+// at a time, and the items looked at again when one goes: nothing else would, the instances
+// being the same by then.
 func (in *Instance) watchInstances(ctx context.Context) {
 	var last, flagged []string
 	var looked bool
-	var flaggedAt int32 // the sharding's version before the last complete look
+	var flaggedAt int32                 // the sharding's version before the last complete look
+	markers := map[string]state.Watch{} // the running markers of items of gone instances, watched
 	in.watch(ctx, "instances", func(ctx context.Context) ([]state.Watch, error) {
 		names, w, err := in.tree.ChildrenW(ctx, in.p("instances"))
 		if err != nil {
@@ -82,18 +89,53 @@ func (in *Instance) watchInstances(ctx context.Context) {
 			}
 		}
 		last = names
+		for m, mw := range markers {
+			if fired(mw) { // the marker went (or changed): its item is looked at again
+				delete(markers, m)
+				looked = false
+			}
+		}
 		sh, err := in.tree.Get(ctx, in.p("leader/sharding"))
 		if err != nil {
 			return nil, err
 		}
-		if !looked || sh.Version != flaggedAt || !reflect.DeepEqual(names, flagged) {
-			if err := in.flagCrashed(ctx, names); err != nil {
+		for !looked || sh.Version != flaggedAt || !reflect.DeepEqual(names, flagged) {
+			running, err := in.flagCrashed(ctx, names)
+			if err != nil {
 				return nil, err
 			}
 			looked, flagged, flaggedAt = true, names, sh.Version
+			for _, m := range running {
+				if _, ok := markers[m]; ok {
+					continue // watched already
+				}
+				n, mw, err := in.tree.GetW(ctx, m)
+				if err != nil {
+					looked = false
+					return nil, err
+				}
+				markers[m] = mw // absent: it fires when a next run makes the marker again
+				if !n.Exists {
+					looked = false // gone since the look: look again now
+				}
+			}
 		}
-		return []state.Watch{w}, nil
+		ws := []state.Watch{w}
+		for _, mw := range markers {
+			ws = append(ws, mw)
+		}
+		return ws, nil
 	})
+}
+
+// fired says whether a watch has fired: ZooKeeper sends its one event and closes it.
+func fired(w state.Watch) bool {
+	select {
+	case <-w:
+		return true
+	default:
+		return false
+	}
 }
 
 // watchServers: a server enabled or disabled changes who may run items.
