@@ -341,3 +341,42 @@ func lastFires(runs []run, n int) string {
 
 // neverCron fires only in 2099: the tests hand fires to the instances themselves (lite.Fire).
 const neverCron = "0 0 0 1 1 ? 2099"
+
+// shutDownMidRun starts a (which leads) and b with cfg, two items, fires both, and shuts b down
+// through ZooKeeper (its instances/ node deleted, README "Operations") while b runs item 0: the
+// run is held until b stops and takes 500 ms to wind down, so its running marker goes, with
+// b's session, well after b's node. It returns the inspector, the recorder and the fire.
+func shutDownMidRun(t *testing.T, env statetest.Env, cfg lite.JobConfig) (*state.Tree, *recorder, int64) {
+	t.Helper()
+	tr := inspect(t, env)
+	name := cfg.JobName
+	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	forever := make(chan struct{})
+	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
+		if inst == b {
+			return forever // until b stops
+		}
+		return nil
+	}}
+	j := &lingerJob{recorder: rec, linger: 500 * time.Millisecond}
+	ia := start(t, env.Servers, env.Namespace, a, cfg, j)
+	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
+	ib := start(t, env.Servers, env.Namespace, b, cfg, j)
+	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
+		got := assignment(t, tr, name, 2)
+		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
+	})
+	fire := time.Now().UnixMilli()
+	lite.Fire(ia.in, fire)
+	lite.Fire(ib.in, fire)
+	awaitRuns(t, rec, 5*time.Second, "a ran item 1, b runs item 0", func(runs []run) bool {
+		return doneByFire(runs)[fire][1] == 1 && exists(t, tr, name+"/sharding/0/running")
+	})
+	set(t, tr, tr.Delete(name+"/instances/"+b, -1)) // the operator's shutdown
+	select {
+	case <-ib.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not shut down")
+	}
+	return tr, rec, fire
+}

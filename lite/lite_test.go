@@ -225,38 +225,10 @@ func TestInstanceRegistersAgainAfterItsSessionExpired(t *testing.T) {
 // makes anyone look again either.
 func TestAReshardingHeldUpByTheRunOfAnInstanceShutDownHappensOnceTheRunEnds(t *testing.T) {
 	env := statetest.StartZooKeeper(t)
-	tr := inspect(t, env)
-	const name = "shutreshard"
-	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
+	const name, a = "shutreshard", "127.0.0.1@-@a"
 	cfg := simpleJob(name, neverCron, 2)
 	cfg.Failover = false
-	forever := make(chan struct{})
-	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
-		if inst == b {
-			return forever // until b stops
-		}
-		return nil
-	}}
-	j := &lingerJob{recorder: rec, linger: 500 * time.Millisecond}
-	ia := start(t, env.Servers, env.Namespace, a, cfg, j)
-	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
-	ib := start(t, env.Servers, env.Namespace, b, cfg, j)
-	await.True(t, 10*time.Second, "b has item 0, a item 1", func() bool {
-		got := assignment(t, tr, name, 2)
-		return fmt.Sprint(got[a]) == "[1]" && fmt.Sprint(got[b]) == "[0]"
-	})
-	fire := time.Now().UnixMilli()
-	lite.Fire(ia.in, fire)
-	lite.Fire(ib.in, fire)
-	awaitRuns(t, rec, 5*time.Second, "a ran item 1, b runs item 0", func(runs []run) bool {
-		return doneByFire(runs)[fire][1] == 1 && exists(t, tr, name+"/sharding/0/running")
-	})
-	set(t, tr, tr.Delete(name+"/instances/"+b, -1)) // the operator's shutdown
-	select {
-	case <-ib.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("b did not shut down")
-	}
+	tr, _, _ := shutDownMidRun(t, env, cfg)
 	await.True(t, 4*sessionTimeout, "a, the leader, resharded: it has both items", func() bool {
 		return fmt.Sprint(assignment(t, tr, name, 2)[a]) == "[0 1]" && !exists(t, tr, name+"/leader/sharding/necessary")
 	})
