@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -896,7 +897,7 @@ func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) 
 	if len(items) == 0 {
 		return
 	}
-	start := time.Now()
+	start, total := time.Now(), len(items)
 	wait := armRetryMin
 	for round := 1; ; round++ {
 		failed := make([]error, len(items))
@@ -908,14 +909,14 @@ func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) 
 			return
 		}
 		left := items[:0:0]
-		var errs []error
+		var first error
 		for i, err := range failed {
 			if err != nil {
 				left = append(left, items[i])
-				errs = append(errs, err)
+				first = cmp.Or(first, err)
 			}
 		}
-		log := s.log.WithFields(logrus.Fields{"watches": len(items), "took": time.Since(start).Round(time.Millisecond)})
+		log := s.log.WithFields(logrus.Fields{"watches": total, "took": time.Since(start).Round(time.Millisecond)})
 		if len(left) == 0 {
 			if round > 1 {
 				log.Info("config nodes watched")
@@ -926,7 +927,7 @@ func (s *Store) arm(ctx context.Context, items []armItem, events chan<- string) 
 		}
 		if round == 1 {
 			// Said once, then again when they are armed.
-			log.WithError(errs[0]).WithField("unwatched", len(left)).Warn("could not watch every config node; trying again (changes others make to them are seen once watched)")
+			log.WithError(first).WithField("unwatched", len(left)).Warn("could not watch every config node; trying again (changes others make to them are seen once watched)")
 		}
 		items = left
 		select {
