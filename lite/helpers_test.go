@@ -351,13 +351,7 @@ func shutDownMidRun(t *testing.T, env statetest.Env, cfg lite.JobConfig) (*state
 	tr := inspect(t, env)
 	name := cfg.JobName
 	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
-	forever := make(chan struct{})
-	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
-		if inst == b {
-			return forever // until b stops
-		}
-		return nil
-	}}
+	rec := holding(func(inst string, _ int) bool { return inst == b })
 	j := &lingerJob{recorder: rec, linger: 500 * time.Millisecond}
 	ia := start(t, env.Servers, env.Namespace, a, cfg, j)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
@@ -379,4 +373,16 @@ func shutDownMidRun(t *testing.T, env statetest.Env, cfg lite.JobConfig) (*state
 		t.Fatal("b did not shut down")
 	}
 	return tr, rec, fire
+}
+
+// holding is a recorder whose runs of the items held says are held until their instance stops
+// (their context ends); the others take 20 ms.
+func holding(held func(inst string, item int) bool) *recorder {
+	forever := make(chan struct{})
+	return &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, _ int64) <-chan struct{} {
+		if held(inst, item) {
+			return forever
+		}
+		return nil
+	}}
 }

@@ -85,13 +85,7 @@ func TestAGracefulStopRecordsTheItemsThatFinishedBeforeIt(t *testing.T) {
 	const name = "gracefulstop"
 	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
 	cfg := simpleJob(name, neverCron, 4)
-	forever := make(chan struct{})
-	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
-		if inst == a && item == 3 {
-			return forever
-		}
-		return nil
-	}}
+	rec := holding(func(inst string, item int) bool { return inst == a && item == 3 })
 	ia := start(t, env.Servers, env.Namespace, a, cfg, rec)
 	await.True(t, 5*time.Second, "a leads", func() bool { d, _ := data(t, tr, name+"/leader/election/instance"); return d == a })
 	start(t, env.Servers, env.Namespace, b, cfg, rec)
@@ -126,13 +120,7 @@ func TestAnInterruptedItemHandedToAnInstanceThatHasNotFiredRunsAtOnce(t *testing
 	const name = "newowner"
 	const a, b = "127.0.0.1@-@a", "127.0.0.1@-@b"
 	cfg := simpleJob(name, neverCron, 2)
-	forever := make(chan struct{})
-	rec := &recorder{work: 20 * time.Millisecond, hold: func(inst string, item int, fire int64) <-chan struct{} {
-		if inst == b {
-			return forever
-		}
-		return nil
-	}}
+	rec := holding(func(inst string, _ int) bool { return inst == b })
 	var holdFlags atomic.Bool
 	flagGate := make(chan struct{})
 	var gateOnce sync.Once

@@ -220,14 +220,7 @@ func wantPosts(t *testing.T, c *mesoslocal.Cluster, cases []postCase) {
 // partition-aware framework, TASK_LOST for another alike. Master::_reconcileTasks (case 4, task
 // unknown on an unreachable agent) answers with that time too, partition-aware or not.
 func TestUnreachableTimeWhetherPartitionAwareOrNot(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		info func() *mesos.FrameworkInfo
-		want mesos.TaskState
-	}{
-		{"partition-aware", paInfo, mesos.TASK_UNREACHABLE},
-		{"not partition-aware", func() *mesos.FrameworkInfo { return frameworkInfo() }, mesos.TASK_LOST},
-	} {
+	for _, tc := range partitionAwareness {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)
 			s := subscribe(t, c.URL(), codec, tc.info())

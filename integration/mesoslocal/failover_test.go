@@ -192,14 +192,7 @@ func TestUpdatesOfTheFailoverGapComeWhenTheAgentReregisters(t *testing.T) {
 // are TASK_UNREACHABLE (TASK_LOST without PARTITION_AWARE) to reconciliation, never
 // TASK_UNKNOWN; they run on, and come back with the agent (MESOS.md §5.4).
 func TestAnAgentNotBackWithinTheReregisterTimeoutIsUnreachable(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		info func() *mesos.FrameworkInfo
-		want mesos.TaskState
-	}{
-		{"partition-aware", paInfo, mesos.TASK_UNREACHABLE},
-		{"not partition-aware", func() *mesos.FrameworkInfo { return frameworkInfo() }, mesos.TASK_LOST},
-	} {
+	for _, tc := range partitionAwareness {
 		t.Run(tc.name, func(t *testing.T) {
 			c, clock := failoverCluster(t)
 			s := subscribe(t, c.URL(), codec, tc.info())
@@ -381,4 +374,15 @@ func TestMasterFailoverEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET /local/master/failover: %d; want 405", resp.StatusCode)
 	}
+}
+
+// partitionAwareness is a framework with and without PARTITION_AWARE, and the state Mesos gives
+// a task on an unreachable agent for each.
+var partitionAwareness = []struct {
+	name string
+	info func() *mesos.FrameworkInfo
+	want mesos.TaskState
+}{
+	{"partition-aware", paInfo, mesos.TASK_UNREACHABLE},
+	{"not partition-aware", func() *mesos.FrameworkInfo { return frameworkInfo() }, mesos.TASK_LOST},
 }
