@@ -47,16 +47,19 @@ type Store interface {
 	JobOrAppDisabled(ctx context.Context, j config.Job) (bool, error)
 }
 
-// Clock is the producer's time source; tests inject a fake.
+// Clock is the producer's time source; tests inject a fake. At takes the instant itself, not
+// a duration from a Now read before it: a clock that moves between the two (a fake one jumps)
+// would set the timer late.
 type Clock interface {
 	Now() time.Time
-	After(d time.Duration) <-chan time.Time
+	// At returns a channel that receives once the clock has reached t (at once if it has).
+	At(t time.Time) <-chan time.Time
 }
 
 type realClock struct{}
 
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) Now() time.Time                  { return time.Now() }
+func (realClock) At(t time.Time) <-chan time.Time { return time.After(time.Until(t)) }
 
 // RealClock is the wall clock.
 var RealClock Clock = realClock{}
@@ -367,7 +370,7 @@ func (p *Producer) Run(ctx context.Context) error {
 		p.mu.Unlock()
 		var timer <-chan time.Time
 		if !earliest.IsZero() {
-			timer = p.clock.After(max(earliest.Sub(p.clock.Now()), 0))
+			timer = p.clock.At(earliest)
 		}
 		select {
 		case <-ctx.Done():

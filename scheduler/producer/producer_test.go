@@ -19,7 +19,7 @@ import (
 	"github.com/ejcloud/ejcloud/state"
 )
 
-// fakeClock moves only when told; After channels fire when the time passes them.
+// fakeClock moves only when told; At channels fire when the time passes them.
 type fakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -37,15 +37,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+func (c *fakeClock) At(t time.Time) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	if d <= 0 {
+	if !t.After(c.now) {
 		ch <- c.now // as time.After(0) does
 		return ch
 	}
-	c.waiters = append(c.waiters, waiter{c.now.Add(d), ch})
+	c.waiters = append(c.waiters, waiter{t, ch})
 	return ch
 }
 
