@@ -365,7 +365,10 @@ func (s *Store) launchLedgerOps(ctx context.Context, l Launch, now time.Time) ([
 
 // NextRun returns the index of the fired entry the next launch of a job with count queued runs
 // belongs to: the oldest of the latest count fired entries not yet launched (older ones left
-// the queue without a launch: a disable dropped the count); -1 when there is none.
+// the queue without a launch: a disable dropped the count); -1 when there is none. The queue
+// launches its oldest run first, so when it holds more runs than the ledger has unlaunched
+// entries, the next run is one whose entry the ledger no longer keeps (a fireAll catch-up of
+// more than LedgerKeep slots): none, rather than the entry of a later run.
 func (l Ledger) NextRun(count int) int {
 	var pending []int
 	for i, e := range l.Fires {
@@ -373,10 +376,10 @@ func (l Ledger) NextRun(count int) int {
 			pending = append(pending, i)
 		}
 	}
-	if len(pending) == 0 {
+	if count < 1 || count > len(pending) {
 		return -1
 	}
-	return pending[max(len(pending)-count, 0)]
+	return pending[len(pending)-count]
 }
 
 // launched gives ids, the tasks of one run, to the fired entry the launch of a ready count of

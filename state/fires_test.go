@@ -255,6 +255,71 @@ func TestTheLedgerIsBounded(t *testing.T) {
 	}
 }
 
+// A catch-up of more runs than the ledger keeps: the queue launches its oldest runs first,
+// whose entries are gone, so those launches are recorded against no entry, and each of the
+// rest against its own slot (not the first kept entry taking the first launch, and the last
+// launches finding none).
+func TestLaunchesOfRunsTheLedgerNoLongerKeepsAreRecordedAgainstNone(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	const over = 10
+	var entries []state.FireEntry
+	for i := range state.LedgerKeep + over {
+		e := fired(i)
+		e.CatchUp = true
+		entries = append(entries, e)
+	}
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0.Add(time.Hour), Entries: entries})
+	must(t, err, "RecordFires")
+	for n := range state.LedgerKeep + over {
+		r, err := s.ReadyOf(ctx, "j")
+		must(t, err, "ReadyOf")
+		id := taskid.New(taskid.Meta{JobName: "j", Item: 0}, taskid.Ready, fmt.Sprintf("S%d", n))
+		must(t, s.RecordLaunch(ctx, state.Launch{Tasks: []taskid.ID{id}, Ready: []state.ReadyEntry{r}}), "RecordLaunch")
+		_, err = s.EndTask(ctx, id, state.NoFollowUp)
+		must(t, err, "EndTask")
+		l, _, err := s.FireLedger(ctx, "j")
+		must(t, err, "FireLedger")
+		for k, e := range l.Fires {
+			slot := int(e.Slot.Sub(slot0) / time.Second)
+			switch launched := !e.Launched.IsZero(); {
+			case launched != (slot <= n):
+				t.Fatalf("after launch %d (of slot %d) the entry of slot %d launched=%v", n, n, slot, launched)
+			case launched && (len(e.TaskIDs) != 1 || !strings.Contains(e.TaskIDs[0], fmt.Sprintf("@-@S%d@-@", slot))):
+				t.Fatalf("entry %d (slot %d) holds tasks %v; want the launch of its own slot", k, slot, e.TaskIDs)
+			}
+		}
+	}
+}
+
+// NextRun: the oldest of the latest count unlaunched fired entries; none when the queue holds
+// more runs than the ledger has such entries (their entries were dropped) or none at all.
+func TestNextRun(t *testing.T) {
+	launched := func(sec int) state.FireEntry { e := fired(sec); e.Launched = slot0; return e }
+	merged := state.FireEntry{Slot: slot0, Count: 1, Outcome: state.OutcomeMerged}
+	for _, tc := range []struct {
+		name  string
+		fires []state.FireEntry
+		count int
+		want  int
+	}{
+		{"one queued", []state.FireEntry{launched(0), fired(1)}, 1, 1},
+		{"two queued", []state.FireEntry{fired(0), merged, fired(2)}, 2, 0},
+		{"a dropped count leaves older entries behind", []state.FireEntry{fired(0), fired(1), fired(2)}, 1, 2},
+		{"more queued than entries", []state.FireEntry{fired(0), fired(1)}, 3, -1},
+		{"nothing unlaunched", []state.FireEntry{launched(0)}, 1, -1},
+		{"nothing queued", []state.FireEntry{fired(0)}, 0, -1},
+		{"an empty ledger", nil, 1, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (state.Ledger{Fires: tc.fires}).NextRun(tc.count); got != tc.want {
+				t.Fatalf("NextRun(%d) = %d; want %d", tc.count, got, tc.want)
+			}
+		})
+	}
+}
+
 // launchedRun registers job "j", fires it once and launches the run's two shards.
 func launchedRun(t *testing.T, s *state.Store) (a, b taskid.ID) {
 	t.Helper()
