@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,6 +86,25 @@ func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *t
 	if _, err := b.Leader(ctx); !errors.Is(err, state.ErrNotFound) {
 		t.Fatalf("Leader() after the only leader resigned: %v; want ErrNotFound", err)
 	}
+}
+
+// A server may give a session a shorter timeout than the one asked for (its
+// maxSessionTimeout): the server expires the session after the one it gave, so a leadership
+// that counted the one asked for would outlive its session by the difference, a minute here.
+func TestALeadershipEndsAfterTheSessionTimeoutTheServerGave(t *testing.T) {
+	const given = 2 * time.Second
+	srv := statetest.StartDedicatedConfig(t, fmt.Sprintf("maxSessionTimeout=%d", given.Milliseconds()))
+	a := open(t, statetest.Env{Servers: []string{srv.Addr}, Namespace: "given"}, func(c *state.Config) { c.SessionTimeout = time.Minute })
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:1")
+
+	srv.Stop() // the client notices at once: its connection is refused
+	select {
+	case <-la.Lost():
+	case <-time.After(10 * given):
+		t.Fatalf("the leadership lasted %v of a server outage; the server gave its session %v", 10*given, given)
+	}
+	mustIs(t, la.Err(), state.ErrDisconnectedTooLong, "why the leadership ended")
 }
 
 func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {

@@ -50,8 +50,10 @@ type Server struct {
 	peers  string
 	timing string
 
-	// props are Java system properties the server starts with (StartDedicated).
+	// props are Java system properties the server starts with (StartDedicated); conf, lines
+	// of zoo.cfg that replace the defaults (StartDedicatedConfig).
 	props []string
+	conf  []string
 }
 
 // standaloneTiming: a short tick lets tests use session timeouts of a few hundred milliseconds.
@@ -106,9 +108,22 @@ func Main(m *testing.M) int {
 // properties, "name=value" (e.g. "jute.maxbuffer=4194304").
 func StartDedicated(t testing.TB, props ...string) *Server {
 	t.Helper()
-	s, err := start(t.TempDir(), props)
+	s, err := start(t.TempDir(), props, nil)
 	if err != nil {
 		t.Fatalf("start ZooKeeper: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartDedicatedConfig is StartDedicated with lines of zoo.cfg, "key=value", that replace the
+// defaults (e.g. "maxSessionTimeout=2000": ZooKeeper reads the file as Java properties, the
+// last line of a key wins).
+func StartDedicatedConfig(t testing.TB, conf ...string) *Server {
+	t.Helper()
+	s, err := start(t.TempDir(), nil, conf)
+	if err != nil {
+		t.Fatalf("start ZooKeeper with %v: %v", conf, err)
 	}
 	t.Cleanup(s.Stop)
 	return s
@@ -146,16 +161,16 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // Start starts a standalone server with its data and config in dir, on a free loopback port,
 // and waits until it answers.
-func Start(dir string) (*Server, error) { return start(dir, nil) }
+func Start(dir string) (*Server, error) { return start(dir, nil, nil) }
 
-func start(dir string, props []string) (*Server, error) {
+func start(dir string, props, conf []string) (*Server, error) {
 	var lastErr error
 	for range 3 { // the free port can be taken between our probe and the JVM's bind
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{dir: dir, port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port), props: props}
+		s := &Server{dir: dir, port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port), props: props, conf: conf}
 		if lastErr = s.Start(); lastErr == nil {
 			return s, nil
 		}
@@ -183,6 +198,9 @@ func (s *Server) Start() error {
 		"clientPortAddress=127.0.0.1\nminSessionTimeout=200\nmaxSessionTimeout=60000\n"+
 		"admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,cons\nmaxClientCnxns=0\n"+
 		"snapCount=100000\nautopurge.purgeInterval=0\n", timing, data, s.port)
+	for _, line := range s.conf {
+		conf += line + "\n"
+	}
 	if s.peers != "" {
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintf("%d\n", s.id)), 0o644); err != nil {
 			return err
