@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -20,6 +22,9 @@ type Trace struct {
 	// (online, lastWeek) include them, so that today's runs count before the day's row.
 	Results *eventtrace.Results
 }
+
+// resultPeriods are the periods of /api/job/statistics/tasks/results/{period}.
+var resultPeriods = []string{"online", "lastWeek", "lastHour", "lastMinute", "lastDay"}
 
 // online is the date Elastic-Job-Cloud's statistics count "since online" from.
 var online = time.Date(2016, 12, 16, 0, 0, 0, 0, time.UTC)
@@ -88,9 +93,15 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		}
 		writeJSON(w, http.StatusOK, rows)
 	}).Methods(reads...)
-	r.HandleFunc("/api/job/statistics/tasks/results/{period:online|lastWeek|lastHour|lastMinute|lastDay}", func(w http.ResponseWriter, r *http.Request) {
+	// The period is checked here rather than by the route's pattern, so that a period that is
+	// none of these is a 400 naming it and the valid ones, not the 404 of an unknown endpoint.
+	r.HandleFunc("/api/job/statistics/tasks/results/{period}", func(w http.ResponseWriter, r *http.Request) {
 		now := s.cfg.Now()
 		period := mux.Vars(r)["period"]
+		if !slices.Contains(resultPeriods, period) {
+			s.fail(w, r, &config.FieldError{Field: "period", Message: "period must be one of " + strings.Join(resultPeriods, ", ") + ", got " + strconv.Quote(period)})
+			return
+		}
 		zero := eventtrace.TaskResult{StatisticInterval: eventtrace.Day, StatisticsTime: now.UnixMilli(), CreationTime: now.UnixMilli()}
 		t := s.cfg.Trace
 		switch {

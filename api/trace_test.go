@@ -85,6 +85,9 @@ func TestTraceEndpoints(t *testing.T) {
 		{"executions in a time range", "/api/job/events/executions?startTime=2026-11-21%2023:00:30&endTime=2026-11-22", 200, []string{`"total":1`, `"id":"run-2"`}},
 		{"status traces ascending", "/api/job/events/statusTraces?sort=creationTime&order=asc&per_page=1", 200, []string{`"total":3`, `"state":"TASK_STAGING"`, `"shardingItems":"[0]"`, `"slaveId":"agent-S0"`, `"executionType":"READY"`, `"originalTaskId":""`}},
 		{"status traces of a state", "/api/job/events/statusTraces?state=TASK_FINISHED", 200, []string{`"total":1`}},
+		{"executions by failure cause", "/api/job/events/executions?sort=failureCause&order=asc", 200, []string{`"total":2`}},
+		{"executions by failure_cause", "/api/job/events/executions?sort=failure_cause&order=desc", 200, []string{`"total":2`}},
+		{"failure cause is no filter", "/api/job/events/executions?failureCause=x", 200, []string{`"total":2`}},
 		{"sort injection", "/api/job/events/executions?sort=id%3BDROP%20TABLE%20JOB_EXECUTION_LOG", 400, []string{`"field":"sort"`}},
 		{"filter injection", "/api/job/events/statusTraces?jobName=job%27%20OR%20%271%27%3D%271", 400, []string{`"field":"jobName"`}},
 		{"state injection", "/api/job/events/statusTraces?state=TASK_RUNNING%27--", 400, []string{`"field":"state"`}},
@@ -184,6 +187,27 @@ func TestTraceLastDayIsTheLast24Hours(t *testing.T) {
 	// The fixture's hour row at now holds 2 successes and 1 failure, and 1 success is pending.
 	if want := `"successCount":13,"failedCount":21`; rec.Code != 200 || !strings.Contains(rec.Body.String(), want) {
 		t.Fatalf("lastDay: %d %s; want %s", rec.Code, rec.Body, want)
+	}
+}
+
+// A statistics period that is none of the endpoint's is a bad parameter, answered 400 naming
+// it and the valid ones, with or without a database: not the 404 of an unknown endpoint.
+func TestTraceStatisticsPeriodIsChecked(t *testing.T) {
+	withDB, _ := traced(t)
+	for _, f := range []struct {
+		name string
+		f    *fixture
+	}{{"with a database", withDB}, {"without", seeded()}} {
+		for _, c := range []struct {
+			period string
+			code   int
+		}{{"lastMinute", 200}, {"lastDay", 200}, {"lastMonth", 400}, {"LastWeek", 400}, {"last%20week", 400}} {
+			rec := f.f.do("GET", "/api/job/statistics/tasks/results/"+c.period, "")
+			body := rec.Body.String()
+			if rec.Code != c.code || c.code == 400 && (!strings.Contains(body, `"field":"period"`) || !strings.Contains(body, "online, lastWeek, lastHour, lastMinute, lastDay")) {
+				t.Errorf("%s: period %s: %d %s; want %d (a 400 naming period and the valid ones)", f.name, c.period, rec.Code, body, c.code)
+			}
+		}
 	}
 }
 

@@ -200,6 +200,56 @@ func TestATaskEndCompletesItsOpenExecutions(t *testing.T) {
 	})
 }
 
+// An execution's id is the executor's to choose: an event naming the id of another task's run
+// (a faulty or hostile executor) neither completes nor overwrites that run; it is refused,
+// counted failed. The run's own task completes it all the same afterwards.
+func TestAnExecutionEventTouchesOnlyItsOwnTasksRow(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		w := NewWriter(db, WriterConfig{}, quiet())
+		defer w.Close()
+		own := exec("e1", "job-a", 0, t0)
+		w.Execution(own)
+		flush(t, w)
+		forged := own
+		forged.TaskID, forged.Hostname = "job-a@-@1@-@READY@-@agent-S1@-@u9", "host-9"
+		for i, c := range []struct {
+			name string
+			ev   taskdata.Execution
+		}{
+			{"another task's completion", completed(forged, t0.Add(time.Minute), errors.New("forged"))},
+			{"another task's start", forged},
+		} {
+			w.Execution(c.ev)
+			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := w.Flush(fctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := db.Executions(ctx, Query{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := p.Rows[0]; p.Total != 1 || r.TaskID != own.TaskID || r.Hostname != "host-1" || !r.Running || r.FailureCause != "" || r.CompleteTime != nil {
+				t.Fatalf("%s: rows %+v; want e1 still task %s's, running", c.name, p.Rows, own.TaskID)
+			}
+			if s := w.Stats(); s.Failed != int64(i+1) {
+				t.Errorf("%s: writer stats %+v; want the event refused (%d failed)", c.name, s, i+1)
+			}
+		}
+		w.Execution(completed(own, t0.Add(time.Minute), nil))
+		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.Flush(fctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := db.Executions(ctx, Query{}); err != nil || p.Total != 1 || p.Rows[0].Running || !p.Rows[0].Success {
+			t.Fatalf("rows %+v (%v); want e1 completed by its own task", p.Rows, err)
+		}
+	})
+}
+
 func TestStatusTraces(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *DB) {
 		ctx := context.Background()
@@ -252,6 +302,57 @@ func TestStatusTraces(t *testing.T) {
 		if r.JobName != "job-b" || r.TaskID != tid || r.SlaveID != "agent-S0" || r.Source != "CLOUD_SCHEDULER" || r.ExecutionType != "READY" ||
 			r.ShardingItems != "[0]" || r.State != "TASK_FINISHED" || r.Message != "m29" || *r.CreationTime != t0.Add(29*time.Minute).UnixMilli() || len(r.ID) != 36 {
 			t.Errorf("row fields: %+v", r)
+		}
+	})
+}
+
+// Every row of a relaunched task names the task it replaces, as 2.1.5 wrote them, though the
+// scheduler names it at the TASK_STAGING only: from the STAGING written in the same batch or
+// an earlier one, or by an earlier leader (another writer). A task that replaces none, or
+// whose STAGING is not there, has "" on every row.
+func TestEveryRowOfARelaunchNamesItsOriginalTask(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		task := func(n int) string { return fmt.Sprintf("job-a@-@%d@-@FAILOVER@-@agent-S0@-@u%d", n, n) }
+		trace := func(w *Writer, id, state, original string) {
+			w.Trace(StatusTrace{JobName: "job-a", OriginalTaskID: original, TaskID: id, SlaveID: "agent-S0", Source: "CLOUD_SCHEDULER",
+				ExecutionType: "FAILOVER", ShardingItems: "[0]", State: state, CreationTime: t0})
+		}
+		earlier := NewWriter(db, WriterConfig{}, quiet()) // an earlier leader's
+		trace(earlier, task(4), "TASK_STAGING", tid)
+		earlier.Close()
+		w := NewWriter(db, WriterConfig{}, quiet())
+		defer w.Close()
+		trace(w, task(1), "TASK_STAGING", tid)
+		trace(w, task(1), "TASK_RUNNING", "") // queued with its STAGING: in its batch, most likely
+		trace(w, task(2), "TASK_STAGING", "")
+		trace(w, task(2), "TASK_RUNNING", "")
+		flush(t, w)
+		for _, id := range []string{task(1), task(2), task(4), task(3)} {
+			trace(w, id, "TASK_FINISHED", "") // a later batch; task(3) has no STAGING
+		}
+		flush(t, w)
+		for _, c := range []struct {
+			name, task, original string
+			rows                 int
+		}{
+			{"a relaunch", task(1), tid, 3},
+			{"not a relaunch", task(2), "", 3},
+			{"a relaunch by an earlier leader", task(4), tid, 2},
+			{"no STAGING", task(3), "", 1},
+		} {
+			p, err := db.StatusTraces(ctx, Query{Filters: map[string]string{"taskId": c.task}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Total != c.rows {
+				t.Errorf("%s: %d rows; want %d", c.name, p.Total, c.rows)
+			}
+			for _, r := range p.Rows {
+				if r.OriginalTaskID != c.original {
+					t.Errorf("%s: its %s row has original task %q; want %q", c.name, r.State, r.OriginalTaskID, c.original)
+				}
+			}
 		}
 	})
 }

@@ -30,9 +30,11 @@ type Page[T any] struct {
 	Rows  []T `json:"rows"`
 }
 
-// Execution is a row of JOB_EXECUTION_LOG with Elastic-Job-Cloud 2.1.5's JSON fields (times in
-// milliseconds since the epoch, as its REST API gives them). A run that has not completed has
-// no completeTime and running true: it is not a failure.
+// Execution is a row of JOB_EXECUTION_LOG with Elastic-Job-Cloud 2.1.5's JSON field names. Its
+// times are milliseconds since the epoch and its failureCause a string, where 2.1.5's Gson wrote
+// date strings in the server's time zone and an object {"plainText": …}: numbers and text are
+// what a client can use without knowing the server's zone (README, "Event trace"). A run
+// that has not completed has no completeTime and running true: it is not a failure.
 type Execution struct {
 	ID           string `json:"id"`
 	JobName      string `json:"jobName"`
@@ -94,6 +96,7 @@ var executionTable = logTable{
 		"shardingItem":    {name: "sharding_item", check: checkItem},
 		"executionSource": {name: "execution_source", check: oneOf("NORMAL_TRIGGER", "MISFIRE", "FAILOVER")},
 		"source":          {name: "execution_source", check: oneOf("NORMAL_TRIGGER", "MISFIRE", "FAILOVER")},
+		"failureCause":    {name: "failure_cause"}, // a sort only, as in 2.1.5
 		"isSuccess":       {name: "is_success", check: checkBool, cond: endedWithSuccess},
 		"success":         {name: "is_success", check: checkBool, cond: endedWithSuccess},
 		"startTime":       {name: "start_time"},

@@ -86,6 +86,38 @@ type Writer struct {
 	// downSince is when the database became unavailable (zero while it takes writes), and
 	// downLogged when that was last logged; only the writing goroutine uses them.
 	downSince, downLogged time.Time
+	// origins holds the original task ids of tasks recently traced (only the writing
+	// goroutine uses it).
+	origins originCache
+}
+
+// originCache remembers, for the last originCacheSize tasks whose TASK_STAGING was written or
+// looked up, the task each replaces ("" for none), so that their later rows carry it without a
+// query each: the cost of the original task id on every row is then a query per task launched
+// by an earlier leader, not per row.
+type originCache struct {
+	byTask map[string]string
+	ring   []string
+	next   int
+}
+
+const originCacheSize = 16384
+
+func (c *originCache) get(task string) (string, bool) {
+	o, ok := c.byTask[task]
+	return o, ok
+}
+
+func (c *originCache) put(task, original string) {
+	if c.byTask == nil {
+		c.byTask, c.ring = make(map[string]string, originCacheSize), make([]string, originCacheSize)
+	}
+	if _, ok := c.byTask[task]; !ok {
+		delete(c.byTask, c.ring[c.next])
+		c.ring[c.next] = task
+		c.next = (c.next + 1) % originCacheSize
+	}
+	c.byTask[task] = original
 }
 
 // WriterConfig sizes a Writer.
@@ -303,7 +335,7 @@ func (w *Writer) write(buf []event) {
 func (w *Writer) attempt(evs []event) error {
 	ctx, cancel := context.WithTimeout(w.ctx, attemptTimeout)
 	defer cancel()
-	err := w.db.writeBatch(ctx, evs)
+	err := w.db.writeBatch(ctx, evs, &w.origins)
 	if err == nil && !w.downSince.IsZero() {
 		w.log.WithField("unavailable_for", time.Since(w.downSince).Round(time.Millisecond)).Info("event trace: the database takes writes again")
 		w.downSince = time.Time{}
@@ -439,7 +471,12 @@ func duplicate(err error) bool {
 	return false
 }
 
-func (t *DB) writeBatch(ctx context.Context, buf []event) error {
+// writeBatch writes buf in one transaction. A status trace of a relaunched task carries the
+// task it replaces on every row, as Elastic-Job 2.1.5's JobEventRdbStorage wrote it: the
+// scheduler names it at the TASK_STAGING only, and a later row takes it from that row, looked
+// up here rather than by the scheduler, so that the status updates never wait for the database
+// and the rows of a task launched by an earlier leader get it too.
+func (t *DB) writeBatch(ctx context.Context, buf []event, origins *originCache) error {
 	tx, err := t.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -454,7 +491,11 @@ func (t *DB) writeBatch(ctx context.Context, buf []event) error {
 		switch {
 		case e.trace != nil:
 			s := e.trace
-			if _, err := insTrace.ExecContext(ctx, s.ID, s.JobName, s.OriginalTaskID, s.TaskID, s.SlaveID, s.Source, s.ExecutionType, s.ShardingItems, s.State, cut(s.Message), t.ts(s.CreationTime)); err != nil {
+			original, err := t.originalTaskID(ctx, tx, s, origins)
+			if err != nil {
+				return err
+			}
+			if _, err := insTrace.ExecContext(ctx, s.ID, s.JobName, original, s.TaskID, s.SlaveID, s.Source, s.ExecutionType, s.ShardingItems, s.State, cut(s.Message), t.ts(s.CreationTime)); err != nil {
 				return fmt.Errorf("insert a status trace: %w", err)
 			}
 		case e.exec != nil:
@@ -473,14 +514,48 @@ func (t *DB) writeBatch(ctx context.Context, buf []event) error {
 	return nil
 }
 
+// stagingState is the state whose row names the task a relaunch replaces.
+const stagingState = "TASK_STAGING"
+
+// originalTaskID is the original task id of a status trace's row: the trace's own at the
+// TASK_STAGING, or one given; else its TASK_STAGING row's, found in the transaction (the
+// STAGING may be earlier in the same batch), "" when there is none (not a relaunch, or a
+// STAGING dropped or purged).
+func (t *DB) originalTaskID(ctx context.Context, tx *sql.Tx, s *StatusTrace, origins *originCache) (string, error) {
+	if s.State == stagingState {
+		origins.put(s.TaskID, s.OriginalTaskID)
+		return s.OriginalTaskID, nil
+	}
+	if s.OriginalTaskID != "" {
+		return s.OriginalTaskID, nil
+	}
+	if o, ok := origins.get(s.TaskID); ok {
+		return o, nil
+	}
+	var o sql.NullString
+	err := tx.QueryRowContext(ctx, t.q(`SELECT original_task_id FROM `+StatusTraceLog+` WHERE task_id = ? AND state = ? LIMIT 1`), s.TaskID, stagingState).Scan(&o)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("look up the original task of %s: %w", s.TaskID, err)
+	}
+	// Its TASK_STAGING was queued before any later update of the task: absent now, it is
+	// absent for good, and "" is remembered too.
+	origins.put(s.TaskID, o.String)
+	return o.String, nil
+}
+
 // writeExecution records a start as a running row (is_success 0 as Elastic-Job writes it, in
 // tables it may have made with is_success NOT NULL; no complete time) unless
 // the row exists, and a completion as an update of its row, or a whole row when the start
 // never arrived. Executors re-send unacknowledged updates: both are idempotent.
+//
+// The id is the executor's to choose, so every statement is bound to the event's task too (the
+// scheduler has checked that it is the task of the update that carried it): an id of another
+// task's run finds no row of this task, and the insert that follows is refused for its
+// duplicate id, leaving that run as it was.
 func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execution) error {
 	if ex.CompleteTime == nil {
 		var one int
-		err := tx.QueryRowContext(ctx, t.q(`SELECT 1 FROM `+ExecutionLog+` WHERE id = ?`), ex.ID).Scan(&one)
+		err := tx.QueryRowContext(ctx, t.q(`SELECT 1 FROM `+ExecutionLog+` WHERE id = ? AND task_id = ?`), ex.ID, ex.TaskID).Scan(&one)
 		if err == nil {
 			return nil
 		}
@@ -502,7 +577,8 @@ func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execut
 	if ex.FailureCause != "" {
 		cause = cut(ex.FailureCause)
 	}
-	res, err := tx.ExecContext(ctx, t.q(`UPDATE `+ExecutionLog+` SET is_success = ?, complete_time = ?, failure_cause = ? WHERE id = ?`), success, t.ts(*ex.CompleteTime), cause, ex.ID)
+	res, err := tx.ExecContext(ctx, t.q(`UPDATE `+ExecutionLog+` SET is_success = ?, complete_time = ?, failure_cause = ? WHERE id = ? AND task_id = ?`),
+		success, t.ts(*ex.CompleteTime), cause, ex.ID, ex.TaskID)
 	if err != nil {
 		return fmt.Errorf("complete execution %s: %w", ex.ID, err)
 	}
@@ -510,7 +586,7 @@ func (t *DB) writeExecution(ctx context.Context, tx *sql.Tx, ex *taskdata.Execut
 		return nil
 	}
 	var one int
-	if err := tx.QueryRowContext(ctx, t.q(`SELECT 1 FROM `+ExecutionLog+` WHERE id = ?`), ex.ID).Scan(&one); err == nil {
+	if err := tx.QueryRowContext(ctx, t.q(`SELECT 1 FROM `+ExecutionLog+` WHERE id = ? AND task_id = ?`), ex.ID, ex.TaskID).Scan(&one); err == nil {
 		return nil // MySQL counts only changed rows: a repeated completion changes none
 	}
 	_, err = tx.ExecContext(ctx, t.q(`INSERT INTO `+ExecutionLog+` (id, job_name, task_id, hostname, ip, sharding_item, execution_source, failure_cause, is_success, start_time, complete_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),

@@ -118,6 +118,9 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 					withLabel(&info, executor.LeaseLabel, ld.cfg.TaskLease.String())
 				}
 				tasks[agent] = append(tasks[agent], info)
+				// Traced before the ACCEPT, so that the STAGING precedes every update of the task
+				// (whose rows take their original task id from it); a task whose ACCEPT is never
+				// sent gets a TASK_DROPPED (unsent).
 				ld.inst.trace.launched(info, t.Replaces)
 			}
 		}
@@ -196,6 +199,7 @@ func (ld *leader) unsent(ctx context.Context, ts []mesos.TaskInfo) {
 			ld.log.WithError(err).WithField("task", id.String()).Warn("cannot put back a task whose launch was never sent; reconciliation will end it")
 			continue
 		}
+		ld.inst.trace.unsent(t)
 		ld.log.WithField("task", id.String()).Info("the Mesos stream ended before the launch was sent: the shard is queued to launch again")
 	}
 	ld.poke()

@@ -115,6 +115,27 @@ func (t *tracer) launched(ti mesos.TaskInfo, original string) {
 		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: mesos.TASK_STAGING.String(), CreationTime: time.Now()})
 }
 
+// unsent traces the end of a task written ahead whose ACCEPT was never sent, the Mesos stream
+// having ended first: Mesos never heard of it and will send no update, so its TASK_STAGING
+// (traced before the ACCEPT, so that it precedes every update of a task that did launch) would
+// otherwise be its last row for good. TASK_DROPPED is Mesos's state for a task never launched.
+// It is no task result: the shard is queued to launch again, in the same run.
+func (t *tracer) unsent(ti mesos.TaskInfo) {
+	if t == nil {
+		return
+	}
+	id, err := taskid.Parse(ti.TaskID.Value)
+	if err != nil {
+		return
+	}
+	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: id.AgentID, Source: "CLOUD_SCHEDULER",
+		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: mesos.TASK_DROPPED.String(),
+		Message: unsentMessage, CreationTime: time.Now()})
+}
+
+// unsentMessage is the message of an unsent task's TASK_DROPPED.
+const unsentMessage = "the launch was never sent: the Mesos stream ended first; the shard is queued to launch again"
+
 // recorded traces a status update the leader has recorded: its JOB_STATUS_TRACE_LOG row, the
 // execution event the executor put in its data, and, if counts, the task result it is.
 func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {

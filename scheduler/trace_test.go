@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,10 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	tr.recorded(st(mesos.TASK_KILLED, "", taskdata.Status{}), true)                                               // not a result
 	tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: "not-ours"}, State: mesos.TASK_FAILED.Enum()}, true) // ignored
 	relaunch := "job@-@2@-@FAILOVER@-@S2@-@u2"
-	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: relaunch}}, tid) // its STAGING names the task it replaces
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: relaunch}}, tid)        // its STAGING names the task it replaces
+	for _, s := range []mesos.TaskState{mesos.TASK_RUNNING, mesos.TASK_FINISHED} { // and so do its later rows
+		tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: relaunch}, State: s.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum()}, false)
+	}
 	if s, f := tr.results.Pending(eventtrace.Minute); s != 2 || f != 2 {
 		t.Errorf("results %d/%d; want 2 successes (FINISHED, COMPLETE) and 2 failures (FAILED, UNKNOWN)", s, f)
 	}
@@ -53,12 +57,20 @@ func TestTracerRecordsUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{Sort: "creationTime", Order: "asc"})
-	if err != nil || p.Total != 8 {
-		t.Fatalf("%d traces (%v); want 8", p.Total, err)
+	if err != nil || p.Total != 10 {
+		t.Fatalf("%d traces (%v); want 10", p.Total, err)
 	}
-	o, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"originalTaskId": tid}})
-	if err != nil || o.Total != 1 || o.Rows[0].TaskID != relaunch || o.Rows[0].State != "TASK_STAGING" {
-		t.Fatalf("traces of tasks replacing %s: %+v (%v); want the relaunch's TASK_STAGING", tid, o, err)
+	o, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"originalTaskId": tid}, Sort: "state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range o.Rows {
+		got = append(got, r.TaskID+" "+r.State)
+	}
+	// Every row of the relaunch, as 2.1.5 wrote them, not its TASK_STAGING only.
+	if want := []string{relaunch + " TASK_FINISHED", relaunch + " TASK_RUNNING", relaunch + " TASK_STAGING"}; !slices.Equal(got, want) {
+		t.Fatalf("traces of tasks replacing %s: %q; want %q", tid, got, want)
 	}
 	f, err := tr.db.StatusTraces(ctx, eventtrace.Query{Filters: map[string]string{"state": "TASK_FAILED"}})
 	if err != nil || f.Total != 1 {
@@ -191,5 +203,47 @@ func TestTraceWriterCountsAreMetrics(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("/metrics lacks %s; its event trace lines: %q", want, got)
 		}
+	}
+}
+
+// A task written ahead whose ACCEPT was never sent (the stream ended between the two) has its
+// TASK_STAGING followed by a TASK_DROPPED saying so: Mesos never heard of it and sends no
+// update, and the trace must not show it staging for good. It is no task result: the shard
+// launches again.
+func TestATaskWhoseLaunchWasNeverSentIsTracedDropped(t *testing.T) {
+	ctx, _, _, _, ld := aReadyRun(t)
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	ld.inst.trace = tr
+	ld.inst.hooks.writtenAhead = func() { ld.sub.end() }
+	ld.cycle(ctx, burstOffers(0))
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{PerPage: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string][]string{} // by task
+	for _, r := range p.Rows {
+		states[r.TaskID] = append(states[r.TaskID], r.State)
+		if r.State == "TASK_DROPPED" && r.Message != unsentMessage {
+			t.Errorf("task %s's TASK_DROPPED says %q; want %q", r.TaskID, r.Message, unsentMessage)
+		}
+	}
+	if len(states) != 2 {
+		t.Fatalf("traces of %d tasks: %v; want the job's 2 shards'", len(states), states)
+	}
+	for task, got := range states {
+		slices.Sort(got)
+		if want := []string{"TASK_DROPPED", "TASK_STAGING"}; !slices.Equal(got, want) {
+			t.Errorf("task %s traced %v; want %v: its launch was never sent", task, got, want)
+		}
+	}
+	if s, f := tr.results.Pending(eventtrace.Minute); s != 0 || f != 0 {
+		t.Errorf("results %d/%d; want none: the shards launch again", s, f)
 	}
 }
