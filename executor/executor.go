@@ -34,7 +34,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -90,10 +92,18 @@ type Executor struct {
 }
 
 // New returns an executor for cfg.
-func New(cfg Config, log logrus.FieldLogger) *Executor {
+func New(cfg Config, log logrus.FieldLogger) *Executor { return newExecutor(cfg, log) }
+
+// newExecutor is New. A test's transport options are applied before the executor's own, so
+// that what the executor sets overrides them, as it must override mesos-go's defaults.
+func newExecutor(cfg Config, log logrus.FieldLogger, transport ...httpcli.ConfigOpt) *Executor {
 	u := url.URL{Scheme: "http", Host: cfg.AgentEndpoint, Path: "/api/v1/executor"}
-	opts := []httpcli.Opt{httpcli.Endpoint(u.String()), httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeJSON]),
-		httpcli.Do(httpcli.With(httpcli.Timeout(10 * time.Second)))}
+	// The agent is called directly (MESOS.md §6.1: libprocess knows no proxy). mesos-go's
+	// transport takes HTTP_PROXY from the environment, which would hand every call, and the
+	// executor's bearer token with it, to a proxy that the agent's environment happens to name.
+	direct := httpcli.Transport(func(t *http.Transport) { t.Proxy = nil })
+	do := httpcli.With(append(transport, httpcli.Timeout(10*time.Second), direct)...)
+	opts := []httpcli.Opt{httpcli.Endpoint(u.String()), httpcli.Codec(codecs.ByMediaType[codecs.MediaTypeJSON]), httpcli.Do(do)}
 	if cfg.AuthToken != "" {
 		opts = append(opts, httpcli.DefaultHeader("Authorization", "Bearer "+cfg.AuthToken))
 	}
@@ -149,26 +159,49 @@ func (e *Executor) Run(ctx context.Context) error {
 		}
 		e.setConnected(false)
 		// An ERROR event comes from an agent that is there: the executor re-subscribes to it
-		// (MESOS.md §6.4), checkpointing or not.
-		if !e.cfg.Checkpoint && !errors.Is(err, errAgentError) {
+		// (MESOS.md §6.4), checkpointing or not, and no recovery timeout applies to an agent
+		// that just answered (without checkpointing there is none: MESOS_RECOVERY_TIMEOUT
+		// is not set).
+		agentError := errors.Is(err, errAgentError)
+		if !e.cfg.Checkpoint && !agentError {
 			e.stopAll()
 			return fmt.Errorf("lost the agent connection (%v) and the framework does not checkpoint", err)
 		}
-		// The recovery timeout counts from the end of the last subscription that the agent
-		// took, not from an older loss that it ended.
-		if subscribed || lostAt.IsZero() {
+		// The recovery timeout counts from the last time the agent answered (the end of a
+		// subscription it took, an ERROR it sent), not from an older loss that it ended.
+		if subscribed || agentError || lostAt.IsZero() {
 			lostAt = time.Now()
 		}
-		if time.Since(lostAt) > e.cfg.RecoveryTimeout {
+		if !agentError && time.Since(lostAt) > e.cfg.RecoveryTimeout {
 			e.stopAll()
 			return fmt.Errorf("agent at %s unreachable for longer than the recovery timeout %v: %v", e.cfg.AgentEndpoint, e.cfg.RecoveryTimeout, err)
 		}
 		e.log.WithError(err).Warn("agent connection lost; re-subscribing")
+		backoffMax := e.cfg.SubscriptionBackoffMax
+		if !e.cfg.Checkpoint {
+			// Only an ERROR brings an executor that does not checkpoint here, and the agent
+			// gave it no maximum: take the one an agent gives by default.
+			backoffMax = defaultSubscriptionBackoffMax
+		}
 		select {
-		case <-time.After(min(time.Second, max(e.cfg.SubscriptionBackoffMax, 100*time.Millisecond))):
+		case <-time.After(resubscribeWait(backoffMax)):
 		case <-ctx.Done():
 		}
 	}
+}
+
+// defaultSubscriptionBackoffMax is an agent's default MESOS_SUBSCRIPTION_BACKOFF_MAX (its
+// --executor_reregistration_timeout).
+const defaultSubscriptionBackoffMax = 2 * time.Second
+
+// resubscribeWait is the wait before the next SUBSCRIBE: random in [0, backoffMax], as in
+// Mesos's executor library (executor.cpp, backoff), so that the executors of a restarted
+// agent do not all call it at once. It is also at most a second: the agent gives executors
+// that same duration to re-subscribe once it is back (2 s by default), and waits of at most a
+// second put two tries at least in the window, so that one lost try (a 503 while the agent
+// still recovers) does not use it up. A shorter wait is still within the maximum.
+func resubscribeWait(backoffMax time.Duration) time.Duration {
+	return rand.N(min(max(backoffMax, 0), time.Second) + 1)
 }
 
 // errAgentError is the agent's ERROR event: subscribe ends, and the executor subscribes again.
@@ -203,23 +236,55 @@ func (e *Executor) subscribe(ctx context.Context) (subscribed bool, err error) {
 			}
 			return false, fmt.Errorf("event stream: %w", err)
 		}
+		// An event may lack its member (the JSON decoder does not enforce proto2's required
+		// fields): one that cannot be acted on without it is skipped, and the executor goes on
+		// serving its other tasks.
 		switch ev.Type {
 		case mesosexec.Event_SUBSCRIBED:
+			// The type alone says the agent took the subscription: skipping it would leave
+			// every update of this stream undelivered.
+			if ev.Subscribed == nil {
+				e.malformed(ev, "no subscribed member; subscribed without the executor's data")
+			}
 			subscribed = true
-			e.subscribed(ev.Subscribed, updates)
+			e.subscribed(ev.GetSubscribed(), updates)
 		case mesosexec.Event_LAUNCH:
+			if ev.Launch == nil || ev.Launch.Task.TaskID.Value == "" {
+				e.malformed(ev, "no task, or a task without a task_id")
+				continue
+			}
 			e.launched(ev.Launch.Task)
 			e.launch(ev.Launch.Task)
 		case mesosexec.Event_LAUNCH_GROUP:
+			if ev.LaunchGroup == nil {
+				e.malformed(ev, "no task_group")
+				continue
+			}
 			for _, t := range ev.LaunchGroup.TaskGroup.Tasks {
+				if t.TaskID.Value == "" {
+					e.malformed(ev, "a task without a task_id")
+					continue
+				}
 				e.launched(t)
 				e.launch(t)
 			}
 		case mesosexec.Event_KILL:
+			if ev.Kill == nil {
+				e.malformed(ev, "no kill member")
+				continue
+			}
 			e.kill(ev.Kill.TaskID.Value, ev.Kill.KillPolicy)
 		case mesosexec.Event_ACKNOWLEDGED:
+			if ev.Acknowledged == nil {
+				e.malformed(ev, "no acknowledged member")
+				continue
+			}
 			e.acknowledged(ev.Acknowledged.TaskID.Value, ev.Acknowledged.UUID)
 		case mesosexec.Event_MESSAGE:
+			if ev.Message == nil {
+				e.malformed(ev, "no message member")
+				continue
+			}
 			if string(ev.Message.Data) == StopMessage {
 				e.log.Info("MESSAGE STOP: killing every task and exiting")
 				e.stop() // kills the tasks while subscribed, so their last updates get through
@@ -239,17 +304,26 @@ func (e *Executor) subscribe(ctx context.Context) (subscribed bool, err error) {
 			e.stop()
 			return subscribed, nil
 		case mesosexec.Event_ERROR:
-			return subscribed, fmt.Errorf("%w: %s", errAgentError, ev.Error.Message)
+			// Without its message it is still the agent's ERROR, and re-subscribing is the cure.
+			if ev.Error == nil {
+				e.malformed(ev, "no error member; re-subscribing all the same")
+			}
+			return subscribed, fmt.Errorf("%w: %s", errAgentError, ev.GetError().GetMessage())
 		default:
 			// HEARTBEAT, and event types newer than this executor: nothing to do.
 		}
 	}
 }
 
-// subscribed takes SUBSCRIBED: the agent has the updates the SUBSCRIBE carried; the ones made
-// since are delivered now.
+func (e *Executor) malformed(ev mesosexec.Event, what string) {
+	e.log.WithField("event", ev.Type.String()).Warnf("malformed event from the agent: %s", what)
+}
+
+// subscribed takes SUBSCRIBED (s may be nil): the agent has the updates the SUBSCRIBE carried;
+// the ones made since are delivered now.
 func (e *Executor) subscribed(s *mesosexec.Event_Subscribed, carried []mesosexec.Call_Update) {
-	d, err := taskdata.DecodeExecutorData(s.ExecutorInfo.Data)
+	info, agent := s.GetExecutorInfo(), s.GetAgentInfo()
+	d, err := taskdata.DecodeExecutorData(info.Data)
 	if err != nil {
 		e.log.WithError(err).Warn("ignoring ExecutorInfo.data")
 	}
@@ -259,7 +333,7 @@ func (e *Executor) subscribed(s *mesosexec.Event_Subscribed, carried []mesosexec
 	e.epoch++
 	e.out.subscribed(carried)
 	e.mu.Unlock()
-	e.log.WithField("agent", s.AgentInfo.GetID().GetValue()).Info("subscribed")
+	e.log.WithField("agent", agent.GetID().GetValue()).Info("subscribed")
 	e.wake()
 }
 

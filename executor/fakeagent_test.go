@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,8 +60,11 @@ func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
 			}))
 			defer agent.Close()
 			defer close(done)
-			cfg := Config{FrameworkID: "f", ExecutorID: "e", AgentEndpoint: strings.TrimPrefix(agent.URL, "http://"),
-				Checkpoint: checkpoint, RecoveryTimeout: recovery, SubscriptionBackoffMax: 100 * time.Millisecond, ShutdownGracePeriod: time.Second}
+			// As an agent configures it: without checkpointing, no recovery timeout at all.
+			cfg := agentConfig(t, agent.Listener.Addr().String(), checkpoint, nil)
+			if checkpoint && cfg.RecoveryTimeout != recovery {
+				t.Fatalf("recovery timeout %v; want %v", cfg.RecoveryTimeout, recovery)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			ran := make(chan error, 1)
 			go func() { ran <- New(cfg, mesostest.QuietLogger()).Run(ctx) }()
@@ -76,6 +80,25 @@ func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
 			<-ran
 		})
 	}
+}
+
+// agentConfig is the configuration of an executor started by an agent at endpoint (MESOS.md
+// §6.2), read by FromEnv as in production: the recovery timeout (1 s) and backoff maximum
+// (100 ms) only when checkpointing, as an agent gives them. extra adds or overrides variables.
+func agentConfig(t *testing.T, endpoint string, checkpoint bool, extra map[string]string) Config {
+	t.Helper()
+	sandbox := t.TempDir()
+	env := map[string]string{"MESOS_FRAMEWORK_ID": "f", "MESOS_EXECUTOR_ID": "e", "MESOS_DIRECTORY": sandbox, "MESOS_SANDBOX": sandbox,
+		"MESOS_AGENT_ENDPOINT": endpoint, "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "1secs", "MESOS_SLAVE_ID": "a", "MESOS_CHECKPOINT": "0"}
+	if checkpoint {
+		env["MESOS_CHECKPOINT"], env["MESOS_RECOVERY_TIMEOUT"], env["MESOS_SUBSCRIPTION_BACKOFF_MAX"] = "1", "1secs", "100ms"
+	}
+	maps.Copy(env, extra)
+	cfg, err := FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // subscribedEvent is an agent's SUBSCRIBED, in the executor API's JSON.

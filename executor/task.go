@@ -96,8 +96,9 @@ func (t *task) killGrace() time.Duration {
 
 func (t *task) log() logrus.FieldLogger { return t.e.log.WithField("task", t.id) }
 
-// launch starts a task. Bad input (unparsable data, an unknown jobClass) ends it with
-// TASK_ERROR at once, and the executor goes on serving its other tasks.
+// launch starts a task. Bad input (unparsable data, a task_id that is not the payload's, an
+// unknown jobClass) ends it with TASK_ERROR at once, and the executor goes on serving its
+// other tasks.
 func (e *Executor) launch(ti mesos.TaskInfo) {
 	id := ti.TaskID.Value
 	e.mu.Lock()
@@ -111,6 +112,13 @@ func (e *Executor) launch(ti mesos.TaskInfo) {
 	p, err := taskdata.DecodePayload(ti.Data)
 	if err != nil {
 		e.update(id, mesos.TASK_ERROR, err.Error(), nil)
+		return
+	}
+	// The run's end record is written under the payload's id and removed, once the agent has
+	// the final update, under the task's: with two ids it would outlive the run, and a
+	// scheduler reading it for one task would be told of the other's end.
+	if sc := p.ShardingContext.TaskID; sc != id {
+		e.update(id, mesos.TASK_ERROR, fmt.Sprintf("task_id %q is not the payload's shardingContext.taskId %q: they must be the same", id, sc), nil)
 		return
 	}
 	r, err := e.runnerFor(p)
