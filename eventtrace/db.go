@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
@@ -198,6 +199,10 @@ type DB struct {
 	// and its queue overflowed, while a few history searches ran).
 	db, w *sql.DB
 	d     dialect
+	name  string // the DSN without its password, for errors
+	// schema is held (a token in it) while Ready creates the tables; ready says they are there.
+	schema chan struct{}
+	ready  atomic.Bool
 }
 
 // readTimeout bounds each read the API makes (a search, a statistics query): a slow one gives
@@ -209,8 +214,26 @@ func reading(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, readTimeout)
 }
 
-// Open connects to the database of dsn and creates the tables and indexes that are absent.
+// Open connects to the database of dsn and creates the tables and indexes that are absent
+// (Connect, then Ready): for a caller that needs the database now.
 func Open(ctx context.Context, dsn string) (*DB, error) {
+	t, err := Connect(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Ready(ctx); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Connect returns the database of dsn without reaching it: its tables are created when it first
+// answers (Ready, which every read and write calls first). A scheduler started while its
+// database is down (a host rebooted with it, a deploy during its maintenance) schedules as it
+// would without one, its events waiting in the writer's queue, instead of not starting: the
+// history must not stop the jobs (2.1.5 logged a listener that failed and went on, too).
+func Connect(dsn string) (*DB, error) {
 	d, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -228,17 +251,44 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	}
 	w.SetMaxOpenConns(1) // one goroutine writes, one transaction at a time
 	w.SetConnMaxIdleTime(5 * time.Minute)
-	t := &DB{db: db, w: w, d: d}
-	if err := db.PingContext(ctx); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("cannot reach the event trace database %s: %w", redact(dsn), err)
+	return &DB{db: db, w: w, d: d, name: redact(dsn), schema: make(chan struct{}, 1)}, nil
+}
+
+// Ready reaches the database and creates the tables and indexes that are absent, once; until
+// that has succeeded it fails with an error that NotReady recognises.
+func (t *DB) Ready(ctx context.Context) error {
+	if t.ready.Load() {
+		return nil
+	}
+	select { // one caller makes the tables; the others wait for it only as long as they may
+	case t.schema <- struct{}{}:
+		defer func() { <-t.schema }()
+	case <-ctx.Done():
+		return notReady{fmt.Errorf("reach the event trace database %s: %w", t.name, ctx.Err())}
+	}
+	if t.ready.Load() {
+		return nil
+	}
+	if err := t.db.PingContext(ctx); err != nil {
+		return notReady{fmt.Errorf("cannot reach the event trace database %s: %w", t.name, err)}
 	}
 	if err := t.createSchema(ctx); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("create the event trace tables in %s: %w", redact(dsn), err)
+		return notReady{fmt.Errorf("create the event trace tables in %s: %w", t.name, err)}
 	}
-	return t, nil
+	t.ready.Store(true)
+	return nil
 }
+
+// notReady is Ready's failure: the database has not answered, or its tables could not be made.
+// The writer holds its events through it as through any outage, whatever the cause (a refused
+// CREATE, too, may be granted once an operator sees the log), rather than drop them one by one.
+type notReady struct{ err error }
+
+func (e notReady) Error() string { return e.err.Error() }
+func (e notReady) Unwrap() error { return e.err }
+
+// NotReady says that err is a database not reached yet, or whose tables could not be made.
+func NotReady(err error) bool { return errors.As(err, new(notReady)) }
 
 // Close closes the connections.
 func (t *DB) Close() error { return errors.Join(t.db.Close(), t.w.Close()) }

@@ -16,6 +16,9 @@ const purgeBatch = 1000
 // many it deleted. The day rows of task results and the registered jobs are kept: a row a day,
 // and what "since online" (and a week longer than the retention) is counted from.
 func (t *DB) Purge(ctx context.Context, before time.Time) (int64, error) {
+	if err := t.Ready(ctx); err != nil {
+		return 0, err
+	}
 	tables := [][2]string{{ExecutionLog, "start_time"}, {StatusTraceLog, "creation_time"},
 		{TaskRunningStats, "statistics_time"}, {JobRunningStats, "statistics_time"}}
 	for _, iv := range intervals {

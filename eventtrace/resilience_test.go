@@ -107,6 +107,45 @@ func TestAnOutageCostsNoEventWhileTheQueueHasRoom(t *testing.T) {
 	}
 }
 
+// A database down when the writer starts (a scheduler started during its outage): the events
+// wait, neither written nor failed, reads say it is not ready, and once it answers its tables
+// are made and the events written.
+func TestADatabaseDownAtTheStartGetsItsTablesAndEventsOnceItAnswers(t *testing.T) {
+	for _, b := range backends[1:] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn, p := proxied(t, b.dsn(t))
+			p.Cut()
+			db, err := Connect(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			w := NewWriter(db, WriterConfig{Batch: 10, Linger: 10 * time.Millisecond}, quiet())
+			defer w.Close()
+			for i := range 5 {
+				w.Trace(running(i))
+			}
+			held, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if err := w.Flush(held); err == nil {
+				t.Fatal("events written while the database was unreachable")
+			}
+			if s := w.Stats(); s.Written != 0 || s.Failed != 0 {
+				t.Fatalf("writer stats %+v while the database is down; want the 5 events held", s)
+			}
+			if _, err := db.StatusTraces(ctx, Query{}); !NotReady(err) {
+				t.Fatalf("a search while the database is down: %v; want it not ready", err)
+			}
+			p.Restore()
+			flush(t, w)
+			if pg, err := db.StatusTraces(ctx, Query{PerPage: 1}); err != nil || pg.Total != 5 {
+				t.Fatalf("%d rows (%v); want the 5 events", pg.Total, err)
+			}
+		})
+	}
+}
+
 // The writer has a connection of its own: API reads that hold every connection of theirs do
 // not hold up the writes.
 func TestReadsHoldingEveryConnectionDoNotStopTheWriter(t *testing.T) {

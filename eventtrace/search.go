@@ -280,6 +280,9 @@ func (t *DB) search(ctx context.Context, lt logTable, q Query, total *int, scan 
 	}
 	ctx, cancel := reading(ctx)
 	defer cancel()
+	if err := t.Ready(ctx); err != nil {
+		return err
+	}
 	if err := t.db.QueryRowContext(ctx, t.q("SELECT COUNT(*) FROM "+lt.table+where), args...).Scan(total); err != nil {
 		return fmt.Errorf("count %s: %w", lt.table, err)
 	}

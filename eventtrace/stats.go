@@ -337,6 +337,9 @@ func (t *DB) gaps(ctx context.Context, q querier, table string, iv Interval, at 
 }
 
 func (t *DB) latestTime(ctx context.Context, table string) (time.Time, bool, error) {
+	if err := t.Ready(ctx); err != nil {
+		return time.Time{}, false, err
+	}
 	var latest nullTime
 	if err := t.db.QueryRowContext(ctx, "SELECT MAX(statistics_time) FROM "+table).Scan(&latest); err != nil {
 		return time.Time{}, false, fmt.Errorf("latest row of %s: %w", table, err)
@@ -349,6 +352,9 @@ type querier interface {
 }
 
 func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	if err := t.Ready(ctx); err != nil {
+		return err
+	}
 	tx, err := t.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -367,6 +373,9 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 func (t *DB) TaskResults(ctx context.Context, iv Interval, since time.Time) ([]TaskResult, error) {
 	ctx, cancel := reading(ctx)
 	defer cancel()
+	if err := t.Ready(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := t.db.QueryContext(ctx, t.q("SELECT id, success_count, failed_count, statistics_time, creation_time FROM "+iv.table()+" WHERE statistics_time >= ? ORDER BY statistics_time, id"), t.ts(since))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", iv.table(), err)
@@ -391,6 +400,9 @@ func (t *DB) LatestTaskResult(ctx context.Context, iv Interval, now time.Time) (
 	ctx, cancel := reading(ctx)
 	defer cancel()
 	r := TaskResult{StatisticInterval: iv, StatisticsTime: now.UnixMilli(), CreationTime: now.UnixMilli()}
+	if err := t.Ready(ctx); err != nil {
+		return r, err
+	}
 	var st, ct nullTime
 	err := t.db.QueryRowContext(ctx, t.q("SELECT id, success_count, failed_count, statistics_time, creation_time FROM "+iv.table()+" WHERE statistics_time <= ? ORDER BY statistics_time DESC, id DESC LIMIT 1"), t.ts(now)).
 		Scan(&r.ID, &r.SuccessCount, &r.FailedCount, &st, &ct)
@@ -408,6 +420,9 @@ func (t *DB) LatestTaskResult(ctx context.Context, iv Interval, now time.Time) (
 func (t *DB) SumTaskResults(ctx context.Context, iv Interval, since time.Time) (success, failed int, err error) {
 	ctx, cancel := reading(ctx)
 	defer cancel()
+	if err := t.Ready(ctx); err != nil {
+		return 0, 0, err
+	}
 	var s, f sql.NullInt64
 	if err := t.db.QueryRowContext(ctx, t.q("SELECT SUM(success_count), SUM(failed_count) FROM "+iv.table()+" WHERE statistics_time >= ?"), t.ts(since)).Scan(&s, &f); err != nil {
 		return 0, 0, fmt.Errorf("sum %s: %w", iv.table(), err)
@@ -446,6 +461,9 @@ func (t *DB) JobRegister(ctx context.Context, since time.Time) ([]Registered, er
 func (t *DB) counts(ctx context.Context, table, col string, since time.Time, add func(id int64, n int, st, ct int64)) error {
 	ctx, cancel := reading(ctx)
 	defer cancel()
+	if err := t.Ready(ctx); err != nil {
+		return err
+	}
 	rows, err := t.db.QueryContext(ctx, t.q("SELECT id, "+col+", statistics_time, creation_time FROM "+table+" WHERE statistics_time >= ? ORDER BY statistics_time, id"), t.ts(since))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", table, err)

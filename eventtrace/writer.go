@@ -335,7 +335,10 @@ func (w *Writer) write(buf []event) {
 func (w *Writer) attempt(evs []event) error {
 	ctx, cancel := context.WithTimeout(w.ctx, attemptTimeout)
 	defer cancel()
-	err := w.db.writeBatch(ctx, evs, &w.origins)
+	err := w.db.Ready(ctx)
+	if err == nil {
+		err = w.db.writeBatch(ctx, evs, &w.origins)
+	}
 	if err == nil && !w.downSince.IsZero() {
 		w.log.WithField("unavailable_for", time.Since(w.downSince).Round(time.Millisecond)).Info("event trace: the database takes writes again")
 		w.downSince = time.Time{}
@@ -372,7 +375,7 @@ func (w *Writer) pause(d time.Duration) {
 // retrying would not help: an unknown error, too, is taken so once a ping shows the database
 // up, lest an event no database takes held the writer, and with it every event, for good.
 func (w *Writer) unavailable(err error) bool {
-	if transient(err) || w.ctx.Err() != nil {
+	if transient(err) || NotReady(err) || w.ctx.Err() != nil {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, pingTimeout)

@@ -61,9 +61,7 @@ func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*trace
 	if cfg.EventTraceDB == "" {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	db, err := eventtrace.Open(ctx, cfg.EventTraceDB)
+	db, err := eventtrace.Connect(cfg.EventTraceDB)
 	if err != nil {
 		return nil, fmt.Errorf("--event-trace-db: %w", err)
 	}
@@ -71,10 +69,28 @@ func openTracer(ctx context.Context, cfg Config, log logrus.FieldLogger) (*trace
 		cfg.EventTraceRetention = 30 * 24 * time.Hour
 	}
 	log = log.WithField("component", "eventtrace")
-	log.WithField("database", db.Dialect()).Info("event trace database open")
+	// A database that does not answer yet does not keep the scheduler from scheduling: the
+	// events wait in the writer's queue, and every read and write makes the tables first once
+	// it answers.
+	readyCtx, cancel := context.WithTimeout(ctx, traceReadyWait)
+	err = db.Ready(readyCtx)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		db.Close()
+		return nil, ctx.Err()
+	case err != nil:
+		log.WithError(err).WithField("database", db.Dialect()).Warn("event trace database not ready; scheduling without it: " +
+			"the events wait in a queue of 10,000 and are written once it answers, and the history and statistics answer 503 until then")
+	default:
+		log.WithField("database", db.Dialect()).Info("event trace database open")
+	}
 	return &tracer{db: db, w: eventtrace.NewWriter(db, eventtrace.WriterConfig{}, log), results: eventtrace.NewResults(), log: log,
 		retention: cfg.EventTraceRetention, purgeEvery: 10 * time.Minute}, nil
 }
+
+// traceReadyWait bounds the first attempt at the event trace database as the scheduler starts.
+const traceReadyWait = 10 * time.Second
 
 // traceCloseGrace bounds the writing of the queued events at shutdown: a database that is down
 // must not hold the process past its supervisor's patience (SIGKILL loses them anyway).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -245,5 +246,46 @@ func TestATaskWhoseLaunchWasNeverSentIsTracedDropped(t *testing.T) {
 	}
 	if s, f := tr.results.Pending(eventtrace.Minute); s != 0 || f != 0 {
 		t.Errorf("results %d/%d; want none: the shards launch again", s, f)
+	}
+}
+
+// A scheduler whose event trace database does not answer as it starts schedules all the same
+// (a history must not stop the jobs): the events wait, the history answers an error, and once
+// the database answers its tables are made and the events written.
+func TestTheTraceStartsWhileItsDatabaseIsDown(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "not-yet") // SQLite cannot open a file in a directory that is not there
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(dir, "t.db")}, quietLog())
+	if err != nil {
+		t.Fatalf("openTracer with the database down: %v; want a tracer that writes once it is up", err)
+	}
+	defer tr.close()
+	tid := "job@-@0@-@READY@-@S1@-@u1"
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: tid}}, "")
+	if _, err := tr.db.StatusTraces(ctx, eventtrace.Query{}); !eventtrace.NotReady(err) {
+		t.Fatalf("a search while the database is down: %v; want it not ready", err)
+	}
+	// The writer tries and is refused (it tries once a batch has lingered, 50 ms): the event
+	// waits, neither written nor failed.
+	held, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := tr.w.Flush(held); err == nil {
+		t.Fatal("the event was written while the database was down")
+	}
+	if s := tr.w.Stats(); s.Written != 0 || s.Failed != 0 {
+		t.Fatalf("writer stats %+v while the database is down; want the event held", s)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{})
+	if err != nil || p.Total != 1 || p.Rows[0].TaskID != tid || p.Rows[0].State != mesos.TASK_STAGING.String() {
+		t.Fatalf("once the database is up: %+v, %v; want the STAGING of %s", p, err, tid)
+	}
+	if s := tr.w.Stats(); s.Failed != 0 || s.Dropped != 0 {
+		t.Fatalf("writer stats %+v; want nothing failed or dropped", s)
 	}
 }
