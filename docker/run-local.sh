@@ -141,8 +141,8 @@ register "job demo-daemon (DAEMON, every 5 s)" POST /api/job/register '{"jobName
 
 echo
 echo "API           http://$http_addr   user:password $creds   (the web console: http://$http_addr/ with these credentials)"
-echo "History       the event trace in $run/trace.db (SQLite): /api/job/events/executions, /api/job/statistics/…"
 echo "              e.g. curl -u \"\$(cat ${run#"$root/"}/credentials)\" http://$http_addr/api/job/tasks/running"
+echo "History       the event trace in $run/trace.db (SQLite): /api/job/events/executions, /api/job/statistics/…"
 echo "Scheduler     health /healthz, leadership /readyz, metrics /metrics"
 echo "Logs          $(show "$logs")/ (earlier runs' beside it)   sandboxes $(show "$run/mesos")/"
 echo "Press Ctrl-C to stop everything (pids ${pids[*]})."
