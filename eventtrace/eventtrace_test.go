@@ -200,6 +200,63 @@ func TestATaskEndCompletesItsOpenExecutions(t *testing.T) {
 	})
 }
 
+// A sweep closes, failed, the executions left open by tasks that no longer run (their end was
+// lost with a scheduler), and leaves those of running tasks, those completed, and those
+// started after its snapshot; a completion that comes after the sweep still wins.
+func TestOrphanedExecutionsAreClosedByASweep(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		w := NewWriter(db, WriterConfig{}, quiet())
+		defer w.Close()
+		orphan, live, done, later, ended := exec("e1", "job-a", 0, t0), exec("e2", "job-a", 1, t0), exec("e3", "job-a", 2, t0), exec("e4", "job-a", 3, t0.Add(time.Hour)), exec("e5", "job-a", 4, t0)
+		for _, e := range []taskdata.Execution{orphan, live, done, later, ended, completed(done, t0.Add(time.Second), nil)} {
+			w.Execution(e)
+		}
+		at := t0.Add(time.Minute)
+		w.CloseOrphans(Orphans{Running: map[string]bool{live.TaskID: true}, Before: at, At: at})
+		flush(t, w)
+		byID := func() map[string]Execution {
+			t.Helper()
+			p, err := db.Executions(ctx, Query{})
+			if err != nil || p.Total != 5 {
+				t.Fatalf("%+v, %v; want 5 executions", p, err)
+			}
+			out := map[string]Execution{}
+			for _, r := range p.Rows {
+				out[r.ID] = r
+			}
+			return out
+		}
+		got := byID()
+		if r := got["e1"]; r.Running || r.Success || r.FailureCause != OrphanCause || r.CompleteTime == nil || *r.CompleteTime != at.UnixMilli() {
+			t.Errorf("the orphan: %+v; want failed at the sweep's time with OrphanCause", r)
+		}
+		if r := got["e2"]; !r.Running {
+			t.Errorf("a running task's execution: %+v; want it running", r)
+		}
+		if r := got["e3"]; !r.Success || r.FailureCause != "" {
+			t.Errorf("a completed execution: %+v; want it as its executor reported it", r)
+		}
+		if r := got["e4"]; !r.Running {
+			t.Errorf("an execution started after the sweep's snapshot: %+v; want it running", r)
+		}
+		if r := got["e5"]; r.FailureCause != OrphanCause {
+			t.Errorf("e5: %+v; want it closed as an orphan", r)
+		}
+		// Reports that come after the sweep: e1's executor's, e5's task's end as the agent said.
+		w.Execution(completed(orphan, t0.Add(2*time.Second), nil))
+		w.Ended(TaskEnd{TaskID: ended.TaskID, At: t0.Add(3 * time.Second), Cause: "TASK_FAILED (REASON_EXECUTOR_TERMINATED)"})
+		flush(t, w)
+		got = byID()
+		if r := got["e1"]; !r.Success || r.FailureCause != "" {
+			t.Errorf("the orphan after its own completion: %+v; want the executor's report", r)
+		}
+		if r := got["e5"]; r.Success || r.FailureCause != "TASK_FAILED (REASON_EXECUTOR_TERMINATED)" {
+			t.Errorf("e5 after its task's end: %+v; want the end's cause", r)
+		}
+	})
+}
+
 // An execution's id is the executor's to choose: an event naming the id of another task's run
 // (a faulty or hostile executor) neither completes nor overwrites that run; it is refused,
 // counted failed. The run's own task completes it all the same afterwards.

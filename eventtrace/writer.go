@@ -44,10 +44,11 @@ type StatusTrace struct {
 // event is one write: a status trace, an execution's start or completion, or the end of a
 // task whose executor could not report its executions' completions.
 type event struct {
-	trace *StatusTrace
-	exec  *taskdata.Execution
-	ended *TaskEnd
-	flush chan struct{} // a marker: closed once every event before it is written
+	trace   *StatusTrace
+	exec    *taskdata.Execution
+	ended   *TaskEnd
+	orphans *Orphans
+	flush   chan struct{} // a marker: closed once every event before it is written
 }
 
 // TaskEnd completes the executions of a task still open (no complete time) when the task
@@ -60,6 +61,23 @@ type TaskEnd struct {
 	Success bool
 	Cause   string // the failure cause of an unsuccessful end
 }
+
+// Orphans closes the executions still open whose task no longer runs: their end was lost (a
+// scheduler stopped with it in its queue, SIGKILLed, or past its close's grace; a queue that
+// overflowed), and without this they would show as running for good. Running is the set of
+// tasks running when the sweep was queued: an end recorded before that was queued before the
+// sweep, and is written first, so a task the set leaves out has had its own events written by
+// then. What the sweep writes is a guess that a report overwrites: an executor's completion,
+// or the task's end (TaskEnd), coming later (from another scheduler's queue, or queued just
+// after the model the set was read from).
+type Orphans struct {
+	Running map[string]bool
+	Before  time.Time // only executions started before it
+	At      time.Time // their complete time
+}
+
+// OrphanCause is the failure cause of an execution Orphans closed.
+const OrphanCause = "its end was never recorded (lost with a scheduler that stopped, or with a full event queue), and its task no longer runs"
 
 // Writer writes events in batches from one goroutine, so that the scheduler's offer cycle and
 // status acknowledgements never wait for the database. Offer never blocks: when the queue is
@@ -167,6 +185,11 @@ func (w *Writer) Execution(ex taskdata.Execution) {
 // Ended queues the completion of a task's open executions (TaskEnd).
 func (w *Writer) Ended(end TaskEnd) {
 	w.offer(event{ended: &end})
+}
+
+// CloseOrphans queues a sweep of the executions left open by tasks that no longer run.
+func (w *Writer) CloseOrphans(o Orphans) {
+	w.offer(event{orphans: &o})
 }
 
 func (w *Writer) offer(e event) {
@@ -509,6 +532,10 @@ func (t *DB) writeBatch(ctx context.Context, buf []event, origins *originCache) 
 			if err := t.endExecutions(ctx, tx, e.ended); err != nil {
 				return err
 			}
+		case e.orphans != nil:
+			if err := t.closeOrphans(ctx, tx, e.orphans); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -611,10 +638,43 @@ func (t *DB) endExecutions(ctx context.Context, tx *sql.Tx, end *TaskEnd) error 
 	} else if end.Cause != "" {
 		cause = cut(end.Cause)
 	}
-	_, err := tx.ExecContext(ctx, t.q(`UPDATE `+ExecutionLog+` SET is_success = ?, complete_time = ?, failure_cause = ? WHERE task_id = ? AND complete_time IS NULL`),
-		success, t.ts(end.At), cause, end.TaskID)
+	// A sweep's guess (Orphans) is replaced too: the sweep may have read the model of the
+	// running tasks after the task's end and before its events were queued.
+	_, err := tx.ExecContext(ctx, t.q(`UPDATE `+ExecutionLog+` SET is_success = ?, complete_time = ?, failure_cause = ? WHERE task_id = ? AND (complete_time IS NULL OR failure_cause = ?)`),
+		success, t.ts(end.At), cause, end.TaskID, OrphanCause)
 	if err != nil {
 		return fmt.Errorf("end the open executions of task %s: %w", end.TaskID, err)
+	}
+	return nil
+}
+
+// closeOrphans closes, failed, the open executions started before o.Before whose task is not in
+// o.Running (EXECUTION_OPEN_INDEX finds the open ones: as many as the tasks running, and the
+// orphans, not the whole log).
+func (t *DB) closeOrphans(ctx context.Context, tx *sql.Tx, o *Orphans) error {
+	rows, err := tx.QueryContext(ctx, t.q(`SELECT id, task_id FROM `+ExecutionLog+` WHERE complete_time IS NULL AND start_time < ?`), t.ts(o.Before))
+	if err != nil {
+		return fmt.Errorf("find the open executions: %w", err)
+	}
+	var orphans []string
+	for rows.Next() {
+		var id, task string
+		if err := rows.Scan(&id, &task); err != nil {
+			rows.Close()
+			return fmt.Errorf("read the open executions: %w", err)
+		}
+		if !o.Running[task] {
+			orphans = append(orphans, id)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("read the open executions: %w", err)
+	}
+	end := t.q(`UPDATE ` + ExecutionLog + ` SET is_success = 0, complete_time = ?, failure_cause = ? WHERE id = ? AND complete_time IS NULL`)
+	for _, id := range orphans {
+		if _, err := tx.ExecContext(ctx, end, t.ts(o.At), OrphanCause, id); err != nil {
+			return fmt.Errorf("close the orphaned execution %s: %w", id, err)
+		}
 	}
 	return nil
 }

@@ -199,6 +199,32 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	}
 }
 
+// closeOrphans has the writer close the executions left open by tasks that no longer run
+// (eventtrace.Orphans), as the term begins and then as often as the purge runs: their ends were
+// lost with an earlier leader's queue (a SIGKILL, a shutdown past its grace) or a full queue,
+// and the history would show them running for good.
+func (t *tracer) closeOrphans(ctx context.Context, store *state.Store) {
+	for {
+		running, err := store.Running(ctx)
+		switch {
+		case err == nil:
+			set := make(map[string]bool, len(running))
+			for _, r := range running {
+				set[r.TaskID] = true
+			}
+			now := time.Now()
+			t.w.CloseOrphans(eventtrace.Orphans{Running: set, Before: now, At: now})
+		case ctx.Err() == nil:
+			t.log.WithError(err).Warn("cannot read the running tasks: the executions they left open are looked at next time")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(t.purgeEvery):
+		}
+	}
+}
+
 // traceEventsDesc exports the writer's counts (eventtrace.Writer.Stats), which were only logged.
 var traceEventsDesc = prometheus.NewDesc("ejcloud_event_trace_events_total",
 	"event trace events by outcome: written; dropped (the queue was full, or the writer closed); failed (refused by the database, or left unwritten when the shutdown's grace ended)",
@@ -242,7 +268,11 @@ func (t *tracer) lead(ctx context.Context, wg *sync.WaitGroup, store *state.Stor
 		t.log.WithFields(logrus.Fields{"success": succ, "failed": fail}).Warn("task results an earlier leadership term could not write are discarded")
 	}
 	stats := &eventtrace.Statistics{DB: t.db, Results: t.results, Source: traceSource{store}, Log: t.log}
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		t.closeOrphans(ctx, store)
+	}()
 	go func() {
 		defer wg.Done()
 		stats.Run(ctx)

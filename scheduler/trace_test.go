@@ -16,7 +16,9 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
 	"github.com/ejcloud/ejcloud/eventtrace"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/taskdata"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // What the leader writes for each recorded update: a status trace, the execution event of its
@@ -287,5 +289,46 @@ func TestTheTraceStartsWhileItsDatabaseIsDown(t *testing.T) {
 	}
 	if s := tr.w.Stats(); s.Failed != 0 || s.Dropped != 0 {
 		t.Fatalf("writer stats %+v; want nothing failed or dropped", s)
+	}
+}
+
+// A term begins by closing the executions left open by tasks that no longer run (their ends
+// were lost with an earlier leader's queue), and leaves those of the running tasks open.
+func TestATermClosesTheExecutionsOfTasksThatNoLongerRun(t *testing.T) {
+	w := newGroupWorld(t)
+	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	live := taskdata.Execution{ID: "live", JobName: "fo", TaskID: w.tasks[0].String(), Hostname: "h", IP: "127.0.0.1", StartTime: start}
+	gone := live
+	gone.ID, gone.TaskID = "gone", taskid.New(taskid.Meta{JobName: "fo", Item: 1}, taskid.Ready, "S0").String() // never in the running queue
+	tr.w.Execution(live)
+	tr.w.Execution(gone)
+
+	termCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	tr.lead(termCtx, &wg, w.ld.store)
+	defer func() { cancel(); wg.Wait() }()
+	rows := map[string]eventtrace.Execution{}
+	await.True(t, 20*time.Second, "the orphaned execution closed", func() bool {
+		p, err := tr.db.Executions(ctx, eventtrace.Query{})
+		if err != nil {
+			return false
+		}
+		for _, r := range p.Rows {
+			rows[r.ID] = r
+		}
+		r, ok := rows["gone"]
+		return ok && !r.Running
+	})
+	if r := rows["gone"]; r.FailureCause != eventtrace.OrphanCause || r.Success {
+		t.Errorf("the orphan: %+v; want it failed with OrphanCause", r)
+	}
+	if r := rows["live"]; !r.Running {
+		t.Errorf("a running task's execution: %+v; want it running", r)
 	}
 }
