@@ -39,6 +39,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		if s.cfg.Trace == nil {
+			w.Header().Set("Ejcloud-Event-Trace", "none") // the console says so; 2.1.5's body cannot
 			writeJSON(w, http.StatusOK, eventtrace.Page[eventtrace.Execution]{Rows: []eventtrace.Execution{}})
 			return
 		}
@@ -55,6 +56,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		if s.cfg.Trace == nil {
+			w.Header().Set("Ejcloud-Event-Trace", "none") // the console says so; 2.1.5's body cannot
 			writeJSON(w, http.StatusOK, eventtrace.Page[eventtrace.Trace]{Rows: []eventtrace.Trace{}})
 			return
 		}

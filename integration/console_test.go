@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -22,12 +21,12 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/console"
 	"github.com/ejcloud/ejcloud/internal/await"
+	"github.com/ejcloud/ejcloud/internal/headless"
 )
 
 // The console's acceptance test (issue 18): Debian's chromium, headless, driven through the
@@ -319,9 +318,10 @@ func TestConsole(t *testing.T) {
 	press(t, b, root, chromedp.Search(`//button[text()="Reconcile explicitly"]`))
 	b.waitText(t, root, "main", "explicit reconciliation: done")
 
-	// History against the real endpoints, which answer empty until the event trace exists.
+	// History against the real endpoints of a scheduler without --event-trace-db: empty, and the
+	// page says why.
 	b.open(t, root, "#/history")
-	b.waitText(t, root, "#history table", "No execution log recorded")
+	b.waitText(t, root, "#history table", "Nothing is recorded: the event trace is not configured.")
 	press(t, b, root, chromedp.CSS(`#htab-dashboard`))
 	b.waitText(t, root, "#history", "Task results, last 24 hours")
 	b.waitText(t, root, "#history", "0 / 0")
@@ -390,43 +390,11 @@ type browser struct {
 	pending map[network.RequestID]string // requests not finished (or failed), for failures
 }
 
-// startBrowser starts Debian's chromium headless, driven over a pipe (chromedp's default: it
-// listens on no debugging port), loading pages from loopback only; it is killed, with every
-// process it started, when the test ends.
+// startBrowser starts Debian's chromium headless (internal/headless), loading pages from the
+// scheduler at addr.
 func startBrowser(t *testing.T, addr string) *browser {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath("/usr/bin/chromium"),
-		chromedp.NoSandbox, // as root, chromium's sandbox cannot start
-		// Names other than the scheduler's resolve to nothing: a stray fetch fails, and is
-		// still recorded by checkHosts.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1280, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		cancel()
-		cancelAlloc()
-		t.Fatalf("start chromium (make test installs Debian's chromium when missing): %v", err)
-	}
-	b := &browser{ctx: ctx, base: "http://" + addr + "/", hosts: map[string][]string{}, pending: map[network.RequestID]string{}}
-	dataDir := userDataDir(chromedp.FromContext(ctx).Browser.Process().Pid)
-	if dataDir == "" {
-		cancel()
-		cancelAlloc()
-		t.Fatal("chromium's command line names no --user-data-dir: its processes could not be checked")
-	}
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
-		// chromedp kills the browser and every process of its user data directory: check it.
-		await.True(t, 10*time.Second, "chromium's processes are gone", func() bool { return len(processesUsing(dataDir)) == 0 })
-	})
-	return b
+	return &browser{ctx: headless.Start(t), base: "http://" + addr + "/", hosts: map[string][]string{}, pending: map[network.RequestID]string{}}
 }
 
 // tab opens a tab whose every request carries the "user:password" credentials, if any, and
@@ -458,13 +426,9 @@ func (b *browser) tab(t *testing.T, cred string, record bool) context.Context {
 			}
 			b.hosts[host] = append(b.hosts[host], e.Request.URL)
 		}
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok && e.ExceptionDetails != nil {
+		if msg, ok := headless.Thrown(ev); ok {
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			msg := e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
-			}
 			b.errors = append(b.errors, msg)
 		}
 	})
@@ -627,34 +591,6 @@ func (b *browser) checkHosts(t *testing.T, atLeast int) {
 	if !bad {
 		t.Logf("%d requests to %s, %d data: URLs, none elsewhere", len(b.hosts[own]), own, len(b.hosts["data://"]))
 	}
-}
-
-// userDataDir is the --user-data-dir of the process pid, which each of chromium's processes is
-// given: how its leftovers would be found.
-func userDataDir(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return ""
-	}
-	for _, arg := range bytes.Split(b, []byte{0}) {
-		if v, ok := bytes.CutPrefix(arg, []byte("--user-data-dir=")); ok {
-			return string(v)
-		}
-	}
-	return ""
-}
-
-// processesUsing lists the processes started with --user-data-dir=dir.
-func processesUsing(dir string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte("--user-data-dir="+dir+"\x00")) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 // The History page against the shapes of Elastic-Job-Cloud 2.1.5's event trace and statistics

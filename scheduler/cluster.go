@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/ejcloud/ejcloud/api"
+	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/taskid"
 )
 
@@ -17,8 +20,10 @@ func (s *instance) Cluster(ctx context.Context) (api.Cluster, error) {
 	}
 	_, subscribed := s.status()
 	c := api.Cluster{Leader: s.advertised, Subscribed: subscribed}
-	if c.FrameworkID, err = ld.store.FrameworkID(ctx); err != nil {
-		return c, err
+	// A leader that has never subscribed has no FrameworkID yet: that is when the page is
+	// needed most, so it answers with the id empty rather than the store's not-found.
+	if c.FrameworkID, err = ld.store.FrameworkID(ctx); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return c, fmt.Errorf("read the FrameworkID: %w", err)
 	}
 	if m := ld.master.Load(); m != nil {
 		c.Master = *m

@@ -450,8 +450,13 @@ func (s *instance) Sandboxes(ctx context.Context, app string) ([]api.Sandbox, er
 		return nil, err
 	}
 	fwID, err := ld.store.FrameworkID(ctx)
+	if errors.Is(err, state.ErrNotFound) {
+		// Never subscribed: no executor of this framework can exist yet. The API answers 404
+		// for an unknown app only, before it asks here.
+		return []api.Sandbox{}, nil
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the FrameworkID: %w", err)
 	}
 	doc, err := ld.masterState(ctx)
 	if err != nil {

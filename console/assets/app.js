@@ -18,7 +18,13 @@ class ApiError extends Error {
   }
 }
 
-let standbySeen = null; // set by api() when this instance answers 307: it is a standby
+// standbySeen is told by api() whether this instance answered as a standby (307) or not (any
+// other answer): a leadership won since the banner showed clears it.
+let standbySeen = null;
+
+// EVENT_TRACE is the header the history endpoints add when no event trace database is
+// configured: their 2.1.5 shapes ({"total":0,"rows":[]}) cannot say it.
+const EVENT_TRACE = 'Ejcloud-Event-Trace';
 
 // api calls the REST API. A standby answers every /api path 307 to the leader, whose origin
 // the browser would not let this page read: the redirect is not followed but reported.
@@ -42,14 +48,16 @@ async function api(method, path, body) {
     throw new ApiError(0, e.name === 'TimeoutError' ? 'the scheduler did not answer ' + method + ' ' + path + ' within 10 s' : 'the scheduler cannot be reached: ' + e.message);
   }
   if (r.type === 'opaqueredirect') {
-    if (standbySeen) standbySeen();
+    if (standbySeen) standbySeen(true);
     throw new ApiError(307, 'this scheduler instance is a standby: the leader serves the API');
   }
+  if (standbySeen) standbySeen(false);
   if (r.status === 204) return null;
   const text = await r.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
   if (!r.ok) throw new ApiError(r.status, (data && data.error) || (r.status + ' ' + r.statusText), data && data.field);
+  if (data && typeof data === 'object' && r.headers.get(EVENT_TRACE) === 'none') data.eventTraceNone = true;
   return data;
 }
 
@@ -60,23 +68,40 @@ const enc = encodeURIComponent;
 // answer would drop each answer for the next request's and show nothing but "Loading" (or an
 // empty queue) while the server is slow. What it returns belongs to the paths asked for now:
 // data read for others (the page or search before) is not shown against these rows.
+//
+// Each path stands on its own: one that fails keeps its last answer (undefined if it has none)
+// and has its own error in errors, and the others are shown all the same — one job's bad cron
+// must not blank every job's next fire time, nor one failed read make every row look enabled.
+// For several paths, data is the answers in order (undefined: not known), or null until one
+// is known; error is the first failing path's error, for the page's banner.
 function useApi(paths, every) {
   const key = JSON.stringify(paths);
-  const [state, setState] = useState({ key: null, data: null, error: null });
+  const [state, setState] = useState({ key: null, values: [], errors: [] });
   const [tick, setTick] = useState(0);
   const reload = useCallback(() => setTick((t) => t + 1), []);
   useEffect(() => {
     let live = true;
     let next;
     const list = Array.isArray(paths) ? paths : [paths];
-    Promise.all(list.map((p) => (p ? api('GET', p) : Promise.resolve(null))))
-      .then((res) => live && setState({ key, data: Array.isArray(paths) ? res : res[0], error: null }))
-      .catch((e) => live && setState((s) => ({ key, data: s.key === key ? s.data : null, error: e })))
+    Promise.allSettled(list.map((p) => (p ? api('GET', p) : Promise.resolve(null))))
+      .then((res) => live && setState((s) => {
+        const last = s.key === key ? s.values : [];
+        return {
+          key,
+          values: res.map((r, i) => (r.status === 'fulfilled' ? r.value : last[i])),
+          errors: res.map((r) => (r.status === 'rejected' ? r.reason : null)),
+        };
+      }))
       .finally(() => { if (live && every) next = setTimeout(reload, every); });
     return () => { live = false; clearTimeout(next); };
   }, [key, tick, every]);
   const mine = state.key === key;
-  return { data: mine ? state.data : null, error: mine ? state.error : null, loading: !mine, reload };
+  const values = mine ? state.values : [];
+  const errors = mine ? state.errors : [];
+  const error = errors.find((e) => e) || null;
+  if (!Array.isArray(paths)) return { data: values[0] === undefined ? null : values[0], error, errors, loading: !mine, reload };
+  const known = mine && (paths.length === 0 || values.some((v) => v !== undefined));
+  return { data: known ? values : null, error, errors, loading: !mine, reload };
 }
 
 // ---------------------------------------------------------------- small pieces
@@ -109,6 +134,16 @@ function Banner({ error, ok, warn }) {
 function Tag({ kind, children }) {
   return html`<span class=${'tag ' + (kind || '')}>${children}</span>`;
 }
+
+// Unknown stands for a state not read yet, or whose read failed: "…", never a guess such as
+// "enabled" (a Disable button beside a disabled job).
+function Unknown({ error }) {
+  const why = 'state unknown: ' + (error ? error.message : 'not read yet');
+  return html`<span class="tag unknown" title=${why} aria-label=${why}>…</span>`;
+}
+
+// at is the answer of the i-th path of a useApi of several: undefined when it is not known.
+const at = (d, i) => (d.data && i >= 0 ? d.data[i] : undefined);
 
 let fieldSeq = 0;
 // Field is a labelled input with its error beside it (aria-invalid, aria-describedby).
@@ -307,14 +342,15 @@ function AppsPage({ canWrite }) {
     ${apps.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">App</th><th scope="col">URL</th><th scope="col">CPU</th><th scope="col">Memory (MB)</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
       <tbody>${pg.rows.map((a) => {
-        const off = states.data && states.data[names.indexOf(a.appName)];
+        const i = names.indexOf(a.appName);
+        const off = at(states, i);
         return html`<tr key=${a.appName}>
           <td><a href=${'#/apps/' + enc(a.appName)}>${a.appName}</a></td><td>${a.appURL}</td><td>${a.cpuCount}</td><td>${a.memoryMB}</td>
-          <td>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</td>
+          <td>${off === true ? html`<${Tag} kind="off">disabled<//>` : off === false ? html`<${Tag} kind="on">enabled<//>` : html`<${Unknown} error=${states.errors[i]} />`}</td>
           ${canWrite ? html`<td class="actions">
             <a role="button" class="outline" href=${'#/apps/' + enc(a.appName) + '/edit'}>Modify</a>
-            ${off ? html`<button onClick=${() => run('enable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/enable')}>Enable</button>`
-              : html`<button class="secondary" onClick=${() => run('disable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/disable')}>Disable</button>`}
+            ${off === true ? html`<button onClick=${() => run('enable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/enable')}>Enable</button>`
+              : off === false ? html`<button class="secondary" onClick=${() => run('disable ' + a.appName, 'POST', '/api/app/' + enc(a.appName) + '/disable')}>Disable</button>` : ''}
             <${Confirm} label="Delete" danger question=${'Delete app ' + a.appName + ' and its jobs?'} onYes=${() => run('delete ' + a.appName, 'DELETE', '/api/app/' + enc(a.appName))} />
           </td>` : ''}</tr>`;
       })}
@@ -396,22 +432,22 @@ function AppDetail({ name, canWrite }) {
   const d = useApi(['/api/app/' + enc(name), '/api/app/' + enc(name) + '/disable', '/api/job/jobs']);
   const boxes = useApi('/api/operate/sandbox?appName=' + enc(name));
   const [msg, run] = useAction(d.reload);
-  if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
-  if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
-  const [app, off, jobs] = d.data;
+  const [app, off, jobs] = d.data || [];
+  if (app === undefined) return d.errors[0] ? html`<${Banner} error=${d.errors[0]} />` : html`<p aria-busy="true">Loading…</p>`;
   const mine = (jobs || []).filter((j) => j.appName === name);
   return html`<section>
-    <div class="toolbar"><h1>App ${name}</h1>${off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
+    <div class="toolbar"><h1>App ${name}</h1>${off === true ? html`<${Tag} kind="off">disabled<//>` : off === false ? html`<${Tag} kind="on">enabled<//>` : html`<${Unknown} error=${d.errors[1]} />`}</div>
     <${Banner} error=${msg.error || stale(d.error)} ok=${msg.ok} />
     ${canWrite ? html`<div class="actions">
       <a role="button" class="outline" href=${'#/apps/' + enc(name) + '/edit'}>Modify</a>
-      ${off ? html`<button onClick=${() => run('enable', 'POST', '/api/app/' + enc(name) + '/enable')}>Enable</button>`
-        : html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/app/' + enc(name) + '/disable')}>Disable</button>`}
+      ${off === true ? html`<button onClick=${() => run('enable', 'POST', '/api/app/' + enc(name) + '/enable')}>Enable</button>`
+        : off === false ? html`<button class="secondary" onClick=${() => run('disable', 'POST', '/api/app/' + enc(name) + '/disable')}>Disable</button>` : ''}
       <${Confirm} label="Delete" danger question=${'Delete app ' + name + ' and its jobs?'} onYes=${async () => { if (await run('delete', 'DELETE', '/api/app/' + enc(name))) location.hash = '#/apps'; }} />
     </div>` : ''}
     <article><dl class="kv">${Object.entries(app).map(([k, v]) => html`<dt>${k}</dt><dd>${String(v)}</dd>`)}</dl></article>
     <h2>Jobs</h2>
-    ${mine.length ? html`<ul>${mine.map((j) => html`<li><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a> <span class="muted">${j.jobExecutionType} ${j.cron || ''}</span></li>`)}</ul>` : html`<p class="muted">No jobs.</p>`}
+    ${jobs === undefined ? html`<p class="muted">${d.errors[2] ? 'The jobs cannot be read.' : '…'}</p>`
+      : mine.length ? html`<ul>${mine.map((j) => html`<li><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a> <span class="muted">${j.jobExecutionType} ${j.cron || ''}</span></li>`)}</ul>` : html`<p class="muted">No jobs.</p>`}
     <h2>Executor sandboxes</h2>
     ${boxes.error ? html`<p class="muted">${boxes.error.message}</p>` : !boxes.data ? html`<p aria-busy="true">Loading…</p>`
       : boxes.data.length ? html`<ul>${boxes.data.map((b) => html`<li><code>${b.hostname}:${b.path}</code></li>`)}</ul>` : html`<p class="muted">No live executor.</p>`}
@@ -477,28 +513,35 @@ function JobsPage({ canWrite }) {
   return html`<section>
     <div class="toolbar"><h1>Jobs</h1>${canWrite ? html`<a href=${"#/jobs/" + NEW} role="button">Add job</a>` : ''}
       <input type="search" aria-label="Search jobs by name or app" placeholder="Search jobs by name or app" value=${q} onInput=${(e) => { setQ(e.target.value); pg.setPage(1); }} /></div>
-    <${Banner} error=${jobs.error || states.error || appStates.error || next.error || msg.error} ok=${msg.ok} />
+    <${Banner} error=${jobs.error || states.error || appStates.error || msg.error} ok=${msg.ok} />
     ${jobs.loading ? html`<p aria-busy="true">Loading…</p>` : html`<div class="scroll"><table class="striped">
       <thead><tr><th scope="col">Job</th><th scope="col">App</th><th scope="col">Type</th><th scope="col">Cron</th><th scope="col">Shards</th><th scope="col">Next fire</th><th scope="col">State</th>${canWrite ? html`<th scope="col">Actions</th>` : ''}</tr></thead>
       <tbody>${pg.rows.map((j) => {
         const i = names.indexOf(j.jobName);
-        const off = states.data && states.data[i];
-        const appOff = appStates.data && appStates.data[appNames.indexOf(j.appName)];
-        const n = next.data && next.data[i];
+        const ai = appNames.indexOf(j.appName);
+        const off = at(states, i);
+        const appOff = at(appStates, ai);
+        // A job is enabled only when it and its app are known to be.
+        const stateError = states.errors[i] || appStates.errors[ai];
+        const n = at(next, i);
+        const nextError = next.errors[i]; // this job's alone: the others' times still show
         const [u, w] = splitReasons(unplaced[j.jobName]);
         return html`<tr key=${j.jobName}>
           <td><a href=${'#/jobs/' + enc(j.jobName)}>${j.jobName}</a></td><td>${j.appName}</td>
           <td>${j.jobType}<br /><span class="muted">${j.jobExecutionType}</span></td><td><code class="nowrap">${j.cron || '—'}</code></td><td>${j.shardingTotalCount}</td>
-          <td>${n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${j.cron ? '' : 'on trigger only'}</span>`}</td>
-          <td>${appOff ? html`<${Tag} kind="off">disabled with its app<//>` : off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}
+          <td>${nextError ? html`<small class="field-error next-error">${nextError.message}</small>`
+            : n && n[0] ? html`<${FireTime} at=${n[0]} zone=${j.timeZone} />` : html`<span class="muted">${!j.cron ? 'on trigger only' : n === undefined ? '…' : ''}</span>`}</td>
+          <td>${appOff === true ? html`<${Tag} kind="off">disabled with its app<//>` : off === true ? html`<${Tag} kind="off">disabled<//>`
+            : off === false && appOff === false ? html`<${Tag} kind="on">enabled<//>` : html`<${Unknown} error=${stateError} />`}
             ${u ? html`<br /><span class="tag warn unplaced" title=${describeUnplaced(u)}>unplaced: ${describeUnplaced(u)}</span>` : ''}
             ${w ? html`<br /><span class="tag warn waiting" title=${describeWaiting(w)}>waiting: ${describeWaiting(w)}</span>` : ''}</td>
           ${canWrite ? html`<td class="actions">
             <a role="button" class="outline" href=${'#/jobs/' + enc(j.jobName) + '/edit'}>Modify</a>
             ${j.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" disabled=${msg.busy} onClick=${() => run('trigger ' + j.jobName, 'POST', '/api/job/trigger', j.jobName)}>Trigger</button>` : ''}
-            ${appOff ? html`<a role="button" class="outline" href=${'#/apps/' + enc(j.appName)}>App ${j.appName}</a>`
-              : off ? html`<button disabled=${msg.busy} onClick=${() => run('enable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/enable')}>Enable</button>`
-              : html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/disable')}>Disable</button>`}
+            ${appOff === true ? html`<a role="button" class="outline" href=${'#/apps/' + enc(j.appName)}>App ${j.appName}</a>`
+              : appOff !== false ? ''
+              : off === true ? html`<button disabled=${msg.busy} onClick=${() => run('enable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/enable')}>Enable</button>`
+              : off === false ? html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable ' + j.jobName, 'POST', '/api/job/' + enc(j.jobName) + '/disable')}>Disable</button>` : ''}
             <${Confirm} label="Delete" danger question=${'Delete job ' + j.jobName + '?'} onYes=${() => run('delete ' + j.jobName, 'DELETE', '/api/job/deregister', JSON.stringify(j.jobName))} />
           </td>` : ''}</tr>`;
       })}
@@ -512,7 +555,14 @@ function JobForm({ name }) {
   const editing = !!name;
   const existing = useApi(editing ? '/api/job/jobs/' + enc(name) : null);
   const apps = useApi('/api/app/list');
-  const { form, setForm, general, submit, f } = useForm(validateJob, async (form) => {
+  // Without the app list (a 503, a standby) no app can be picked: say why, not that an app is
+  // required as if none were registered.
+  const validate = (j) => {
+    const e = validateJob(j);
+    if (!j.appName && apps.error) e.appName = 'the apps cannot be read: ' + apps.error.message;
+    return e;
+  };
+  const { form, setForm, general, submit, f } = useForm(validate, async (form) => {
     const { jobPropertiesText, retryMaxAttempts, retryBackoff, retryMaxBackoff, ...body } = form;
     body.jobProperties = jobPropertiesText ? JSON.parse(jobPropertiesText) : {};
     for (const k of ['shardingTotalCount', 'cpuCount', 'memoryMB']) body[k] = num(body[k]);
@@ -578,15 +628,19 @@ function JobForm({ name }) {
   if (existing.error) return html`<${Banner} error=${existing.error} />`;
   if (!form) return html`<p aria-busy="true">Loading…</p>`;
   const appNames = (apps.data || []).map((a) => a.appName);
+  if (form.appName && !appNames.includes(form.appName)) appNames.unshift(form.appName); // the job's own, even unlisted
+  const noApp = apps.error ? '(the apps cannot be read)' : apps.data ? '(no app registered)' : '(loading the apps…)';
   const o = jobOptions(form);
   return html`<section>
     <h1>${editing ? 'Modify job ' + name : 'Add a job'}</h1>
     <${Banner} error=${general} />
+    ${apps.error ? html`<div class="banner error apps-error" role="alert">The apps cannot be read: ${apps.error.message}${' '}
+      <button type="button" class="secondary outline" onClick=${apps.reload}>Read them again</button></div>` : ''}
     ${!editing && apps.data && !apps.data.length ? html`<${Banner} warn="Register an app first: a job runs in an app's executor." />` : ''}
     <form onSubmit=${submit} novalidate aria-label=${editing ? 'Modify job' : 'Add job'}>
       <div class="grid-form">
         ${f('jobName', 'Job name', { required: true, readOnly: editing })}
-        ${f('appName', 'App', { required: true, options: appNames.length ? appNames : [['', '(no app registered)']] })}
+        ${f('appName', 'App', { required: true, options: appNames.length ? appNames : [['', noApp]] })}
         ${f('jobType', 'Job type', { options: ['SCRIPT', 'SIMPLE', 'DATAFLOW'] })}
         ${f('jobExecutionType', 'Execution type', { options: ['TRANSIENT', 'DAEMON'] })}
         ${f('cron', 'Cron (Quartz)', { hint: 'sec min hour day-of-month month day-of-week [year], e.g. 0/10 * * * * ?; empty: TRANSIENT jobs run on trigger only' })}
@@ -638,27 +692,29 @@ function configValue(k, v) {
 function JobDetail({ name, canWrite }) {
   const d = useApi(['/api/job/jobs/' + enc(name), '/api/job/' + enc(name) + '/disable', '/api/job/unplaced', '/api/job/' + enc(name) + '/failure',
     '/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], 3000);
-  const job = d.data && d.data[0];
+  const job = at(d, 0);
   const next = useApi(job && job.cron ? '/api/job/' + enc(name) + '/next?count=5' : null, 5000);
   const app = useApi(job ? '/api/app/' + enc(job.appName) + '/disable' : null, 3000);
-  const appOff = !!app.data;
+  // true, false, or undefined while its app's state is not known (loading, or its read failed)
+  const appOff = typeof app.data === 'boolean' ? app.data : undefined;
   const [msg, run] = useAction(() => { d.reload(); app.reload(); });
-  if (d.error && !d.data) return html`<${Banner} error=${d.error} />`;
-  if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
+  if (job === undefined) return d.errors[0] ? html`<${Banner} error=${d.errors[0]} />` : html`<p aria-busy="true">Loading…</p>`;
   const [, off, unplaced, failure, running, ready, failover] = d.data;
+  const count = (list, n) => (list === undefined ? '…' : n);
   const [u, w] = splitReasons(unplaced && unplaced[name]);
   const mineRunning = (running || []).filter((t) => t.metaInfo.jobName === name);
   const mineReady = (ready || []).find((r) => r.jobName === name);
   const mineFailover = (failover || []).filter((f) => f.taskInfo.jobName === name);
   return html`<section>
-    <div class="toolbar"><h1>Job ${name}</h1>${appOff ? html`<${Tag} kind="off">disabled with its app<//>` : off ? html`<${Tag} kind="off">disabled<//>` : html`<${Tag} kind="on">enabled<//>`}</div>
-    ${appOff ? html`<div class="banner warn" role="status">Its app <a href=${'#/apps/' + enc(job.appName)}>${job.appName}</a> is disabled: none of the app's jobs run until it is enabled.</div>` : ''}
-    <${Banner} error=${msg.error || stale(d.error)} ok=${msg.ok} />
+    <div class="toolbar"><h1>Job ${name}</h1>${appOff === true ? html`<${Tag} kind="off">disabled with its app<//>` : off === true ? html`<${Tag} kind="off">disabled<//>`
+      : off === false && appOff === false ? html`<${Tag} kind="on">enabled<//>` : html`<${Unknown} error=${d.errors[1] || app.error} />`}</div>
+    ${appOff === true ? html`<div class="banner warn" role="status">Its app <a href=${'#/apps/' + enc(job.appName)}>${job.appName}</a> is disabled: none of the app's jobs run until it is enabled.</div>` : ''}
+    <${Banner} error=${msg.error || stale(d.error) || (app.error && new Error('the state of app ' + job.appName + ' cannot be read: ' + app.error.message))} ok=${msg.ok} />
     ${canWrite ? html`<div class="actions">
       <a role="button" class="outline" href=${'#/jobs/' + enc(name) + '/edit'}>Modify</a>
       ${job.jobExecutionType === 'TRANSIENT' ? html`<button class="outline" disabled=${msg.busy} onClick=${() => run('trigger', 'POST', '/api/job/trigger', name)}>Trigger</button>` : ''}
-      ${appOff ? '' : off ? html`<button disabled=${msg.busy} onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
-        : html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>`}
+      ${appOff !== false ? '' : off === true ? html`<button disabled=${msg.busy} onClick=${() => run('enable', 'POST', '/api/job/' + enc(name) + '/enable')}>Enable</button>`
+        : off === false ? html`<button class="secondary" disabled=${msg.busy} onClick=${() => run('disable', 'POST', '/api/job/' + enc(name) + '/disable')}>Disable</button>` : ''}
       <${Confirm} label="Delete" danger question=${'Delete job ' + name + '?'} onYes=${async () => { if (await run('delete', 'DELETE', '/api/job/deregister', JSON.stringify(name))) location.hash = '#/jobs'; }} />
     </div>` : ''}
     ${u ? html`<div class="banner warn unplaced" role="status"><strong>Waiting in the ready queue:</strong> its shards found no room in the last offer cycle — ${describeUnplaced(u)}.</div>` : ''}
@@ -666,8 +722,8 @@ function JobDetail({ name, canWrite }) {
     ${failure && failure.stopped ? html`<div class="banner error" role="status"><strong>Stopped:</strong> ${failure.stop && (failure.stop.reason + ' — ' + (failure.stop.message || ''))}. Enable or trigger the job to try again.</div>` : ''}
     <div class="grid">
       <article><header>Now</header>
-        <p>Running shards: <strong>${mineRunning.length}</strong>${mineRunning.length ? ' (' + mineRunning.flatMap((t) => t.metaInfo.shardingItems).sort((a, b) => a - b).join(', ') + ')' : ''}</p>
-        <p>Ready runs: <strong>${mineReady ? mineReady.times : 0}</strong> · failover shards: <strong>${mineFailover.length}</strong></p>
+        <p>Running shards: <strong>${count(running, mineRunning.length)}</strong>${mineRunning.length ? ' (' + mineRunning.flatMap((t) => t.metaInfo.shardingItems).sort((a, b) => a - b).join(', ') + ')' : ''}</p>
+        <p>Ready runs: <strong>${count(ready, mineReady ? mineReady.times : 0)}</strong> · failover shards: <strong>${count(failover, mineFailover.length)}</strong></p>
         ${failure && failure.backoff && failure.backoff.length ? html`<p>Backoff: ${failure.backoff.map((b) => html`<span class="tag warn">shard ${b.shardingItem}: ${b.failures} failures, retry ${fmtTime(b.retryAt)}</span> `)}</p>` : ''}
       </article>
       <article><header>Next fire times</header>
@@ -686,8 +742,8 @@ function StatusPage() {
   const [tab, setTab] = useState('running');
   const [q, setQ] = useState('');
   const d = useApi(['/api/job/tasks/running', '/api/job/tasks/ready', '/api/job/tasks/failover'], auto ? 2000 : 0);
-  // Nothing is said of the queues before they are read: an empty list is an answer.
-  const [running, ready, failover] = d.data || [[], [], []];
+  // Nothing is said of a queue before it is read (undefined): an empty list is an answer.
+  const [running, ready, failover] = d.data || [];
   const match = (s) => !q || s.toLowerCase().includes(q.toLowerCase());
   const rows = {
     running: (running || []).filter((t) => match(t.id)),
@@ -695,7 +751,8 @@ function StatusPage() {
     failover: (failover || []).filter((f) => match(f.taskInfo.jobName) || match(f.originalTaskId || '')),
   }[tab];
   const pg = usePages(rows, 15);
-  const count = (l) => (d.data ? (l || []).length : '…');
+  const count = (l) => (l === undefined ? '…' : l.length);
+  const list = { running, ready, failover }[tab];
   const tabs = [['running', 'Running', count(running)], ['ready', 'Ready', count(ready)], ['failover', 'Failover', count(failover)]];
   return html`<section>
     <div class="toolbar"><h1>Status</h1>
@@ -714,7 +771,7 @@ function StatusPage() {
       <tbody>${pg.rows.map((r) => html`<tr key=${r.jobName}><td><a href=${'#/jobs/' + enc(r.jobName)}>${r.jobName}</a></td><td>${r.times}</td></tr>`)}</tbody></table>` : ''}
     ${tab === 'failover' ? html`<table class="striped"><thead><tr><th scope="col">Job</th><th scope="col">Shards</th><th scope="col">Original task id</th></tr></thead>
       <tbody>${pg.rows.map((f) => html`<tr key=${f.originalTaskId + f.taskInfo.shardingItems}><td><a href=${'#/jobs/' + enc(f.taskInfo.jobName)}>${f.taskInfo.jobName}</a></td><td>${f.taskInfo.shardingItems.join(', ')}</td><td><code>${f.originalTaskId}</code></td></tr>`)}</tbody></table>` : ''}
-    ${!d.data ? html`<p aria-busy="true">${d.error ? 'The queues cannot be read.' : 'Loading…'}</p>`
+    ${list === undefined ? html`<p aria-busy="true">${d.error ? 'The ' + tab + ' queue cannot be read.' : 'Loading…'}</p>`
       : pg.total === 0 ? html`<p class="muted">The ${tab} queue is empty${q ? ' for this search' : ''}.</p>` : ''}
     </div>
     <${Pager} ...${pg} label="Queue" />
@@ -749,6 +806,8 @@ const traceKinds = {
   },
 };
 
+const traceNone = 'The event trace is not configured: this scheduler was started without --event-trace-db, so it records no history.';
+
 function TraceTable({ kind }) {
   const k = traceKinds[kind];
   const blank = Object.fromEntries(k.filters.map(([n]) => [n, ''])) ;
@@ -775,11 +834,13 @@ function TraceTable({ kind }) {
         <button type="button" class="secondary outline" onClick=${() => setOrder(order === 'desc' ? 'asc' : 'desc')}>${order === 'desc' ? 'Newest first' : 'Oldest first'}</button></div>
     </form>
     ${d.error && !['startTime', 'endTime', ...k.filters.map((f) => f[0])].includes(errField) ? html`<${Banner} error=${d.error} />` : ''}
+    ${d.data && d.data.eventTraceNone ? html`<${Banner} warn=${traceNone} />` : ''}
     <div class="scroll"><table class="striped"><thead><tr>${k.cols.map(([, label]) => html`<th scope="col">${label}</th>`)}</tr></thead>
       <tbody>${((d.data && d.data.rows) || []).map((r) => html`<tr>${k.cols.map(([c, , time]) => html`<td>${time ? fmtTime(r[c])
         : c === 'success' ? (r[c] ? html`<${Tag} kind="on">success<//>` : r.completeTime ? html`<${Tag} kind="off">failed<//>` : html`<${Tag}>running<//>`)
         : Array.isArray(r[c]) ? r[c].join(', ') : String(r[c] === undefined || r[c] === null ? '' : r[c])}</td>`)}</tr>`)}
-      ${d.data && d.data.total === 0 ? html`<tr><td colspan=${k.cols.length} class="muted">No ${k.label.toLowerCase()} recorded for these filters.</td></tr>` : ''}</tbody></table></div>
+      ${d.data && d.data.total === 0 ? html`<tr><td colspan=${k.cols.length} class="muted">${d.data.eventTraceNone ? 'Nothing is recorded: the event trace is not configured.'
+        : 'No ' + k.label.toLowerCase() + ' recorded for these filters.'}</td></tr>` : ''}</tbody></table></div>
     <${Pager} page=${page} pages=${pages} setPage=${setPage} total=${(d.data && d.data.total) || 0} label=${k.label} />
   </div>`;
 }
@@ -800,7 +861,8 @@ function Chart({ title, rows, series }) {
     return () => plot.destroy();
   }, [rows, series]);
   return html`<article><header>${title}</header>
-    ${rows && rows.length ? html`<div ref=${el} role="img" aria-label=${title + ' chart'}></div>` : html`<p class="muted">No statistics recorded in this period.</p>`}</article>`;
+    ${rows && rows.length ? html`<div ref=${el} role="img" aria-label=${title + ' chart'}></div>`
+      : html`<p class="muted">${rows ? 'No statistics recorded in this period.' : 'The statistics cannot be read.'}</p>`}</article>`;
 }
 
 const resultSeries = [['successCount', 'succeeded', '#2e7d32'], ['failedCount', 'failed', '#c62828']];
@@ -815,12 +877,12 @@ function Dashboard() {
   if (!d.data) return html`<p aria-busy="true">Loading…</p>`;
   const [m, hr, day, wk, types, results, tasks, jobs, reg] = d.data;
   const banner = stale(d.error);
-  const count = (label, r) => html`<div><span class="muted">${label}</span><strong>${r.successCount} / ${r.failedCount}</strong><span class="muted">succeeded / failed</span></div>`;
+  const count = (label, r) => html`<div><span class="muted">${label}</span><strong>${r ? r.successCount + ' / ' + r.failedCount : '…'}</strong><span class="muted">succeeded / failed</span></div>`;
   return html`<div>
     ${banner ? html`<${Banner} error=${banner} />` : ''}
     <article><header>Task results</header><div class="counts">
       ${count('last minute', m)}${count('last hour', hr)}${count('last day', day)}${count('last week', wk)}
-      <div><span class="muted">jobs</span><strong>${types.transientJobCount} / ${types.daemonJobCount}</strong><span class="muted">transient / daemon</span></div>
+      <div><span class="muted">jobs</span><strong>${types ? types.transientJobCount + ' / ' + types.daemonJobCount : '…'}</strong><span class="muted">transient / daemon</span></div>
     </div></article>
     <div class="charts">
       <${Chart} title="Task results, last 24 hours" rows=${results} series=${resultSeries} />
@@ -889,33 +951,47 @@ function parseRoute() {
 // hold the next page's first request in the browser for good (TestConsole, under load), and
 // the console must not stay at "Loading…". A failure is not taken for the guest's role: an
 // administrator would lose every write control until a reload.
-async function loadSession(set, signal) {
-  for (let wait = 250; !signal.aborted; wait = Math.min(wait * 2, 4000)) {
+//
+// Asks that keep failing (a 401 that stays, say) are shown after a few, and still made.
+async function loadSession(set, fail, signal) {
+  for (let wait = 250, tries = 1; !signal.aborted; wait = Math.min(wait * 2, 4000), tries++) {
+    let why;
     try {
-      const r = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store', signal: AbortSignal.any([signal, AbortSignal.timeout(5000)]) });
+      const r = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store', signal: askSignal(signal) });
       if (r.ok) { set(await r.json()); return; }
-    } catch (e) { /* asked again */ }
+      why = 'it answered ' + r.status + (r.statusText ? ' ' + r.statusText : '');
+    } catch (e) {
+      why = e.name === 'TimeoutError' ? 'no answer within 5 s' : e.message;
+    }
+    if (tries >= 3 && !signal.aborted) fail(new Error('The console cannot learn who you are signed in as (' + tries + ' tries; still trying): ' + why + '.'));
     await new Promise((res) => setTimeout(res, wait));
   }
 }
 
+// askSignal gives up an ask after 5 s, or when signal aborts. Browsers without AbortSignal.any
+// (Chromium before 116, Firefox before 124, Safari before 17.4) get the 5 s only: calling it
+// there threw on every ask, and the console stayed at "Loading…" for good. The loop checks
+// signal between asks.
+const askSignal = (signal) => (typeof AbortSignal.any === 'function' ? AbortSignal.any([signal, AbortSignal.timeout(5000)]) : AbortSignal.timeout(5000));
+
 function App() {
   const [route, setRoute] = useState(parseRoute());
   const [session, setSession] = useState(null);
+  const [sessionError, setSessionError] = useState(null);
   const [standby, setStandby] = useState(false);
   useEffect(() => {
     const on = () => setRoute(parseRoute());
     window.addEventListener('hashchange', on);
-    standbySeen = () => setStandby(true);
+    standbySeen = setStandby;
     const stop = new AbortController();
-    loadSession(setSession, stop.signal);
+    loadSession(setSession, setSessionError, stop.signal);
     return () => { stop.abort(); window.removeEventListener('hashchange', on); };
   }, []);
   const canWrite = !!session && session.role === 'root';
   const nav = [['apps', 'Apps'], ['jobs', 'Jobs'], ['status', 'Status'], ['history', 'History'], ['operations', 'Operations']];
   const { page, name, sub } = route;
   let body;
-  if (!session) body = html`<p aria-busy="true">Loading…</p>`;
+  if (!session) body = sessionError ? html`<${Banner} error=${sessionError} />` : html`<p aria-busy="true">Loading…</p>`;
   else if ((name === NEW || sub === 'edit') && !canWrite) body = html`<${Banner} error=${new Error('The guest may only read: signed in as ' + session.role + '.')} />`;
   else if (page === 'apps') body = name === NEW && canWrite ? html`<${AppForm} />` : name && sub === 'edit' && canWrite ? html`<${AppForm} name=${name} key=${name} />`
     : name ? html`<${AppDetail} name=${name} canWrite=${canWrite} key=${name} />` : html`<${AppsPage} canWrite=${canWrite} />`;
