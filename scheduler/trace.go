@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -149,6 +150,24 @@ func (t *tracer) unsent(ti mesos.TaskInfo) {
 		Message: unsentMessage, CreationTime: time.Now()})
 }
 
+// statusTime is when the update's state was reached, as whoever made the update (executor,
+// agent, master) stamped it: a task that ended while no leader was there, its update
+// recorded minutes later, ended then. now stands in for an update without a timestamp, or
+// with one ahead of it (a clock ahead of the scheduler's: no run ends in the future).
+func statusTime(st mesos.TaskStatus, now time.Time) time.Time {
+	ts := st.GetTimestamp()
+	if ts <= 0 {
+		return now
+	}
+	// Seconds in a float64 hold about a microsecond's precision at today's epoch: rounded to
+	// it, a time stamped to the millisecond comes back as that millisecond.
+	at := time.UnixMicro(int64(math.Round(ts * 1e6)))
+	if at.After(now) {
+		return now
+	}
+	return at
+}
+
 // unsentMessage is the message of an unsent task's TASK_DROPPED.
 const unsentMessage = "the launch was never sent: the Mesos stream ended first; the shard is queued to launch again"
 
@@ -181,7 +200,7 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 		// The end comes from the agent or the master (the executor died, the agent was lost)
 		// or from a run's end record: no completion of the executor's closes the run's
 		// execution row, which would show as running for good.
-		t.w.Ended(eventtrace.TaskEnd{TaskID: id.String(), At: time.Now(), Success: st.GetState() == mesos.TASK_FINISHED,
+		t.w.Ended(eventtrace.TaskEnd{TaskID: id.String(), At: statusTime(st, time.Now()), Success: st.GetState() == mesos.TASK_FINISHED,
 			Cause: endCause(st)})
 	}
 	if !counts {

@@ -332,3 +332,51 @@ func TestATermClosesTheExecutionsOfTasksThatNoLongerRun(t *testing.T) {
 		t.Errorf("a running task's execution: %+v; want it running", r)
 	}
 }
+
+// A run whose executor could not report its end is completed at the time its task's update
+// says the task ended, not when the leader recorded it (minutes later, after a leaderless
+// gap); an update without a timestamp, or with one ahead of the scheduler's clock, at the
+// time it is recorded.
+func TestARunEndedByItsTasksUpdateEndsWhenTheUpdateSays(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	stamped := func(at time.Time) mesos.TaskStatus {
+		ts := float64(at.UnixNano()) / float64(time.Second)
+		return mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t"}, State: mesos.TASK_FAILED.Enum(), Timestamp: &ts}
+	}
+	for _, tc := range []struct {
+		name string
+		st   mesos.TaskStatus
+		want time.Time
+	}{
+		{"stamped before", stamped(now.Add(-10 * time.Minute)), now.Add(-10 * time.Minute)},
+		{"no timestamp", mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t"}, State: mesos.TASK_FAILED.Enum()}, now},
+		{"stamped ahead", stamped(now.Add(time.Hour)), now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statusTime(tc.st, now); got.Sub(tc.want).Abs() > time.Millisecond {
+				t.Fatalf("statusTime = %v; want %v", got, tc.want)
+			}
+		})
+	}
+
+	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	tid := "job@-@0@-@READY@-@S1@-@u1"
+	started := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	tr.w.Execution(taskdata.Execution{ID: "x1", JobName: "job", TaskID: tid, Hostname: "h", IP: "127.0.0.1", StartTime: started})
+	ended := started.Add(10 * time.Minute)
+	st := stamped(ended)
+	st.TaskID.Value, st.Source = tid, mesos.SOURCE_AGENT.Enum()
+	tr.recorded(st, true)
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.db.Executions(ctx, eventtrace.Query{})
+	if err != nil || p.Total != 1 || p.Rows[0].CompleteTime == nil || *p.Rows[0].CompleteTime != ended.UnixMilli() {
+		t.Fatalf("executions %+v (%v); want x1 completed at %v", p.Rows, err, ended)
+	}
+}
