@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -200,9 +201,14 @@ type DB struct {
 	db, w *sql.DB
 	d     dialect
 	name  string // the DSN without its password, for errors
-	// schema is held (a token in it) while Ready creates the tables; ready says they are there.
-	schema chan struct{}
+	// ready says the tables are there; making is the attempt under way at making them, if
+	// any (Ready), guarded by mu; ctx ends with Close, and any making with it.
 	ready  atomic.Bool
+	mu     sync.Mutex
+	making *making
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the making under way
 }
 
 // readTimeout bounds each read the API makes (a search, a statistics query): a slow one gives
@@ -251,32 +257,77 @@ func Connect(dsn string) (*DB, error) {
 	}
 	w.SetMaxOpenConns(1) // one goroutine writes, one transaction at a time
 	w.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{db: db, w: w, d: d, name: redact(dsn), schema: make(chan struct{}, 1)}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &DB{db: db, w: w, d: d, name: redact(dsn), ctx: ctx, cancel: cancel}, nil
 }
 
 // Ready reaches the database and creates the tables and indexes that are absent, once; until
 // that has succeeded it fails with an error that NotReady recognises.
+//
+// The making runs on its own, bounded by schemaTimeout rather than by the caller: indexing a
+// large table that 2.1.5 made (an upgrade) can take minutes, longer than any caller waits (a
+// read 30 s, a write attempt 30 s, the start-up 10 s), and cut short by each caller in turn it
+// would start again from nothing every time and never end. A caller waits for it as long as
+// its ctx allows; a making that failed is tried again by the next caller.
 func (t *DB) Ready(ctx context.Context) error {
 	if t.ready.Load() {
 		return nil
 	}
-	select { // one caller makes the tables; the others wait for it only as long as they may
-	case t.schema <- struct{}{}:
-		defer func() { <-t.schema }()
-	case <-ctx.Done():
-		return notReady{fmt.Errorf("reach the event trace database %s: %w", t.name, ctx.Err())}
+	t.mu.Lock()
+	if err := t.ctx.Err(); err != nil { // closed
+		t.mu.Unlock()
+		return notReady{fmt.Errorf("the event trace database %s is closed: %w", t.name, err)}
 	}
-	if t.ready.Load() {
+	m := t.making
+	if m == nil {
+		m = &making{done: make(chan struct{})}
+		t.making = m
+		t.wg.Add(1)
+		go t.make(m)
+	}
+	t.mu.Unlock()
+	select {
+	case <-m.done:
+		if m.err != nil {
+			return notReady{m.err}
+		}
 		return nil
+	case <-ctx.Done():
+		return notReady{fmt.Errorf("make the event trace tables in %s: still under way: %w", t.name, ctx.Err())}
 	}
-	if err := t.db.PingContext(ctx); err != nil {
-		return notReady{fmt.Errorf("cannot reach the event trace database %s: %w", t.name, err)}
+}
+
+// making is one attempt at reaching the database and making its tables.
+type making struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// schemaTimeout bounds one making; pingTimeout (writer.go) its first contact.
+const schemaTimeout = 10 * time.Minute
+
+func (t *DB) make(m *making) {
+	defer t.wg.Done()
+	defer close(m.done)
+	ctx, cancel := context.WithTimeout(t.ctx, schemaTimeout)
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(ctx, pingTimeout)
+	err := t.db.PingContext(pctx)
+	pcancel()
+	switch {
+	case err != nil:
+		m.err = fmt.Errorf("cannot reach the event trace database %s: %w", t.name, err)
+	default:
+		if err := t.createSchema(ctx); err != nil {
+			m.err = fmt.Errorf("create the event trace tables in %s: %w", t.name, err)
+		}
 	}
-	if err := t.createSchema(ctx); err != nil {
-		return notReady{fmt.Errorf("create the event trace tables in %s: %w", t.name, err)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m.err == nil {
+		t.ready.Store(true)
 	}
-	t.ready.Store(true)
-	return nil
+	t.making = nil // a failed making is tried again by the next Ready
 }
 
 // notReady is Ready's failure: the database has not answered, or its tables could not be made.
@@ -291,7 +342,13 @@ func (e notReady) Unwrap() error { return e.err }
 func NotReady(err error) bool { return errors.As(err, new(notReady)) }
 
 // Close closes the connections.
-func (t *DB) Close() error { return errors.Join(t.db.Close(), t.w.Close()) }
+func (t *DB) Close() error {
+	t.mu.Lock() // no making starts once it is cancelled (Ready)
+	t.cancel()
+	t.mu.Unlock()
+	t.wg.Wait()
+	return errors.Join(t.db.Close(), t.w.Close())
+}
 
 // Dialect names the database: sqlite, postgres or mysql.
 func (t *DB) Dialect() string { return t.d.name }

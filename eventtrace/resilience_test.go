@@ -13,6 +13,7 @@ import (
 
 	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/eventtrace/eventtracetest"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
@@ -143,6 +144,63 @@ func TestADatabaseDownAtTheStartGetsItsTablesAndEventsOnceItAnswers(t *testing.T
 				t.Fatalf("%d rows (%v); want the 5 events", pg.Total, err)
 			}
 		})
+	}
+}
+
+// Making the tables goes on by itself past the deadline of the caller that started it: an index
+// on a large table that 2.1.5 made can take longer than any caller waits, and a making cut short
+// by each caller in turn would never end. Here the making is held up by a lock on the table
+// (the index it must add waits for it), beyond the caller's deadline; once the lock is gone the
+// index is there without another call.
+func TestTheTablesAreMadePastTheDeadlineOfTheCallerThatAskedFirst(t *testing.T) {
+	ctx := context.Background()
+	dsn := eventtracetest.Postgres(t)
+	d, err := parseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	other, err := sql.Open(d.driver, d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.ExecContext(ctx, `DROP INDEX EXECUTION_OPEN_INDEX`); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback()
+	if _, err := lock.ExecContext(ctx, `LOCK TABLE `+ExecutionLog+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := Connect(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := db.Ready(short); !NotReady(err) {
+		t.Fatalf("Ready while the table is locked: %v; want not ready", err)
+	}
+	if err := lock.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 20*time.Second, "the index made with no further call", func() bool {
+		var n int
+		err := other.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'execution_open_index'`).Scan(&n)
+		return err == nil && n == 1
+	})
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("Ready once the tables are made: %v", err)
 	}
 }
 
