@@ -339,6 +339,61 @@ func TestMySQLSessionsAreInUTC(t *testing.T) {
 	}
 }
 
+// Two schedulers writing the same periods at once (a deposed leader's last Flush beside its
+// successor's first Tick) make one row a period, holding both counts: each looked for the
+// period's row and, finding none, inserted its own.
+func TestConcurrentWritesOfAPeriodMakeOneRow(t *testing.T) {
+	for _, b := range backends[1:] {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := b.dsn(t)
+			var dbs [2]*DB
+			for i := range dbs {
+				db, err := Open(ctx, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				dbs[i] = db
+			}
+			const periods = 40
+			errs := make(chan error, 2*periods)
+			for p := range periods {
+				at := t0.Add(time.Duration(p) * time.Minute)
+				start := make(chan struct{})
+				for _, db := range dbs {
+					go func() { <-start; errs <- db.AddTaskResult(ctx, Minute, at, 1, 0) }()
+				}
+				close(start)
+			}
+			for range 2 * periods {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows, err := dbs[0].TaskResults(ctx, Minute, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[int64]int{}
+			for _, r := range rows {
+				seen[r.StatisticsTime]++
+				if r.SuccessCount != 2 {
+					t.Errorf("the row of %v holds %d successes; want both writes' 2", time.UnixMilli(r.StatisticsTime).UTC(), r.SuccessCount)
+				}
+			}
+			for at, n := range seen {
+				if n != 1 {
+					t.Errorf("%d rows for %v; want one", n, time.UnixMilli(at).UTC())
+				}
+			}
+			if len(seen) != periods {
+				t.Errorf("%d periods have rows; want %d", len(seen), periods)
+			}
+		})
+	}
+}
+
 // A term that ends writes its results into the rows of the periods in progress; the next
 // term's rows of those periods add to them, one row a period. The row of a period in progress
 // is not yet the last period's.

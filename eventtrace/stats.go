@@ -3,6 +3,7 @@ package eventtrace
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -355,11 +356,33 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	if err := t.Ready(ctx); err != nil {
 		return err
 	}
-	tx, err := t.db.BeginTx(ctx, nil)
+	// The statistics' writes look for a period's row, then add to it or insert it: two at once
+	// (a deposed leader's last Flush beside its successor's first Tick, from two processes) each
+	// found none and inserted one, and a period had two rows, of which the reads show one. They
+	// take turns, on a lock of the database's: SQLite's transactions take turns already
+	// (_txlock=immediate); MySQL's named lock is its connection's, hence the one pinned here.
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	if t.d.name == "mysql" {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(CONCAT(DATABASE(), '.ejcloud_statistics'), 30)`).Scan(&got); err != nil || got.Int64 != 1 {
+			return fmt.Errorf("take the statistics lock (%v): %w", got, errors.Join(err, errStatisticsLock))
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.ejcloud_statistics'))`)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
+	if t.d.name == "postgres" {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_database() || '.ejcloud_statistics'))`); err != nil {
+			return fmt.Errorf("take the statistics lock: %w", err)
+		}
+	}
 	if err := f(tx); err != nil {
 		return err
 	}
@@ -368,6 +391,9 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	}
 	return nil
 }
+
+// errStatisticsLock is a statistics write that did not get its turn within 30 s.
+var errStatisticsLock = errors.New("the statistics lock was not granted")
 
 // TaskResults returns the rows of an interval's table from since on, oldest first.
 func (t *DB) TaskResults(ctx context.Context, iv Interval, since time.Time) ([]TaskResult, error) {
