@@ -341,3 +341,39 @@ func TestACandidateDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
 		t.Fatalf("Leader() = %q, %v; want b:8899", addr, err)
 	}
 }
+
+// A server may give a session a longer timeout than the one asked for (its minSessionTimeout):
+// a connection down for longer than the one asked for, and shorter than the one given, is
+// waited out, the session and its leadership living on, not reported unavailable.
+func TestAwaitSessionWaitsForTheSessionTimeoutTheServerGave(t *testing.T) {
+	srv := statetest.StartDedicatedConfig(t, "minSessionTimeout=8000")
+	proxy := statetest.NewProxy(t, srv.Addr)
+	a := open(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: "given"}, func(c *state.Config) { c.SessionTimeout = 2 * time.Second })
+	ctx := ctxT(t)
+	la := lead(t, ctx, a, "a:1")
+
+	proxy.Cut()
+	await.True(t, 10*time.Second, "the client noticed the cut", func() bool { connected, _ := a.SessionState(); return !connected })
+	waited := make(chan error, 1)
+	go func() { waited <- a.AwaitSession(ctx) }()
+	cut := time.NewTimer(4 * time.Second) // twice the timeout asked for, half the one given
+	select {
+	case err := <-waited:
+		t.Fatalf("AwaitSession during a cut shorter than the session's timeout: %v; want it to wait", err)
+	case <-cut.C:
+	}
+	proxy.Restore()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("AwaitSession after the connection came back: %v; want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("AwaitSession did not return within 20 s of the connection coming back")
+	}
+	select {
+	case <-la.Lost():
+		t.Fatalf("the leadership ended (%v) while its session lived", la.Err())
+	default:
+	}
+}

@@ -104,7 +104,10 @@ func (s *session) waitConnected(ctx context.Context) error {
 
 // AwaitSession waits while the connection is down and the session may still live: it returns
 // nil once connected, and ErrUnavailable once the connection has been down for a whole session
-// timeout (the server may have expired the session by then) or when the session expired.
+// timeout (the server may have expired the session by then) or when the session expired. The
+// timeout is the one the server gave (its minSessionTimeout may make it longer than the one
+// asked for): giving up sooner reported a write the server had applied as of unknown outcome
+// while the session, and the leadership, lived on, and the caller's retry applied it twice.
 // Requests that failed for a broken connection can then be made again on the same session.
 func (s *Store) AwaitSession(ctx context.Context) error {
 	_, _, expiries, _ := s.sess.snapshot()
@@ -116,7 +119,7 @@ func (s *Store) AwaitSession(ctx context.Context) error {
 		case connected:
 			return nil
 		}
-		left := s.timeout - time.Since(since)
+		left := s.negotiatedTimeout() - time.Since(since)
 		if left <= 0 {
 			return fmt.Errorf("%w: disconnected for longer than the session timeout", ErrUnavailable)
 		}
