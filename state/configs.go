@@ -187,7 +187,12 @@ func (s *Store) CreateJob(ctx context.Context, j config.Job) error {
 		if err != nil {
 			return fmt.Errorf("create job %q: %w", j.JobName, err)
 		}
-		if err := s.multi(ctx, append(guard, app, s.createOp(s.path(jobsDir, j.JobName), data))...); err != nil {
+		leftovers, err := s.jobStateOps(ctx, j.JobName)
+		if err != nil {
+			return fmt.Errorf("create job %q: %w", j.JobName, err)
+		}
+		ops := append(append(guard, app, s.createOp(s.path(jobsDir, j.JobName), data)), leftovers...)
+		if err := s.multi(ctx, ops...); err != nil {
 			return fmt.Errorf("create job %q: %w", j.JobName, appMissing(err, s.path(appsDir, j.AppName)))
 		}
 		return nil
@@ -420,7 +425,21 @@ func (s *Store) deleteJob(ctx context.Context, name string, between func()) erro
 
 // deleteJobOps reads what a job has in the queues and returns the ops that remove it all.
 func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([]any, error) {
-	ops := []any{deleteOp(s.path(jobsDir, name), version)}
+	state, err := s.jobStateOps(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return append([]any{deleteOp(s.path(jobsDir, name), version)}, state...), nil
+}
+
+// jobStateOps reads what a job's name has in the state (queues, markers, ledger, retries,
+// restarts; not its running tasks) and returns the ops that remove it all, with checks that
+// the markers and ledger absent now are still absent. DeleteJob removes it with the config;
+// CreateJob removes what a config deleted behind ejcloud's back (by an operator, or a 2.1.5
+// tool) left, so that a job registered again under the name does not begin disabled,
+// stopped, queued, or catching up from the old job's ledger.
+func (s *Store) jobStateOps(ctx context.Context, name string) ([]any, error) {
+	var ops []any
 	// A disable, a stop or a fire written between the read and the multi would outlive the job
 	// (neither checks the job's version), and a job registered again under its name would
 	// begin disabled, stopped, or catching up from the old ledger: where absent, these must
@@ -469,12 +488,12 @@ func (s *Store) deleteJobOps(ctx context.Context, name string, version int32) ([
 			return nil, err
 		}
 	}
-	if items != nil {
-		if err := versioned(parent); err != nil {
-			return nil, err
-		}
-		s.parents.Delete(parent)
+	// The parent itself, if there: the model lists an empty one's children as none, like an
+	// absent one's, so its existence is read, not inferred from them.
+	if err := versioned(parent); err != nil {
+		return nil, err
 	}
+	s.parents.Delete(parent)
 	return ops, nil
 }
 

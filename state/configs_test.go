@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/internal/await"
 	"github.com/ejcloud/ejcloud/state"
 	"github.com/ejcloud/ejcloud/state/statetest"
 	"github.com/ejcloud/ejcloud/taskid"
@@ -480,5 +483,39 @@ func TestJuteMaxBufferOutOfBoundsIsRefused(t *testing.T) {
 		if _, err := state.Dial(ctxT(t), cfg); err == nil || !strings.Contains(err.Error(), "jute.maxbuffer") {
 			t.Errorf("Dial with JuteMaxBuffer %d: %v; want an error naming jute.maxbuffer", n, err)
 		}
+	}
+}
+
+// A job whose config was deleted behind ejcloud's back (an operator's zkCli, a 2.1.5 tool)
+// leaves its state behind; registered again under its name, it begins afresh: not disabled,
+// nothing queued, no ledger to catch up from.
+func TestAJobRegisteredAgainAfterAnOutsideDeleteBeginsAfresh(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	s := open(t, env)
+	ctx := ctxT(t)
+	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
+	must(t, s.CreateJob(ctx, testJob("j", "app")), "CreateJob")
+	_, err := s.RecordFires(ctx, "j", state.Fires{Last: slot0, Accumulate: true, Entries: []state.FireEntry{fired(0)}})
+	must(t, err, "RecordFires")
+	must(t, s.DisableJob(ctx, "j"), "DisableJob")
+
+	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	must(t, err, "zk.Connect")
+	defer raw.Close()
+	must(t, raw.Delete("/"+env.Namespace+"/config/job/j", -1), "the outside delete")
+	await.True(t, 10*time.Second, "the config gone from the store's view", func() bool {
+		_, err := s.Job(ctx, "j")
+		return errors.Is(err, state.ErrNotFound)
+	})
+
+	must(t, s.CreateJob(ctx, testJob("j", "app")), "CreateJob again")
+	if _, ok, err := s.FireLedger(ctx, "j"); ok || err != nil {
+		t.Errorf("the job registered again has a ledger (%v, %v); want none", ok, err)
+	}
+	if off, err := s.JobDisabled(ctx, "j"); off || err != nil {
+		t.Errorf("the job registered again is disabled (%v, %v); want enabled", off, err)
+	}
+	if r, err := s.ReadyOf(ctx, "j"); r.Count != 0 || err != nil {
+		t.Errorf("the job registered again has %d queued runs (%v); want none", r.Count, err)
 	}
 }
