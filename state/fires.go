@@ -199,6 +199,12 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 	if err != nil {
 		return nil, err
 	}
+	if !f.Last.IsZero() && f.From.IsZero() && !f.Last.After(led.Last) {
+		// These slots are handled already: a write whose reply was lost, tried again. A slot
+		// is handled once (the ledger's Last), so nothing is written, and the caller learns
+		// what the first write recorded.
+		return led.recorded(f.Entries), nil
+	}
 	count := 0
 	if rn.exists {
 		count = s.parseCount(rp, rn.data)
@@ -277,6 +283,20 @@ func (s *Store) recordFires(ctx context.Context, job string, f Fires, full bool)
 		return nil, conflictIfExists(err)
 	}
 	return entries, nil
+}
+
+// recorded returns the ledger's entries of the slots of entries that it still holds.
+func (l Ledger) recorded(entries []FireEntry) []FireEntry {
+	var out []FireEntry
+	for _, e := range entries {
+		for _, h := range l.Fires {
+			if h.Slot.Equal(e.Slot) && !h.Triggered {
+				out = append(out, h)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // add appends an entry, joining it to the last one when both are the same merge or skip (a

@@ -708,3 +708,26 @@ func TestAShardTheFullFailoverQueueRefusesFailsItsRun(t *testing.T) {
 		t.Fatalf("entry %+v; want ended and failed: shard 1 was not relaunched", e)
 	}
 }
+
+// A write of slots the ledger has handled already (its reply was lost and it is tried again)
+// writes nothing, and answers what the first write recorded: a slot is handled once.
+func TestRecordFiresOfSlotsAlreadyHandledWritesNothing(t *testing.T) {
+	s := newStore(t)
+	ctx := ctxT(t)
+	withJob(t, s, "j")
+	f := state.Fires{Last: slot0.Add(2 * time.Second), Accumulate: true, Entries: []state.FireEntry{fired(0), fired(2)}}
+	_, err := s.RecordFires(ctx, "j", f)
+	must(t, err, "RecordFires")
+	again, err := s.RecordFires(ctx, "j", f)
+	must(t, err, "RecordFires again")
+	if r, _ := s.ReadyOf(ctx, "j"); r.Count != 2 {
+		t.Errorf("ready count %d after the same slots twice; want 2", r.Count)
+	}
+	l, _, _ := s.FireLedger(ctx, "j")
+	if want := []string{"fired@0", "fired@2"}; !slices.Equal(outcomes(l), want) {
+		t.Errorf("ledger %v; want %v", outcomes(l), want)
+	}
+	if len(again) != 2 || again[0].Outcome != state.OutcomeFired || !again[1].Slot.Equal(slot0.Add(2*time.Second)) {
+		t.Errorf("the second write answered %+v; want the two fired entries the first recorded", again)
+	}
+}
