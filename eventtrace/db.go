@@ -404,7 +404,6 @@ func (t *DB) createSchema(ctx context.Context) error {
 		{"EXECUTION_TIME_INDEX", ExecutionLog, "start_time"},
 		{"EXECUTION_JOB_INDEX", ExecutionLog, "job_name, start_time"},
 		{"EXECUTION_TASK_INDEX", ExecutionLog, "task_id"},
-		{"EXECUTION_OPEN_INDEX", ExecutionLog, "complete_time, start_time"}, // Orphans
 	}
 	for _, iv := range intervals {
 		indexes = append(indexes, [3]string{iv.table() + "_TIME_INDEX", iv.table(), "statistics_time"})

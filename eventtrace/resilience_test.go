@@ -169,7 +169,7 @@ func TestTheTablesAreMadePastTheDeadlineOfTheCallerThatAskedFirst(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.ExecContext(ctx, `DROP INDEX EXECUTION_OPEN_INDEX`); err != nil {
+	if _, err := other.ExecContext(ctx, `DROP INDEX EXECUTION_JOB_INDEX`); err != nil {
 		t.Fatal(err)
 	}
 	lock, err := other.BeginTx(ctx, nil)
@@ -196,7 +196,7 @@ func TestTheTablesAreMadePastTheDeadlineOfTheCallerThatAskedFirst(t *testing.T) 
 	}
 	await.True(t, 20*time.Second, "the index made with no further call", func() bool {
 		var n int
-		err := other.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'execution_open_index'`).Scan(&n)
+		err := other.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'execution_job_index'`).Scan(&n)
 		return err == nil && n == 1
 	})
 	if err := db.Ready(ctx); err != nil {

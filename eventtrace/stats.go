@@ -361,19 +361,21 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	// found none and inserted one, and a period had two rows, of which the reads show one. They
 	// take turns, on a lock of the database's: SQLite's transactions take turns already
 	// (_txlock=immediate); MySQL's named lock is its connection's, hence the one pinned here.
-	conn, err := t.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
+	begin := t.db.BeginTx
 	if t.d.name == "mysql" {
+		conn, err := t.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conn.Close()
 		var got sql.NullInt64
 		if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(CONCAT(DATABASE(), '.ejcloud_statistics'), 30)`).Scan(&got); err != nil || got.Int64 != 1 {
 			return fmt.Errorf("take the statistics lock (%v): %w", got, errors.Join(err, errStatisticsLock))
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.ejcloud_statistics'))`)
+		begin = conn.BeginTx
 	}
-	tx, err := conn.BeginTx(ctx, nil)
+	tx, err := begin(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -649,8 +649,10 @@ func (t *DB) endExecutions(ctx context.Context, tx *sql.Tx, end *TaskEnd) error 
 }
 
 // closeOrphans closes, failed, the open executions started before o.Before whose task is not in
-// o.Running (EXECUTION_OPEN_INDEX finds the open ones: as many as the tasks running, and the
-// orphans, not the whole log).
+// o.Running. It reads through EXECUTION_TIME_INDEX, the log's rows by start: an index of the
+// open rows would find them at once, but every completion would update it, and the writer's
+// longer transactions kept SQLite's statistics writes from the lock past their 5 s
+// (TestConcurrentWritersDoNotFail).
 func (t *DB) closeOrphans(ctx context.Context, tx *sql.Tx, o *Orphans) error {
 	rows, err := tx.QueryContext(ctx, t.q(`SELECT id, task_id FROM `+ExecutionLog+` WHERE complete_time IS NULL AND start_time < ?`), t.ts(o.Before))
 	if err != nil {
