@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,8 +54,6 @@ func (s *standIn) reply(path string, code int, body string) {
 type chrome struct {
 	tab    context.Context
 	base   string
-	mu     sync.Mutex
-	thrown []string // the page's uncaught exceptions, for failures
 	opened atomic.Int64
 }
 
@@ -64,34 +61,8 @@ type chrome struct {
 func startChrome(t *testing.T, base string) *chrome {
 	t.Helper()
 	ctx := headless.Start(t)
-	c := &chrome{tab: ctx, base: base + "/"}
-	err := chromedp.Listen(ctx, func(ev any) {
-		if msg, ok := headless.Thrown(ev); ok {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.thrown = append(c.thrown, msg)
-		}
-	})
-	if err != nil {
-		t.Fatalf("listen to the tab: %v", err)
-	}
-	t.Cleanup(func() { // before the browser's cleanup: the tab is still there
-		if t.Failed() {
-			c.mu.Lock()
-			t.Logf("%s\nuncaught exceptions: %q", c.text(), c.thrown)
-			c.mu.Unlock()
-		}
-	})
-	return c
-}
-
-// text is the visible text of the tab, for failures.
-func (c *chrome) text() string {
-	ctx, cancel := context.WithTimeout(c.tab, 3*time.Second)
-	defer cancel()
-	loc, _ := chromedp.Run(ctx, chromedp.Location())
-	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-	return "page " + loc + ":\n" + text
+	headless.OnFailure(t, ctx, nil)
+	return &chrome{tab: ctx, base: base + "/"}
 }
 
 // beforeEachPage runs script in every page the tab loads from now on, before the page's own.

@@ -41,8 +41,10 @@ type StatusTrace struct {
 	CreationTime   time.Time
 }
 
-// event is one write: a status trace, an execution's start or completion, or the end of a
-// task whose executor could not report its executions' completions.
+// event is one write: a status trace, an execution's start or completion, the end of a
+// task whose executor could not report its executions' completions, or a sweep closing the
+// executions a dead leader left open (orphans). Going through the one queue orders a sweep
+// after every event queued before it.
 type event struct {
 	trace   *StatusTrace
 	exec    *taskdata.Execution

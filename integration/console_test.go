@@ -386,7 +386,6 @@ type browser struct {
 	base    string
 	mu      sync.Mutex
 	hosts   map[string][]string          // host → URLs, of every request any tab made
-	errors  []string                     // the pages' uncaught exceptions
 	pending map[network.RequestID]string // requests not finished (or failed), for failures
 }
 
@@ -426,21 +425,14 @@ func (b *browser) tab(t *testing.T, cred string, record bool) context.Context {
 			}
 			b.hosts[host] = append(b.hosts[host], e.Request.URL)
 		}
-		if msg, ok := headless.Thrown(ev); ok {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.errors = append(b.errors, msg)
-		}
 	})
 	if err != nil {
 		t.Fatalf("open a tab: %v", err)
 	}
-	t.Cleanup(func() { // before the browser's cleanup: the tab is still there
-		if t.Failed() {
-			b.mu.Lock()
-			t.Logf("%s\nuncaught exceptions: %q\nunfinished or failed requests: %q", b.page(ctx), b.errors, b.pending)
-			b.mu.Unlock()
-		}
+	headless.OnFailure(t, ctx, func() string {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return fmt.Sprintf("unfinished or failed requests: %q", b.pending)
 	})
 	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatalf("Network.enable: %v", err)
@@ -479,15 +471,6 @@ func (b *browser) eval(t *testing.T, ctx context.Context, expr string) string {
 		t.Fatalf("browser: %s: %v", expr, err)
 	}
 	return v
-}
-
-// page is the visible text of the tab, for failures.
-func (b *browser) page(ctx context.Context) string {
-	c, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	loc, _ := chromedp.Run(c, chromedp.Location())
-	text, _ := chromedp.Run(c, chromedp.Evaluate[string](`'focus on: ' + (document.activeElement && document.activeElement.outerHTML.slice(0, 200)) + '\n' + document.body.innerText`))
-	return "page " + loc + ":\n" + tail(text, 3000)
 }
 
 // open shows one of the console's pages (its hash route) from a fresh load.
@@ -776,10 +759,10 @@ func TestConsoleAgainstASlowOrBusyAPI(t *testing.T) {
 	b.open(t, tab, "#/jobs")
 	b.waitText(t, tab, "main table tbody", "disabled with its app")
 	if n := b.eval(t, tab, `String(document.querySelectorAll('main table tbody a[href="#/apps/app-a"]').length)`); n != "1" {
-		t.Fatalf("job-a's row links to its app %s times, want once:\n%s", n, b.page(tab))
+		t.Fatalf("job-a's row links to its app %s times, want once:\n%s", n, headless.Page(tab))
 	}
 	if n := b.eval(t, tab, `String([...document.querySelectorAll('main table tbody button')].filter((e) => e.textContent === 'Enable').length)`); n != "0" {
-		t.Fatalf("%s Enable buttons on the page, want none (only job-a is disabled, with its app):\n%s", n, b.page(tab))
+		t.Fatalf("%s Enable buttons on the page, want none (only job-a is disabled, with its app):\n%s", n, headless.Page(tab))
 	}
 	b.eval(t, tab, `(() => {
 		const row = [...document.querySelectorAll('main table tbody tr')].find((r) => r.innerText.includes('job-b'));

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +66,50 @@ func Thrown(ev any) (string, bool) {
 		msg += " " + e.ExceptionDetails.Exception.Description
 	}
 	return msg, true
+}
+
+// OnFailure records a tab's uncaught exceptions and, if the test fails, logs the page the tab
+// shows, the exceptions and what more returns (nil: nothing more). Call it once per tab, after
+// Start: its cleanup runs before the browser's, while the tab is still there.
+func OnFailure(t testing.TB, tab context.Context, more func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var thrown []string
+	err := chromedp.Listen(tab, func(ev any) {
+		if msg, ok := Thrown(ev); ok {
+			mu.Lock()
+			defer mu.Unlock()
+			thrown = append(thrown, msg)
+		}
+	})
+	if err != nil {
+		t.Fatalf("listen to the tab: %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		mu.Lock()
+		msg := fmt.Sprintf("%s\nuncaught exceptions: %q", Page(tab), thrown)
+		mu.Unlock()
+		if more != nil {
+			msg += "\n" + more()
+		}
+		t.Log(msg)
+	})
+}
+
+// Page is what a tab shows, for failures: its location, the element with the focus and the
+// last 3,000 characters of its text.
+func Page(tab context.Context) string {
+	ctx, cancel := context.WithTimeout(tab, 3*time.Second)
+	defer cancel()
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`'focus on: ' + (document.activeElement && document.activeElement.outerHTML.slice(0, 200)) + '\n' + document.body.innerText`))
+	if len(text) > 3000 {
+		text = "…" + text[len(text)-3000:]
+	}
+	return "page " + loc + ":\n" + text
 }
 
 // userDataDir is the --user-data-dir of the process pid, which each of chromium's processes is
