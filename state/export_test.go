@@ -123,3 +123,6 @@ func SetFollowBuffer(n int) (restore func()) {
 	followBuffer = n
 	return func() { followBuffer = was }
 }
+
+// ClientWatches counts the watches the Tree's client holds.
+func (t *Tree) ClientWatches() int { return t.s.conn.Watchers() }

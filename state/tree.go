@@ -19,10 +19,52 @@ import (
 type Tree struct {
 	s *Store
 
-	mu sync.Mutex // guards latches
+	mu sync.Mutex // guards latches and watches
 	// latches holds, by latch directory, a token that one Lock of this Tree at a time holds from
 	// before it looks for its node until its release (see Lock).
 	latches map[string]chan struct{}
+	// watches are the watches this Tree set, by node: GetW and ChildrenW of a node whose last
+	// watch has not fired give that one again (see live).
+	watches map[watchKey]Watch
+}
+
+// watchKey names a watch: of a node (its data, or its creation while missing) or of its list
+// of children.
+type watchKey struct {
+	path     string
+	children bool
+}
+
+// live returns the watch of k this Tree set, unless it has fired (or there is none). The client
+// keeps every watch until its node changes (ZooKeeper before 3.6 cannot drop one), and lite's
+// loops watch several nodes at each turn though one changed (watchServers every server's node,
+// shardIfNecessary three): a new watch on each unchanged node would leave one more behind at
+// every turn, for as long as the session lives. One watch serves all who asked: the client
+// closes its channel after the event, so every holder wakes.
+func (t *Tree) live(k watchKey) Watch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.watches[k]
+	if !ok {
+		return nil
+	}
+	select {
+	case <-w: // fired: its event taken here, its holders woken by the close
+		delete(t.watches, k)
+		return nil
+	default:
+		return w
+	}
+}
+
+// keep records w as the watch of k.
+func (t *Tree) keep(k watchKey, w Watch) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.watches == nil {
+		t.watches = map[watchKey]Watch{}
+	}
+	t.watches[k] = w
 }
 
 // Node is one read.
@@ -169,9 +211,19 @@ func (t *Tree) GetMany(ctx context.Context, rels []string) ([]Node, error) {
 	return out, nil
 }
 
-// GetW reads a node and sets a watch on it (its creation when it is missing).
+// GetW reads a node and watches it (its creation when it is missing). While an earlier watch
+// of the node has not fired, that one is given, and the node is only read.
 func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
 	p := t.abs(rel)
+	k := watchKey{path: p}
+	if w := t.live(k); w != nil {
+		// Any change since that watch was set fires it, this read's included.
+		n, err := t.Get(ctx, rel)
+		if err != nil {
+			return Node{}, nil, err
+		}
+		return n, w, nil
+	}
 	var n Node
 	var w Watch
 	err := t.s.untilSessionFails(ctx, func() error {
@@ -195,6 +247,7 @@ func (t *Tree) GetW(ctx context.Context, rel string) (Node, Watch, error) {
 	if err != nil {
 		return Node{}, nil, fmt.Errorf("watch %s: %w", p, translate(err))
 	}
+	t.keep(k, w)
 	return n, w, nil
 }
 
@@ -203,9 +256,18 @@ func (t *Tree) Children(ctx context.Context, rel string) ([]string, error) {
 	return t.s.children(ctx, t.abs(rel))
 }
 
-// ChildrenW lists a node's children, sorted, and watches the list. The node must exist.
+// ChildrenW lists a node's children, sorted, and watches the list. The node must exist. While
+// an earlier watch of the list has not fired, that one is given, and the list is only read.
 func (t *Tree) ChildrenW(ctx context.Context, rel string) ([]string, Watch, error) {
 	p := t.abs(rel)
+	k := watchKey{path: p, children: true}
+	if w := t.live(k); w != nil {
+		names, err := t.Children(ctx, rel)
+		if err != nil {
+			return nil, nil, err
+		}
+		return names, w, nil
+	}
 	var names []string
 	var w Watch
 	err := t.s.untilSessionFails(ctx, func() (err error) {
@@ -216,6 +278,7 @@ func (t *Tree) ChildrenW(ctx context.Context, rel string) ([]string, Watch, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("watch children of %s: %w", p, translate(err))
 	}
+	t.keep(k, w)
 	sortStrings(names)
 	return names, w, nil
 }

@@ -234,3 +234,57 @@ func TestTreeGetManyReadsEveryNodeInOrder(t *testing.T) {
 		t.Errorf("GetMany on an ended context: %d nodes, %v; want none and context.Canceled", len(got), err)
 	}
 }
+
+// A node watched again before it changed keeps the one watch: the client holds each watch
+// until its node changes, and lite's loops watch several nodes at every turn though only one
+// changed, so each turn left one more behind on the others. A change still wakes every holder,
+// and the next look watches anew.
+func TestTreeWatchesANodeOnceUntilItChanges(t *testing.T) {
+	env := statetest.StartZooKeeper(t)
+	tr := dialTree(t, env)
+	ctx := ctxT(t)
+	must(t, tr.Ensure(ctx, "job/a"), "Ensure job/a")
+	must(t, tr.Ensure(ctx, "job/list"), "Ensure job/list")
+	var data, missing, list []state.Watch
+	for range 50 {
+		_, w, err := tr.GetW(ctx, "job/a")
+		must(t, err, "GetW job/a")
+		data = append(data, w)
+		n, w, err := tr.GetW(ctx, "job/missing")
+		must(t, err, "GetW job/missing")
+		if n.Exists {
+			t.Fatal("job/missing exists")
+		}
+		missing = append(missing, w)
+		_, w, err = tr.ChildrenW(ctx, "job/list")
+		must(t, err, "ChildrenW job/list")
+		list = append(list, w)
+	}
+	if n := tr.ClientWatches(); n != 3 {
+		t.Fatalf("after 50 looks at three unchanged nodes the client holds %d watches; want 3", n)
+	}
+
+	must(t, tr.Do(ctx, tr.Set("job/a", []byte("x"), -1)), "Set job/a")
+	must(t, tr.Do(ctx, tr.Create("job/missing", nil, false)), "Create job/missing")
+	must(t, tr.Do(ctx, tr.Create("job/list/item", nil, false)), "Create job/list/item")
+	for name, ws := range map[string][]state.Watch{"job/a": data, "job/missing": missing, "job/list": list} {
+		for k, w := range ws {
+			select {
+			case <-w:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("look %d at %s: its watch did not fire on a change", k, name)
+			}
+		}
+	}
+	n, w, err := tr.GetW(ctx, "job/a")
+	must(t, err, "GetW job/a after its change")
+	if string(n.Data) != "x" {
+		t.Fatalf("job/a reads %q after its change; want x", n.Data)
+	}
+	must(t, tr.Do(ctx, tr.Set("job/a", []byte("y"), -1)), "Set job/a again")
+	select {
+	case <-w:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch set after job/a changed did not fire on its next change")
+	}
+}

@@ -969,6 +969,18 @@ func (c *Conn) nextXid() int32 {
 	return int32(atomic.AddUint32(&c.xid, 1) & 0x7fffffff)
 }
 
+// Watchers counts the watches the client holds, each until its event comes (ejcloud: lets a
+// test see that a caller does not leave watches behind).
+func (c *Conn) Watchers() int {
+	c.watchersLock.Lock()
+	defer c.watchersLock.Unlock()
+	n := 0
+	for _, chs := range c.watchers {
+		n += len(chs)
+	}
+	return n
+}
+
 func (c *Conn) addWatcher(path string, watchType watchType) <-chan Event {
 	c.watchersLock.Lock()
 	defer c.watchersLock.Unlock()
