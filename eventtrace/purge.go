@@ -34,7 +34,12 @@ func (t *DB) Purge(ctx context.Context, before time.Time) (int64, error) {
 			stmt = "DELETE FROM " + table + " WHERE " + col + " < ? LIMIT ?"
 		}
 		for ctx.Err() == nil {
+			release, err := t.writeTurn(ctx)
+			if err != nil {
+				break
+			}
 			res, err := t.db.ExecContext(ctx, stmt, t.ts(before), purgeBatch)
+			release()
 			if err != nil {
 				return total, fmt.Errorf("purge %s: %w", table, err)
 			}

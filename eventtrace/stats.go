@@ -361,6 +361,11 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	// found none and inserted one, and a period had two rows, of which the reads show one. They
 	// take turns, on a lock of the database's: SQLite's transactions take turns already
 	// (_txlock=immediate); MySQL's named lock is its connection's, hence the one pinned here.
+	release, err := t.writeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	begin := t.db.BeginTx
 	if t.d.name == "mysql" {
 		conn, err := t.db.Conn(ctx)

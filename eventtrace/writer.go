@@ -505,6 +505,11 @@ func duplicate(err error) bool {
 // up here rather than by the scheduler, so that the status updates never wait for the database
 // and the rows of a task launched by an earlier leader get it too.
 func (t *DB) writeBatch(ctx context.Context, buf []event, origins *originCache) error {
+	release, err := t.writeTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	tx, err := t.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -651,10 +656,8 @@ func (t *DB) endExecutions(ctx context.Context, tx *sql.Tx, end *TaskEnd) error 
 }
 
 // closeOrphans closes, failed, the open executions started before o.Before whose task is not in
-// o.Running. It reads through EXECUTION_TIME_INDEX, the log's rows by start: an index of the
-// open rows would find them at once, but every completion would update it, and the writer's
-// longer transactions kept SQLite's statistics writes from the lock past their 5 s
-// (TestConcurrentWritersDoNotFail).
+// o.Running, found through EXECUTION_OPEN_ROWS_INDEX (createSchema): as many rows as runs
+// under way, not the retention's.
 func (t *DB) closeOrphans(ctx context.Context, tx *sql.Tx, o *Orphans) error {
 	rows, err := tx.QueryContext(ctx, t.q(`SELECT id, task_id FROM `+ExecutionLog+` WHERE complete_time IS NULL AND start_time < ?`), t.ts(o.Before))
 	if err != nil {
