@@ -12,14 +12,15 @@ import (
 // executorAPI serves POST /api/v1/executor with the checks of MESOS.md §6.1, in order.
 func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
 	var call executorapi.Call
-	if readCall(w, r, &call) == "" {
+	media, body := readCallBody(w, r, &call)
+	if media == "" {
 		return
 	}
-	if err := validateExecutorCall(&call); err != nil {
-		plain(w, http.StatusBadRequest, "Received invalid Call: "+err.Error())
+	if err := validateExecutorCall(&call, callHasType(media, body, executorCallType)); err != nil {
+		plain(w, http.StatusBadRequest, "Failed to validate Executor::Call: "+err.Error())
 		return
 	}
-	media := ""
+	media = ""
 	if call.Type == executorapi.Call_SUBSCRIBE {
 		if media = negotiate(r.Header.Get("Accept")); media == "" {
 			plain(w, http.StatusNotAcceptable, "Expecting 'Accept' to allow application/json or application/x-protobuf")
@@ -78,17 +79,30 @@ func (a *agent) executorAPI(w http.ResponseWriter, r *http.Request) {
 		a.executorUpdate(e, st)
 	case executorapi.Call_MESSAGE:
 		c.messageFromExecutor(a, e.frameworkID, e.id, call.Message.Data)
+	case executorapi.Call_UNKNOWN:
+		c.mu.Unlock()
+		plain(w, http.StatusNotImplemented, "501 Not Implemented.") // libprocess's NotImplemented()
+		return
 	}
 	c.mu.Unlock()
 	w.WriteHeader(http.StatusAccepted)
 }
 
-func validateExecutorCall(call *executorapi.Call) error {
+// executorCallType says where an executor call's 'type' is (see callHasType).
+var executorCallType = callType{field: 3, names: executorapi.Call_Type_name}
+
+// validateExecutorCall is common::validation::validateExecutorCall (MESOS.md §6.1); typed tells
+// whether the body set 'type' at all (see callHasType). A call that names type UNKNOWN passes,
+// and is answered 501 once its framework and executor are found, as the agent does.
+func validateExecutorCall(call *executorapi.Call, typed bool) error {
 	if call.ExecutorID.Value == "" {
 		return fmt.Errorf("Expecting 'executor_id' to be present")
 	}
 	if call.FrameworkID.Value == "" {
 		return fmt.Errorf("Expecting 'framework_id' to be present")
+	}
+	if !typed {
+		return fmt.Errorf("Expecting 'type' to be present")
 	}
 	switch call.Type {
 	case executorapi.Call_SUBSCRIBE:
@@ -116,9 +130,7 @@ func validateExecutorCall(call *executorapi.Call) error {
 		if call.Message == nil {
 			return fmt.Errorf("Expecting 'message' to be present")
 		}
-	case executorapi.Call_HEARTBEAT:
-	default:
-		return fmt.Errorf("Expecting 'type' to be present")
+	case executorapi.Call_HEARTBEAT, executorapi.Call_UNKNOWN:
 	}
 	return nil
 }

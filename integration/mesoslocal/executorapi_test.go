@@ -167,6 +167,10 @@ func TestExecutorCallValidation(t *testing.T) {
 		execs, _ := frameworkField(t, c, s.FrameworkID, "executors").([]any)
 		return len(execs) == 1
 	})
+	// typed is e1's call with the JSON type field typ ("": none).
+	typed := func(typ string) []byte {
+		return []byte(`{` + typ + `"framework_id":{"value":"` + s.FrameworkID + `"},"executor_id":{"value":"e1"}}`)
+	}
 	tests := []struct {
 		name string
 		ct   string
@@ -184,6 +188,12 @@ func TestExecutorCallValidation(t *testing.T) {
 		{"unknown executor", "application/json", call(func(c *executor.Call) { c.ExecutorID.Value = "nope" }), 400},
 		{"UPDATE before SUBSCRIBE", "application/json", call(nil), 403},
 		{"HEARTBEAT", "application/json", call(func(c *executor.Call) { c.Type = executor.Call_HEARTBEAT; c.Update = nil }), 202},
+		// Mesos: 400 "Expecting 'type' to be present"; a type UNKNOWN passes validation, and
+		// an executor not yet subscribed is refused before the 501 (see
+		// TestAnExecutorCallOfTypeUnknownIsNotImplemented).
+		{"no type", "application/json", typed(""), 400},
+		{"a null type", "application/json", typed(`"type":null,`), 400},
+		{"type UNKNOWN before SUBSCRIBE", "application/json", typed(`"type":"UNKNOWN",`), 403},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,6 +211,35 @@ func TestExecutorCallValidation(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// The agent answers an executor call that names type UNKNOWN, of a subscribed executor, 501
+// "501 Not Implemented." (libprocess's NotImplemented, as text), in JSON and in protobuf; a
+// call without a type is refused at validation (TestExecutorCallValidation).
+func TestAnExecutorCallOfTypeUnknownIsNotImplemented(t *testing.T) {
+	c := newCluster(t)
+	s := subscribe(t, c.URL(), codec, paInfo())
+	o := s.Offers()[0]
+	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
+	s.Update("t1", mesos.TASK_RUNNING)
+	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
+	unknown, err := (&executor.Call{FrameworkID: mesos.FrameworkID{Value: s.FrameworkID}, ExecutorID: mesos.ExecutorID{Value: "e1"}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown = append(unknown, 3<<3|0, 0) // type (field 3) = UNKNOWN, present
+	for _, tc := range []struct {
+		contentType string
+		body        []byte
+	}{
+		{"application/json", []byte(`{"type":"UNKNOWN","framework_id":{"value":"` + s.FrameworkID + `"},"executor_id":{"value":"e1"}}`)},
+		{"application/x-protobuf", unknown},
+	} {
+		resp, body := rawPost(t, url, tc.contentType, "", "", tc.body)
+		if resp.StatusCode != 501 || body != "501 Not Implemented." || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+			t.Fatalf("%s: %d %q (Content-Type %q); want 501 \"501 Not Implemented.\" as text/plain; charset=utf-8", tc.contentType, resp.StatusCode, body, resp.Header.Get("Content-Type"))
+		}
+	}
+}
 
 // Item 41: tasks queued for a new executor are all delivered right after SUBSCRIBED.
 func TestQueuedLaunchesFollowSubscribed(t *testing.T) {

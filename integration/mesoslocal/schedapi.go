@@ -35,7 +35,7 @@ func (c *Cluster) schedulerAPI(w http.ResponseWriter, r *http.Request) {
 	if media == "" {
 		return
 	}
-	if err := validateCall(&call, callHasType(media, body)); err != nil {
+	if err := validateCall(&call, callHasType(media, body, schedulerCallType)); err != nil {
 		plain(w, http.StatusBadRequest, "Failed to validate scheduler::Call: "+err.Error())
 		return
 	}
@@ -235,11 +235,21 @@ func plain(w http.ResponseWriter, code int, msg string) {
 	io.WriteString(w, msg)
 }
 
-// callHasType tells whether a scheduler call's body sets 'type' as Mesos's has_type() sees it,
-// which mesos-go's Call cannot (its Type is no pointer: a missing one reads as UNKNOWN). In JSON,
-// a "type" that is not null (stout's parser takes null as unset); in protobuf, field 2 with a
-// value of the enum (proto2 keeps an unknown value out of the field). body has parsed already.
-func callHasType(media string, body []byte) bool {
+// schedulerCallType says where a scheduler call's 'type' is (see callHasType).
+var schedulerCallType = callType{field: 2, names: scheduler.Call_Type_name}
+
+// callType is a call's 'type' field: its protobuf field number and its enum's values.
+type callType struct {
+	field uint64
+	names map[int32]string
+}
+
+// callHasType tells whether a call's body sets 'type' as Mesos's has_type() sees it, which
+// mesos-go's Calls cannot (their Type is no pointer: a missing one reads as UNKNOWN). In JSON,
+// a "type" that is not null (stout's parser takes null as unset); in protobuf, field ct.field
+// with a value of the enum (proto2 keeps an unknown value out of the field). body has parsed
+// already.
+func callHasType(media string, body []byte, ct callType) bool {
 	if media == mediaJSON {
 		var fields map[string]json.RawMessage
 		if json.Unmarshal(body, &fields) != nil {
@@ -261,7 +271,7 @@ func callHasType(media string, body []byte) bool {
 			if n <= 0 {
 				return false
 			}
-			if _, known := scheduler.Call_Type_name[int32(v)]; key>>3 == 2 && known {
+			if _, known := ct.names[int32(v)]; key>>3 == ct.field && known {
 				return true
 			}
 			size = uint64(n)
