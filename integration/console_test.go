@@ -604,8 +604,8 @@ func TestConsoleHistoryShapes(t *testing.T) {
 		})
 	}
 	reply("/api/job/events/executions", `{"total":2,"rows":[`+
-		`{"id":"1","hostname":"agent-1","ip":"127.0.0.9","taskId":"job-a@-@0@-@READY@-@S0@-@u1","jobName":"job-a","source":"CLOUD_EXECUTOR","shardingItem":0,"startTime":"2026-11-24T10:00:00Z","completeTime":"2026-11-24T10:00:05Z","success":true,"failureCause":""},`+
-		`{"id":"2","hostname":"agent-2","ip":"127.0.0.8","taskId":"job-a@-@1@-@READY@-@S1@-@u2","jobName":"job-a","source":"CLOUD_EXECUTOR","shardingItem":1,"startTime":"2026-11-24T10:00:00Z","completeTime":"2026-11-24T10:00:06Z","success":false,"failureCause":"exit status 3"}]}`)
+		`{"id":"1","hostname":"agent-1","ip":"127.0.0.9","taskId":"job-a@-@0@-@READY@-@S0@-@u1","jobName":"job-a","source":"NORMAL_TRIGGER","shardingItem":0,"startTime":"2026-11-24T10:00:00Z","completeTime":"2026-11-24T10:00:05Z","success":true,"failureCause":""},`+
+		`{"id":"2","hostname":"agent-2","ip":"127.0.0.8","taskId":"job-a@-@1@-@READY@-@S1@-@u2","jobName":"job-a","source":"FAILOVER","shardingItem":1,"startTime":"2026-11-24T10:00:00Z","completeTime":"2026-11-24T10:00:06Z","success":false,"failureCause":"exit status 3"}]}`)
 	reply("/api/job/events/statusTraces", `{"total":1,"rows":[{"id":"1","jobName":"job-a","originalTaskId":"","taskId":"job-a@-@0@-@READY@-@S0@-@u1","slaveId":"S0","source":"CLOUD_SCHEDULER","executionType":"READY","shardingItems":"0","state":"TASK_FINISHED","message":"done","creationTime":"2026-11-24T10:00:05Z"}]}`)
 	for _, p := range []string{"lastMinute", "lastHour", "lastDay", "lastWeek"} {
 		reply("/api/job/statistics/tasks/results/"+p, `{"successCount":5,"failedCount":1}`)
@@ -641,7 +641,7 @@ func TestConsoleHistoryShapes(t *testing.T) {
 	}
 	b.open(t, tab, "#/history")
 	rows := b.waitText(t, tab, "#history table tbody", "exit status 3")
-	for _, want := range []string{"agent-1", "127.0.0.8", "success", "failed", "CLOUD_EXECUTOR"} {
+	for _, want := range []string{"agent-1", "127.0.0.8", "success", "failed", "NORMAL_TRIGGER", "FAILOVER"} {
 		if !strings.Contains(rows, want) {
 			t.Fatalf("execution rows %q lack %q", rows, want)
 		}
@@ -661,8 +661,39 @@ func TestConsoleHistoryShapes(t *testing.T) {
 		return len(queries) > 0 && strings.Contains(queries[len(queries)-1], "startTime=2026-11-24T00%3A30%3A00Z")
 	})
 
+	// Every filter of the API's: the host, shard and trigger source too (an agent that misbehaves
+	// is searched by host), and a relaunch's original task among the status traces.
+	b.fill(t, tab, "hostname", "agent-2")
+	b.fill(t, tab, "shardingItem", "1")
+	b.fill(t, tab, "executionSource", "FAILOVER")
+	press(t, b, tab, chromedp.CSS(`#history form button[type=submit]`))
+	sent := func(what string, want ...string) {
+		t.Helper()
+		await.True(t, 10*time.Second, what, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(queries) == 0 {
+				return false
+			}
+			q, err := url.ParseQuery(queries[len(queries)-1])
+			if err != nil {
+				return false
+			}
+			for k := 0; k+1 < len(want); k += 2 {
+				if q.Get(want[k]) != want[k+1] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	sent("the search is sent with hostname, shardingItem and executionSource", "hostname", "agent-2", "shardingItem", "1", "executionSource", "FAILOVER")
+
 	press(t, b, tab, chromedp.CSS(`#htab-statusTraces`))
 	b.waitText(t, tab, "#history table tbody", "TASK_FINISHED")
+	b.fill(t, tab, "originalTaskId", "job-a@-@0@-@READY@-@S0@-@u0")
+	press(t, b, tab, chromedp.CSS(`#history form button[type=submit]`))
+	sent("the status traces are searched by originalTaskId", "originalTaskId", "job-a@-@0@-@READY@-@S0@-@u0")
 
 	press(t, b, tab, chromedp.CSS(`#htab-dashboard`))
 	b.waitText(t, tab, "#history", "5 / 1")

@@ -791,13 +791,14 @@ function toServerTime(v) {
 const traceKinds = {
   executions: {
     label: 'Execution log',
-    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['ip', 'IP'], ['isSuccess', 'Result', [['', 'any'], ['1', 'succeeded'], ['0', 'failed']]]],
+    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['hostname', 'Host'], ['ip', 'IP'], ['shardingItem', 'Shard'],
+      ['executionSource', 'Source', [['', 'any'], 'NORMAL_TRIGGER', 'MISFIRE', 'FAILOVER']], ['isSuccess', 'Result', [['', 'any'], ['1', 'succeeded'], ['0', 'failed']]]],
     cols: [['jobName', 'Job'], ['shardingItem', 'Shard'], ['hostname', 'Host'], ['ip', 'IP'], ['source', 'Source'], ['startTime', 'Started', 1], ['completeTime', 'Completed', 1], ['success', 'Result'], ['failureCause', 'Failure cause']],
     sort: 'startTime',
   },
   statusTraces: {
     label: 'Status traces',
-    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['slaveId', 'Agent'], ['source', 'Source', [['', 'any'], 'CLOUD_SCHEDULER', 'CLOUD_EXECUTOR', 'LITE_EXECUTOR']],
+    filters: [['jobName', 'Job'], ['taskId', 'Task id'], ['originalTaskId', 'Original task id'], ['slaveId', 'Agent'], ['source', 'Source', [['', 'any'], 'CLOUD_SCHEDULER', 'CLOUD_EXECUTOR', 'LITE_EXECUTOR']],
       ['executionType', 'Execution type', [['', 'any'], ['READY', 'READY'], ['FAILOVER', 'FAILOVER']]],
       ['state', 'State', [['', 'any'], 'TASK_STAGING', 'TASK_STARTING', 'TASK_RUNNING', 'TASK_KILLING', 'TASK_FINISHED', 'TASK_FAILED', 'TASK_KILLED',
         'TASK_ERROR', 'TASK_LOST', 'TASK_DROPPED', 'TASK_UNREACHABLE', 'TASK_GONE', 'TASK_GONE_BY_OPERATOR', 'TASK_UNKNOWN']]],
