@@ -28,6 +28,40 @@ type tracer struct {
 	log     logrus.FieldLogger
 	// retention and purgeEvery drive the purge of old rows.
 	retention, purgeEvery time.Duration
+	// said is the last state traced of each task not ended, in this leadership term (see
+	// repeats); mu guards it.
+	mu   sync.Mutex
+	said map[string]mesos.TaskState
+}
+
+// newTerm forgets the states traced in the last term: tasks that ended under other leaders are
+// not remembered for ever, and a new leader traces its first view of each task.
+func (t *tracer) newTerm() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.said = nil
+}
+
+// repeats says whether st is a reconciliation's answer that only repeats the last state traced
+// for its task, and notes st's state as the last one. The leader reconciles every task every
+// --reconcile-interval: the master's "still running" for each would be two rows per running
+// task every ten minutes (a thousand daemons: 288,000 rows a day), none of them news. The
+// first answer of a term is traced (the new leader's view), and so is every answer that
+// differs (a task found unreachable, lost or gone).
+func (t *tracer) repeats(task string, st mesos.TaskStatus) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := st.GetState()
+	last, known := t.said[task]
+	if ended(s) {
+		delete(t.said, task)
+	} else {
+		if t.said == nil {
+			t.said = map[string]mesos.TaskState{}
+		}
+		t.said[task] = s
+	}
+	return st.GetReason() == mesos.REASON_RECONCILIATION && known && last == s && !ended(s)
 }
 
 // recentSet remembers the last recentSetSize strings added.
@@ -128,6 +162,7 @@ func (t *tracer) launched(ti mesos.TaskInfo, original string) {
 	if err != nil {
 		return
 	}
+	t.repeats(id.String(), mesos.TaskStatus{State: mesos.TASK_STAGING.Enum()})
 	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, OriginalTaskID: original, TaskID: id.String(), SlaveID: id.AgentID, Source: "CLOUD_SCHEDULER",
 		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: mesos.TASK_STAGING.String(), CreationTime: time.Now()})
 }
@@ -188,6 +223,9 @@ func (t *tracer) recorded(st mesos.TaskStatus, counts bool) {
 	slave := id.AgentID
 	if st.AgentID != nil {
 		slave = st.AgentID.Value
+	}
+	if t.repeats(id.String(), st) && len(st.Data) == 0 && !counts {
+		return // no execution, no end, no result: nothing else to write either
 	}
 	t.w.Trace(eventtrace.StatusTrace{JobName: id.JobName, TaskID: id.String(), SlaveID: slave, Source: source,
 		ExecutionType: string(id.Type), ShardingItems: fmt.Sprintf("[%d]", id.Item), State: st.GetState().String(), Message: st.GetMessage(), CreationTime: time.Now()})
@@ -283,6 +321,7 @@ func (t *tracer) lead(ctx context.Context, wg *sync.WaitGroup, store *state.Stor
 	if t == nil {
 		return
 	}
+	t.newTerm()
 	if succ, fail := t.results.Reset(); succ > 0 || fail > 0 {
 		t.log.WithFields(logrus.Fields{"success": succ, "failed": fail}).Warn("task results an earlier leadership term could not write are discarded")
 	}

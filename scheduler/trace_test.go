@@ -95,6 +95,52 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	}
 }
 
+// The master's answers to the periodic reconciliation that only say a task is still as the
+// last trace said are not traced (two rows per running task every --reconcile-interval); an
+// answer that differs is, and so is a new term's first view of each task.
+func TestAReconciliationAnswerThatRepeatsATasksStateIsNotTraced(t *testing.T) {
+	ctx := context.Background()
+	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	tid := "job@-@0@-@READY@-@S1@-@u1"
+	update := func(s mesos.TaskState, source mesos.TaskStatus_Source, reason *mesos.TaskStatus_Reason) {
+		tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum(), Source: source.Enum(), Reason: reason, AgentID: &mesos.AgentID{Value: "S1"}}, false)
+	}
+	recon := mesos.REASON_RECONCILIATION.Enum()
+	tr.launched(mesos.TaskInfo{TaskID: mesos.TaskID{Value: tid}}, "")
+	update(mesos.TASK_STAGING, mesos.SOURCE_MASTER, recon) // as launched: not traced
+	update(mesos.TASK_RUNNING, mesos.SOURCE_EXECUTOR, nil)
+	for range 3 {
+		update(mesos.TASK_RUNNING, mesos.SOURCE_MASTER, recon) // still running: not traced
+	}
+	update(mesos.TASK_UNREACHABLE, mesos.SOURCE_MASTER, recon)
+	update(mesos.TASK_RUNNING, mesos.SOURCE_MASTER, recon) // back: traced
+	tr.newTerm()
+	update(mesos.TASK_RUNNING, mesos.SOURCE_MASTER, recon) // the new term's view: traced
+	update(mesos.TASK_RUNNING, mesos.SOURCE_MASTER, recon) // not traced
+	update(mesos.TASK_RUNNING, mesos.SOURCE_EXECUTOR, nil) // not an answer (a daemon's message): traced
+	update(mesos.TASK_FINISHED, mesos.SOURCE_EXECUTOR, nil)
+	update(mesos.TASK_FINISHED, mesos.SOURCE_MASTER, recon) // an end: traced, as every end
+	if err := tr.w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.db.StatusTraces(ctx, eventtrace.Query{PerPage: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range p.Rows {
+		got = append(got, strings.TrimPrefix(r.State, "TASK_"))
+	}
+	slices.Sort(got) // rows written in one batch share their time, and ids are random
+	if want := []string{"FINISHED", "FINISHED", "RUNNING", "RUNNING", "RUNNING", "RUNNING", "STAGING", "UNREACHABLE"}; !slices.Equal(got, want) {
+		t.Fatalf("traced %q; want %q", got, want)
+	}
+}
+
 // A DAEMON run counts once in the task results however often its COMPLETE comes: the agent
 // sends an update again until it is acknowledged, and the run's BEGIN is what starts the next.
 func TestADaemonRunCountsOnce(t *testing.T) {
