@@ -95,16 +95,23 @@ func TestTracerRecordsUpdates(t *testing.T) {
 	}
 }
 
+// sqliteTracer is a tracer on an SQLite database of the test's own, closed when it ends.
+func sqliteTracer(t *testing.T) *tracer {
+	t.Helper()
+	tr, err := openTracer(context.Background(), Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.close)
+	return tr
+}
+
 // The master's answers to the periodic reconciliation that only say a task is still as the
 // last trace said are not traced (two rows per running task every --reconcile-interval); an
 // answer that differs is, and so is a new term's first view of each task.
 func TestAReconciliationAnswerThatRepeatsATasksStateIsNotTraced(t *testing.T) {
 	ctx := context.Background()
-	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
+	tr := sqliteTracer(t)
 	tid := "job@-@0@-@READY@-@S1@-@u1"
 	update := func(s mesos.TaskState, source mesos.TaskStatus_Source, reason *mesos.TaskStatus_Reason) {
 		tr.recorded(mesos.TaskStatus{TaskID: mesos.TaskID{Value: tid}, State: s.Enum(), Source: source.Enum(), Reason: reason, AgentID: &mesos.AgentID{Value: "S1"}}, false)
@@ -406,11 +413,7 @@ func TestARunEndedByItsTasksUpdateEndsWhenTheUpdateSays(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.close()
+	tr := sqliteTracer(t)
 	tid := "job@-@0@-@READY@-@S1@-@u1"
 	started := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	tr.w.Execution(taskdata.Execution{ID: "x1", JobName: "job", TaskID: tid, Hostname: "h", IP: "127.0.0.1", StartTime: started})
