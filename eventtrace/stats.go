@@ -360,7 +360,8 @@ func (t *DB) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	// (a deposed leader's last Flush beside its successor's first Tick, from two processes) each
 	// found none and inserted one, and a period had two rows, of which the reads show one. They
 	// take turns, on a lock of the database's: SQLite's transactions take turns already
-	// (_txlock=immediate); MySQL's named lock is its connection's, hence the one pinned here.
+	// (_txlock=immediate, and within the process writeTurn, which every write takes);
+	// MySQL's named lock is its connection's, hence the one pinned here.
 	release, err := t.writeTurn(ctx)
 	if err != nil {
 		return err

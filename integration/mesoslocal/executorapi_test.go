@@ -152,7 +152,7 @@ func TestExecutorCallValidation(t *testing.T) {
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
 	s.Launch(o, task("t1", o, testExecutor("e1", "nosubscribe"), "run"))
-	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
+	url := agentURL(o) + "/api/v1/executor"
 	call := func(mut func(*executor.Call)) []byte {
 		st := mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t1"}, State: mesos.TASK_RUNNING.Enum(), Source: mesos.SOURCE_EXECUTOR.Enum(), UUID: make([]byte, 16)}
 		cl := executor.Call{Type: executor.Call_UPDATE, FrameworkID: mesos.FrameworkID{Value: s.FrameworkID}, ExecutorID: mesos.ExecutorID{Value: "e1"},
@@ -221,7 +221,7 @@ func TestAnExecutorCallOfTypeUnknownIsNotImplemented(t *testing.T) {
 	o := s.Offers()[0]
 	s.Launch(o, task("t1", o, testExecutor("e1", "basic"), "run"))
 	s.Update("t1", mesos.TASK_RUNNING)
-	url := "http://" + o.URL.Address.GetIP() + ":" + itoa(int(o.URL.Address.Port)) + "/api/v1/executor"
+	url := agentURL(o) + "/api/v1/executor"
 	unknown, err := (&executor.Call{FrameworkID: mesos.FrameworkID{Value: s.FrameworkID}, ExecutorID: mesos.ExecutorID{Value: "e1"}}).Marshal()
 	if err != nil {
 		t.Fatal(err)
