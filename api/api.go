@@ -111,8 +111,10 @@ func New(store Store, sched Scheduler, cfg Config) http.Handler {
 }
 
 // reads are the methods of a route that reads: HEAD is served wherever GET is (RFC 9110
-// §9.3.2), and the auth layer lets the guest send both.
-var reads = []string{http.MethodGet, http.MethodHead}
+// §9.3.2), and the auth layer lets the guest send both. A new slice each time: mux's
+// Route.Methods upper-cases its argument in place and keeps it, so a shared one is written by
+// every router built, and two built at once (a scheduler's terms, a test's servers) race.
+func reads() []string { return []string{http.MethodGet, http.MethodHead} }
 
 // router routes every path under /api.
 func (s *Server) router() *mux.Router {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -849,4 +850,21 @@ func TestA405NamesTheAllowedMethodsAndHEADIsServedWhereGETIs(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A scheduler builds its API at each term, and a process may hold several (tests do): the
+// routers share nothing, so two built at once do not race (go test -race fails this when
+// they share a slice that mux writes).
+func TestServersBuiltAtOnceShareNothing(t *testing.T) {
+	var wg sync.WaitGroup
+	fs := make([]*fixture, 4)
+	for k := range fs {
+		wg.Go(func() { fs[k] = newFixture(Config{}) })
+	}
+	wg.Wait()
+	for _, f := range fs {
+		if rec := f.do("HEAD", "/api/app/list", ""); rec.Code != http.StatusOK {
+			t.Fatalf("HEAD /api/app/list: %d %s", rec.Code, rec.Body)
+		}
+	}
 }

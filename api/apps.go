@@ -12,10 +12,10 @@ import (
 func (s *Server) appRoutes(r *mux.Router) {
 	r.HandleFunc("/api/app", s.createApp).Methods(http.MethodPost)
 	r.HandleFunc("/api/app", s.updateApp).Methods(http.MethodPut)
-	r.HandleFunc("/api/app/list", s.listApps).Methods(reads...)
-	r.HandleFunc("/api/app/{appName}", s.getApp).Methods(reads...)
+	r.HandleFunc("/api/app/list", s.listApps).Methods(reads()...)
+	r.HandleFunc("/api/app/{appName}", s.getApp).Methods(reads()...)
 	r.HandleFunc("/api/app/{appName}", s.deleteApp).Methods(http.MethodDelete)
-	r.HandleFunc("/api/app/{appName}/disable", s.appDisabled).Methods(reads...)
+	r.HandleFunc("/api/app/{appName}/disable", s.appDisabled).Methods(reads()...)
 	r.HandleFunc("/api/app/{appName}/disable", s.disableApp).Methods(http.MethodPost)
 	r.HandleFunc("/api/app/{appName}/disable", s.enableApp).Methods(http.MethodDelete) // the 2.1.5 form
 	r.HandleFunc("/api/app/{appName}/enable", s.enableApp).Methods(http.MethodPost)

@@ -77,7 +77,7 @@ func (s *Server) clusterRoutes(r *mux.Router) {
 			}
 		}
 		writeJSON(w, http.StatusOK, c)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	// Unplaced reasons are per job, but one answer for all of them spares the Jobs page a
 	// request per job.
 	r.HandleFunc("/api/job/unplaced", func(w http.ResponseWriter, r *http.Request) {
@@ -91,5 +91,5 @@ func (s *Server) clusterRoutes(r *mux.Router) {
 			u = map[string]map[string]int{}
 		}
 		writeJSON(w, http.StatusOK, u)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 }

@@ -22,18 +22,18 @@ func (s *Server) jobRoutes(r *mux.Router) {
 	r.HandleFunc("/api/job/update", s.updateJob).Methods(http.MethodPut)
 	r.HandleFunc("/api/job/deregister", s.deregisterJob).Methods(http.MethodDelete)
 	r.HandleFunc("/api/job/trigger", s.triggerJob).Methods(http.MethodPost)
-	r.HandleFunc("/api/job/jobs", s.listJobs).Methods(reads...)
-	r.HandleFunc("/api/job/jobs/{jobName}", s.getJob).Methods(reads...)
-	r.HandleFunc("/api/job/tasks/running", s.runningTasks).Methods(reads...)
-	r.HandleFunc("/api/job/tasks/ready", s.readyTasks).Methods(reads...)
-	r.HandleFunc("/api/job/tasks/failover", s.failoverTasks).Methods(reads...)
-	r.HandleFunc("/api/job/{jobName}/disable", s.jobDisabled).Methods(reads...)
+	r.HandleFunc("/api/job/jobs", s.listJobs).Methods(reads()...)
+	r.HandleFunc("/api/job/jobs/{jobName}", s.getJob).Methods(reads()...)
+	r.HandleFunc("/api/job/tasks/running", s.runningTasks).Methods(reads()...)
+	r.HandleFunc("/api/job/tasks/ready", s.readyTasks).Methods(reads()...)
+	r.HandleFunc("/api/job/tasks/failover", s.failoverTasks).Methods(reads()...)
+	r.HandleFunc("/api/job/{jobName}/disable", s.jobDisabled).Methods(reads()...)
 	r.HandleFunc("/api/job/{jobName}/disable", s.disableJob).Methods(http.MethodPost)
 	r.HandleFunc("/api/job/{jobName}/disable", s.enableJob).Methods(http.MethodDelete) // the 2.1.5 form
 	r.HandleFunc("/api/job/{jobName}/enable", s.enableJob).Methods(http.MethodPost)
-	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(reads...)
-	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(reads...)
-	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(reads...)
+	r.HandleFunc("/api/job/{jobName}/next", s.nextFires).Methods(reads()...)
+	r.HandleFunc("/api/job/{jobName}/failure", s.jobFailure).Methods(reads()...)
+	r.HandleFunc("/api/job/{jobName}/fires", s.jobFires).Methods(reads()...)
 }
 
 func (s *Server) registerJob(w http.ResponseWriter, r *http.Request) {

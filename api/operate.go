@@ -100,5 +100,5 @@ func (s *Server) operateRoutes(r *mux.Router) {
 			boxes = []Sandbox{}
 		}
 		writeJSON(w, http.StatusOK, boxes)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 }

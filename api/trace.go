@@ -49,7 +49,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	r.HandleFunc("/api/job/events/statusTraces", func(w http.ResponseWriter, r *http.Request) {
 		q, ok := s.traceQuery(w, r, false)
 		if !ok {
@@ -66,7 +66,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, p)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 
 	r.HandleFunc("/api/job/statistics/tasks/results", func(w http.ResponseWriter, r *http.Request) {
 		var iv eventtrace.Interval
@@ -94,7 +94,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	// The period is checked here rather than by the route's pattern, so that a period that is
 	// none of these is a 400 naming it and the valid ones, not the 404 of an unknown endpoint.
 	r.HandleFunc("/api/job/statistics/tasks/results/{period}", func(w http.ResponseWriter, r *http.Request) {
@@ -147,7 +147,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 		default: // no database, or a period 2.1.5 answers with zeros
 			writeJSON(w, http.StatusOK, zero)
 		}
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	for _, p := range []struct {
 		path string
 		read func(t *Trace, r *http.Request, since time.Time) (any, error)
@@ -175,7 +175,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 				return
 			}
 			writeJSON(w, http.StatusOK, rows)
-		}).Methods(reads...)
+		}).Methods(reads()...)
 	}
 	r.HandleFunc("/api/job/statistics/jobs/register", func(w http.ResponseWriter, r *http.Request) {
 		if v := r.URL.Query().Get("since"); v != "" && v != "lastWeek" {
@@ -192,7 +192,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			return
 		}
 		writeJSON(w, http.StatusOK, rows)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	r.HandleFunc("/api/job/statistics/jobs/type", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := s.store.Jobs(r.Context())
 		if err != nil {
@@ -215,7 +215,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 		}
 		writeJSON(w, http.StatusOK, c)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 	r.HandleFunc("/api/job/statistics/jobs/executionType", func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := s.store.Jobs(r.Context())
 		if err != nil {
@@ -235,7 +235,7 @@ func (s *Server) traceRoutes(r *mux.Router) {
 			}
 		}
 		writeJSON(w, http.StatusOK, c)
-	}).Methods(reads...)
+	}).Methods(reads()...)
 }
 
 // traceQuery reads and checks a search's parameters: per_page, page, sort, order, startTime,
