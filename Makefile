@@ -23,13 +23,16 @@ build:
 # PostgreSQL and MariaDB (Debian's postgresql and mariadb-server packages, started by the tests
 # themselves in temporary directories); install them when they are missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
-# scripts included) is still alive after `go test` ends.
+# scripts included) is still alive after `go test` ends. The slow packages' tests run side by
+# side (t.Parallel; TEST_PARALLEL at once per package): they mostly wait on processes, timers
+# and ZooKeeper sessions, each in a world of its own (its namespace, ports and directories).
+TEST_PARALLEL ?= 4
 test: zookeeper databases chromium compiler
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
-	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m ./...
+	$(BIN)/no-leftovers $(GO) test -race -count=1 -timeout 14m -parallel $(TEST_PARALLEL) ./...
 	# The store's tests once more through the leader's model (state/mirror.go).
-	EJCLOUD_TEST_MIRROR=1 $(GO) test -race -count=1 ./state
+	EJCLOUD_TEST_MIRROR=1 $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) ./state
 
 run: build zookeeper
 	./docker/run-local.sh

@@ -163,6 +163,7 @@ func scriptPayload(jobName, cmd string, item int) (string, []byte) {
 // ProxyFromEnvironment is for an agent at any other address when HTTP_PROXY is set, and the
 // executor must still reach the agent itself, for its SUBSCRIBE and for its UPDATEs.
 func TestTheExecutorCallsTheAgentDirectlyNotThroughAProxy(t *testing.T) {
+	t.Parallel()
 	var proxied atomic.Int32
 	var tokens sync.Map // Authorization headers that reached the proxy
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -200,6 +201,7 @@ func TestTheExecutorCallsTheAgentDirectlyNotThroughAProxy(t *testing.T) {
 // for an ERROR, which is the agent's ERROR with or without a message. A SUBSCRIBED without
 // its member still subscribes, so the updates of the stream are delivered.
 func TestAMalformedEventIsSkipped(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, event string
 		subscribes  int32 // SUBSCRIBEs by the time the next LAUNCH is answered
@@ -254,6 +256,7 @@ func TestAMalformedEventIsSkipped(t *testing.T) {
 // TASK_ERROR naming both, and nothing of it runs; a valid task launched after it runs to its
 // end, by which time a script of the refused one would have left its mark too.
 func TestATaskWhoseIDIsNotItsPayloadsIsRefused(t *testing.T) {
+	t.Parallel()
 	cmd := `touch "ran-$EJCLOUD_SHARDING_ITEM"; true`
 	scID, data := scriptPayload("ids", cmd, 0)
 	refused := mesos.TaskInfo{Name: "refused", TaskID: mesos.TaskID{Value: "not-the-payloads"}, Data: data}
@@ -288,6 +291,7 @@ func TestATaskWhoseIDIsNotItsPayloadsIsRefused(t *testing.T) {
 // Each wait before re-subscribing is random in [0, MESOS_SUBSCRIPTION_BACKOFF_MAX], as in
 // Mesos's executor library, and never above a second (see resubscribeWait).
 func TestResubscribeWaitIsRandomWithinTheMaximum(t *testing.T) {
+	t.Parallel()
 	const draws = 2000
 	for _, tc := range []struct{ max, bound time.Duration }{
 		{0, 0},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestFromEnv(t *testing.T) {
+	t.Parallel()
 	full := map[string]string{
 		"MESOS_FRAMEWORK_ID": "fw", "MESOS_EXECUTOR_ID": "app@-@S0", "MESOS_DIRECTORY": "/s", "MESOS_SANDBOX": "/s",
 		"MESOS_AGENT_ENDPOINT": "127.0.0.2:5051", "MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD": "5secs",

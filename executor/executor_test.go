@@ -103,6 +103,7 @@ func sandboxDir(t *testing.T, c *mesoslocal.Cluster, execID string) string {
 }
 
 func TestScriptExitZeroFinishes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	tk := shard(o, executorInfo(stockExecutor, "app@-@"+o.AgentID.Value, 0), scriptJob("ok", "true"), 1, "")
@@ -121,6 +122,7 @@ func TestScriptExitZeroFinishes(t *testing.T) {
 }
 
 func TestScriptExitThreeFailsWithTheMarker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	tk := shard(o, executorInfo(stockExecutor, "app@-@"+o.AgentID.Value, 0), scriptJob("bad", "exit 3"), 0, "")
@@ -136,6 +138,7 @@ func TestScriptExitThreeFailsWithTheMarker(t *testing.T) {
 }
 
 func TestUnknownJobClassErrorsWhileAnotherTaskOfTheExecutorFinishes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	exec := executorInfo(stockExecutor, "app@-@"+o.AgentID.Value, 0)
@@ -154,6 +157,7 @@ func TestUnknownJobClassErrorsWhileAnotherTaskOfTheExecutorFinishes(t *testing.T
 }
 
 func TestBadPayloadIsAnErrorNotACrash(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	exec := executorInfo(stockExecutor, "app@-@"+o.AgentID.Value, 0)
@@ -174,6 +178,7 @@ func TestBadPayloadIsAnErrorNotACrash(t *testing.T) {
 }
 
 func TestShardingContextReachesTheScriptByteForByte(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	j := scriptJob("quoting", `save() { printf '%s' "$1" > "ctx-$EJCLOUD_SHARDING_ITEM.json"; printf '%s' "$EJCLOUD_JOB_PARAMETER" > param.txt; }; save`)
@@ -195,6 +200,7 @@ func TestShardingContextReachesTheScriptByteForByte(t *testing.T) {
 }
 
 func TestKillOfAScriptIgnoringSIGTERM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	j := scriptJob("stubborn", `trap '' TERM; sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; wait`)
@@ -237,6 +243,7 @@ func scriptPIDs(t *testing.T, dir string) []int {
 
 // A DAEMON job runs every second; with sampling N it reports BEGIN/COMPLETE for every N-th run.
 func TestDaemonHeartbeatsAreSampled(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		sampling         int
 		minRuns, maxRuns int // runs done when the second COMPLETE arrives
@@ -290,6 +297,7 @@ func readFile(t *testing.T, p string) string {
 // An update the agent never took (it was down) travels in the next SUBSCRIBE; after the
 // restart every update reaches the scheduler exactly once.
 func TestAgentRestartCarriesUnacknowledgedUpdates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *mesoslocal.Options) {
 		o.AgentPingTimeout = time.Hour
 		o.ExecutorReregistrationTimeout = 5 * time.Second
@@ -336,6 +344,7 @@ func (e *env) running(name, cmd string) (mesos.Offer, string, mesos.TaskInfo) {
 }
 
 func TestStopMessageKillsTasksAndEndsTheExecutor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o, execID, tk := e.running("long", "sleep 1000; true")
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("STOP")))
@@ -349,6 +358,7 @@ func TestStopMessageKillsTasksAndEndsTheExecutor(t *testing.T) {
 }
 
 func TestSDKJobsRunInTheExampleExecutor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	execID := "sdk@-@" + o.AgentID.Value
@@ -392,6 +402,7 @@ func alive(pid int) bool {
 }
 
 func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *mesoslocal.Options) { o.ExecutorShutdownGracePeriod = 5 * time.Second })
 	o, execID, tk := e.running("long", "sleep 1000; true")
 	e.s.MustCall(calls.Shutdown(execID, o.AgentID.Value))
@@ -407,6 +418,7 @@ func TestShutdownKillsTasksAndEndsTheExecutorCleanly(t *testing.T) {
 // in time to report it: its end is the executor's TASK_KILLED, not the agent's, and the
 // executor exits before the agent kills it.
 func TestShutdownCutsAKillGraceLongerThanTheAgents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(o *mesoslocal.Options) { o.ExecutorShutdownGracePeriod = 4 * time.Second })
 	o := e.offer()
 	execID := "app@-@" + o.AgentID.Value
@@ -434,6 +446,7 @@ func TestShutdownCutsAKillGraceLongerThanTheAgents(t *testing.T) {
 // stop coming, and within the lease the script and its children are dead, before the
 // scheduler could relaunch the shard; the agent delivers TASK_FAILED "fenced" once it is back.
 func TestALapsedLeaseFencesTheTasks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o, execID, tk := e.running("leased", `sleep 1000 & echo $! > child.pid; echo $$ > shell.pid; wait; true`)
 	pids := scriptPIDs(t, sandboxDir(t, e.c, execID))
@@ -475,6 +488,7 @@ func TestALapsedLeaseFencesTheTasks(t *testing.T) {
 
 // "LEASE 0s" ends fencing: a task outlives many of the old leases without a renewal.
 func TestLeaseZeroEndsFencing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o, execID, tk := e.running("unleased", "sleep 2; true")
 	e.s.MustCall(calls.Message(o.AgentID.Value, execID, []byte("LEASE 300ms")))
@@ -488,6 +502,7 @@ func TestLeaseZeroEndsFencing(t *testing.T) {
 // ACKNOWLEDGED): from then on the agent answers for the update, and a sandbox does not fill
 // with one file per run.
 func TestARunsEndRecordIsRemovedOnceTheAgentHasItsFinalUpdate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	execID := "app@-@" + o.AgentID.Value
@@ -510,6 +525,7 @@ func TestARunsEndRecordIsRemovedOnceTheAgentHasItsFinalUpdate(t *testing.T) {
 // The record is the supervisor's, not the executor's: a script that ends while its executor
 // cannot act (frozen, then SIGKILLed) leaves it, and the agent reports the executor's death.
 func TestARunsEndIsRecordedWhenItsExecutorCannotReportIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	execID := "app@-@" + o.AgentID.Value

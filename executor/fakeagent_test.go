@@ -22,6 +22,7 @@ import (
 // first SUBSCRIBE is refused (a loss that an executor without checkpointing ends at), and the
 // ERROR comes on the next subscription after more than the recovery timeout.
 func TestAnAgentErrorMakesTheExecutorSubscribeAgain(t *testing.T) {
+	t.Parallel()
 	for _, checkpoint := range []bool{true, false} {
 		t.Run(fmt.Sprintf("checkpoint=%v", checkpoint), func(t *testing.T) {
 			const recovery = time.Second
@@ -124,6 +125,7 @@ func writeEvent(w http.ResponseWriter, ev string) {
 // With executor authentication on, the agent gives the executor a token
 // (MESOS_EXECUTOR_AUTHENTICATION_TOKEN), and refuses its calls without it as a bearer token.
 func TestTheExecutorSendsItsAuthenticationToken(t *testing.T) {
+	t.Parallel()
 	var authorized, refused atomic.Int32
 	done := make(chan struct{})
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

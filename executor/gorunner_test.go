@@ -18,6 +18,7 @@ import (
 // runtime.Goexit (which recover cannot see: the task stayed RUNNING for good); and a job killed
 // before it started is not run at all.
 func TestAGoJobsRunEndsHoweverItsGoroutineEnds(t *testing.T) {
+	t.Parallel()
 	grace := graceOf(time.Second)
 	for _, tc := range []struct {
 		name   string
@@ -66,6 +67,7 @@ func TestAGoJobsRunEndsHoweverItsGoroutineEnds(t *testing.T) {
 // An SDK job reads its job's jobProperties (SPEC §3.2: passed to the executor unchanged), and a
 // jobClass registered under the other job type is named as such, not as unknown.
 func TestSDKJobsGetTheirJobProperties(t *testing.T) {
+	t.Parallel()
 	var simple, flow map[string]string
 	job.Register("test.props-simple", job.SimpleFunc(func(ctx context.Context, _ job.ShardingContext) error {
 		simple = job.Properties(ctx)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestMainOutsideMesosNamesEveryMissingVariable(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	code := main1(nil, func(string) string { return "" }, &out, &errb)
 	if code != 2 || !strings.Contains(errb.String(), "MESOS_FRAMEWORK_ID, MESOS_EXECUTOR_ID, MESOS_DIRECTORY, MESOS_SANDBOX, MESOS_AGENT_ENDPOINT, MESOS_EXECUTOR_SHUTDOWN_GRACE_PERIOD") {
@@ -18,6 +19,7 @@ func TestMainOutsideMesosNamesEveryMissingVariable(t *testing.T) {
 }
 
 func TestVersionAndHelp(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	if code := main1([]string{"--version"}, func(string) string { return "" }, &out, &errb); code != 0 || out.String() != "ejcloud-executor "+Version+"\n" {
 		t.Fatalf("--version: exit %d, %q", code, out.String())
@@ -34,6 +36,7 @@ func TestVersionAndHelp(t *testing.T) {
 // Its flags read EJCLOUD_* variables too, as every ejcloud command's do (SPEC §2); the command
 // line wins.
 func TestFlagsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	env := func(k string) string { return map[string]string{"EJCLOUD_VERSION": "true"}[k] }
 	if code := main1(nil, env, &out, &errb); code != 0 || out.String() != "ejcloud-executor "+Version+"\n" {

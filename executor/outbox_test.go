@@ -12,6 +12,7 @@ import (
 )
 
 func TestRetryAfterDoublesFrom250msTo5s(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		failures int
 		want     time.Duration
@@ -33,6 +34,7 @@ func upd(name string) mesosexec.Call_Update {
 // The outbox is driven by a script of steps; after each, next must offer the named update
 // (or none) and the wait until one falls due.
 func TestOutboxOrderAndRetries(t *testing.T) {
+	t.Parallel()
 	refused := errors.New("503 Agent has not finished recovery")
 	t0 := time.Unix(1000, 0)
 	type step struct {
@@ -136,6 +138,7 @@ func TestOutboxOrderAndRetries(t *testing.T) {
 }
 
 func TestOutboxAllKeepsTheOrderUpdatesWereMadeIn(t *testing.T) {
+	t.Parallel()
 	var o outbox
 	for _, n := range []string{"a1", "b1", "a2", "c1", "b2"} {
 		o.add(upd(n), time.Now())
@@ -154,6 +157,7 @@ func TestOutboxAllKeepsTheOrderUpdatesWereMadeIn(t *testing.T) {
 // Updates of different tasks go out in parallel: one under way is skipped, and holds back only
 // its own task's later updates.
 func TestOutboxSkipsWhatIsUnderWay(t *testing.T) {
+	t.Parallel()
 	var o outbox
 	now := time.Now()
 	for _, n := range []string{"a1", "a2", "b1", "c1"} {

@@ -19,6 +19,7 @@ import (
 // An executor built with the SDK (executor.Main) runs scripts under the same supervisor as the
 // stock one: a script's background child ends with the task, and with the executor.
 func TestScriptsAreSupervisedInAnSDKExecutor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	o := e.offer()
 	execID := "sdk@-@" + o.AgentID.Value
@@ -82,6 +83,7 @@ func readPID(t *testing.T, path string) int {
 // package must come before the Mesos API's (internal/supervise's package comment says how),
 // in the stock executor and in one built with the SDK.
 func TestTheSupervisorStartsBeforeTheExecutorsHeavyPackages(t *testing.T) {
+	t.Parallel()
 	const sup, heavy = "github.com/ejcloud/ejcloud/executor/internal/supervise", "github.com/mesos/mesos-go/api/v1/lib"
 	for _, bin := range []string{stockExecutor, sdkExecutor} {
 		cmd := exec.Command(bin, "--version")

@@ -114,6 +114,7 @@ func killLeftovers(t *testing.T, dir string) {
 // SIGKILL of the executor — not an agent's kill of its group: the stand-in is alone in its
 // group — ends the script, its child, the child that left the group and the orphan within 1 s.
 func TestScriptProcessesDieWithTheExecutor(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killLeftovers(t, dir)
 	host := exec.Command("/proc/self/exe")
@@ -152,6 +153,7 @@ func TestScriptProcessesDieWithTheExecutor(t *testing.T) {
 
 // When the script ends, whatever it left running ends with it, before the task is reported.
 func TestScriptEndKillsWhatItLeftBehind(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killLeftovers(t, dir)
 	r := &scriptRunner{cmdline: leftBehind + "; true", dir: dir}
@@ -177,6 +179,7 @@ func TestScriptEndKillsWhatItLeftBehind(t *testing.T) {
 // finishes its cleanup before the run ends, and one that ignores SIGTERM is SIGKILLed when the
 // grace period runs out.
 func TestAKilledScriptsProcessesKeepTheGracePeriod(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, child string
 		cleaned     bool
@@ -210,6 +213,7 @@ func TestAKilledScriptsProcessesKeepTheGracePeriod(t *testing.T) {
 
 // How a script ended reaches the task through its supervisor.
 func TestScriptOutcomeThroughTheSupervisor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		script string
 		kill   time.Duration // cancel the task this long after the start; 0: never
@@ -287,6 +291,7 @@ func (c *cutGrace) cutTo(g time.Duration) {
 // the group (setsid) kept the supervisor waiting until it ended by itself, the task never
 // reported, and a fenced task (grace 0, its lease lapsed) ran on beside its relaunch.
 func TestAKilledScriptEndsWithWhatLeftItsGroup(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		shell string // what the shell does besides starting the escaped process
@@ -325,6 +330,7 @@ func TestAKilledScriptEndsWithWhatLeftItsGroup(t *testing.T) {
 // kill under way: the first kill's grace was kept, and the agent's TASK_FAILED or the relaunch
 // came first.
 func TestALaterKillCutsTheGrace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killLeftovers(t, dir)
 	r := &scriptRunner{cmdline: "trap '' TERM; echo $$ > shell.pid; sleep 120; true", dir: dir, sc: taskdata.ShardingContext{TaskID: "t", JobName: "j"}}
@@ -355,6 +361,7 @@ func TestALaterKillCutsTheGrace(t *testing.T) {
 // record, however it exits: the record says a run ended on its own (taskend), and the
 // scheduler would read a killed run that trapped SIGTERM and exited 0 as a success.
 func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		killedFirst bool
@@ -397,6 +404,7 @@ func TestAKilledScriptLeavesNoEndRecord(t *testing.T) {
 // A script writes to the executor's own stdout and stderr, which the agent's container logger
 // reads, not to the sandbox's files behind the logger's back.
 func TestAScriptWritesToTheExecutorsOutput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killLeftovers(t, dir)
 	out, err := os.Create(filepath.Join(t.TempDir(), "out"))

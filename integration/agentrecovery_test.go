@@ -34,6 +34,7 @@ func count(file, s string) int {
 // (Before, the executor went mute for good after the first refusal: the tasks stayed running
 // in the scheduler and the job never fired again.)
 func TestUpdatesRefusedDuringAgentRecoveryAreDelivered(t *testing.T) {
+	t.Parallel()
 	const recovery = 8 * time.Second
 	w := &world{zk: statetest.StartZooKeeper(t), dir: t.TempDir(),
 		mesos: startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]", "--executor-reregistration-timeout", recovery.String())}

@@ -21,6 +21,7 @@ import (
 // the fire ledger has both runs, each with its two tasks, ended. A job others depend on, or one
 // with retries, cannot be Allow (400 naming the field).
 func TestAllowRunsAShardAgainWhileItRuns(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2)
 	var j map[string]any
 	json.Unmarshal([]byte(setPlacement(w.jobJSON("par", 2, "", false, w.hold("par")), "SPREAD")), &j)
@@ -112,6 +113,7 @@ func TestAllowRunsAShardAgainWhileItRuns(t *testing.T) {
 // not overlap has one entry per shard, and would relaunch one), and each run's ledger entry
 // ends with its own relaunch.
 func TestAllowRelaunchesEachRunOfAShard(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	var j map[string]any
 	json.Unmarshal([]byte(w.jobJSON("pfo", 1, "", true, w.hold("pfo"))), &j)

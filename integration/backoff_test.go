@@ -69,6 +69,7 @@ func (m *mesos) launches(t *testing.T, job string) []time.Time {
 // fifth fetch failure in a row with the reason over REST and in /metrics; updating the app to
 // a reachable executor clears the stop, and the job runs.
 func TestUnreachableAppURLBacksOffThenStops(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	s := startScheduler(t, w.zk, w.mesos)
 	leaderOf(t, s)
@@ -130,6 +131,7 @@ func TestUnreachableAppURLBacksOffThenStops(t *testing.T) {
 // TASK_ERROR stops it, with the reason over REST; the stop survives a leader change, and a job
 // update clears it.
 func TestUnknownJobClassStopsWithoutRelaunch(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	a := startScheduler(t, w.zk, w.mesos)
 	leaderOf(t, a)
@@ -183,6 +185,7 @@ func TestUnknownJobClassStopsWithoutRelaunch(t *testing.T) {
 // --failover-backoff-max and is never stopped; the backoff shows over REST and in /metrics.
 // Updating the job forgets the backoff: the waiting shard is relaunched at once.
 func TestCrashingShardBacksOffToTheCap(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	s := startScheduler(t, w.zk, w.mesos, "--failover-backoff-min", "200ms", "--failover-backoff-max", "800ms")
 	leaderOf(t, s)

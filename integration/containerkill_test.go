@@ -116,6 +116,7 @@ func lostAgentKillsItsContainers(t *testing.T, w *world, s *scheduler, fault str
 // its executor ran in a process group of its own and the script's child that ignores SIGTERM
 // too — so the shard completes once, on the agent it was relaunched on.
 func TestGoneAgentKillsItsContainers(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2)
 	lostAgentKillsItsContainers(t, w, s, "gone", nil)
 }
@@ -125,6 +126,7 @@ func TestGoneAgentKillsItsContainers(t *testing.T) {
 // those its executors' scripts left in process groups of their own: the shard completes only
 // where it was relaunched.
 func TestKilledAgentMarkedGoneKillsItsContainers(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2, "--unreachable-timeout", "1h")
 	lostAgentKillsItsContainers(t, w, s, "kill", func(agent string) {
 		if n := len(w.mesos.executorPIDs(agent)); n != 1 {

@@ -17,6 +17,7 @@ import (
 // both parents' runs to end, then runs once; at the second, a parent fails and the bottom job's
 // run is skipped, "upstream failed". A cycle is refused at registration, naming it.
 func TestDependenciesDiamond(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	log := filepath.Join(w.dir, "dag.log")
 	first := time.Now().Add(8 * time.Second).Truncate(time.Second)

@@ -24,6 +24,7 @@ import (
 // session timeout + 5 s of the fault. The test reports when ZooKeeper had a new leader, whether
 // the scheduler kept its leadership, and the fire slots that got no on-time run.
 func TestEnsembleQuorumLeaderHangs(t *testing.T) {
+	t.Parallel()
 	memberHangs(t, quorumLeader, 20*time.Second, recommendedSession, recommendedSession+5*time.Second)
 }
 
@@ -31,12 +32,14 @@ func TestEnsembleQuorumLeaderHangs(t *testing.T) {
 // is connected to is frozen for 20 s. The client gives it up after its read timeout (2/3 of the
 // session) and moves to the other; the quorum never noticed.
 func TestEnsembleFollowerHangs(t *testing.T) {
+	t.Parallel()
 	memberHangs(t, itsFollower, 20*time.Second, recommendedSession, recommendedSession+5*time.Second)
 }
 
 // The same for a minute: the job must be back on time within 25 s of the fault all the same,
 // while the hung member is still frozen — not when it returns (ZooKeeper re-elects without it).
 func TestEnsembleQuorumLeaderHangsAMinute(t *testing.T) {
+	t.Parallel()
 	memberHangs(t, quorumLeader, time.Minute, recommendedSession, 25*time.Second)
 }
 

@@ -18,6 +18,7 @@ import (
 // SQLite event trace: a running shard shows as running (not failed), a failing one with its
 // cause, and after a clean shutdown every trace is in the database.
 func TestEventTraceThroughTheAPI(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	dbPath := filepath.Join(t.TempDir(), "trace.db")
 	s := startScheduler(t, w.zk, w.mesos, "--event-trace-db", "sqlite://"+dbPath, "--event-trace-retention", "7d")
@@ -103,6 +104,7 @@ func TestEventTraceThroughTheAPI(t *testing.T) {
 // execution row, failed with the agent's reason, and the relaunch gets a row of its own. Before,
 // the row showed as running for good.
 func TestTheExecutionOfARunWhoseExecutorDiedEnds(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	s := startScheduler(t, w.zk, w.mesos, "--event-trace-db", "sqlite://"+filepath.Join(t.TempDir(), "trace.db"))
 	leaderOf(t, s)

@@ -15,6 +15,7 @@ import (
 // connection is cut, so every group commit fails and nothing is acknowledged). Mesos keeps
 // re-sending them; the new leader records each once: no shard is lost, none relaunched.
 func TestLeaderDiesWithUpdatesNotYetWritten(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	proxy := statetest.NewProxy(t, w.zk.Servers[0])
 	first := startScheduler(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: w.zk.Namespace}, w.mesos)

@@ -121,6 +121,7 @@ func freePort(t *testing.T) string {
 // are printed once beside the URL; the demo app and jobs are registered and run; Ctrl-C stops
 // every process it started; a second run keeps the state and the credentials.
 func TestMakeRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	zkPort, mesosAddr, httpAddr := freePort(t), freeAddr(t), freeAddr(t)
 	first := startMakeRun(t, dir, zkPort, mesosAddr, httpAddr)
@@ -178,6 +179,7 @@ func TestMakeRun(t *testing.T) {
 // With any of its three ports taken, make run starts nothing and names, for each busy port,
 // the variable that moves it.
 func TestMakeRunRefusesBusyPorts(t *testing.T) {
+	t.Parallel()
 	var addrs []string
 	for range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -57,6 +57,7 @@ func frameworkAt(t *testing.T, m *mesos, id string) (known, connected bool) {
 // back through reconciliation and the failover queue, and every shard ran exactly once, by
 // what the scripts recorded. (Issue 15, master detection.)
 func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
+	t.Parallel()
 	zk := statetest.StartZooKeeper(t)
 	masters := "zk://" + strings.Join(zk.Servers, ",") + "/" + zk.Namespace + "-mesos"
 	first := startMaster(t, masters)
@@ -163,6 +164,7 @@ func TestTheMasterIsFoundInZooKeeperAndFollowedToTheNext(t *testing.T) {
 // 75 s — and re-subscribes at the new one within 5 s. The old master, resumed, finds its
 // session expired and exits, as a Mesos master does. (Issue 15, master detection.)
 func TestTheSchedulerLeavesAMasterThatNoLongerLeads(t *testing.T) {
+	t.Parallel()
 	zk := statetest.StartZooKeeper(t)
 	masters := "zk://" + strings.Join(zk.Servers, ",") + "/" + zk.Namespace + "-mesos"
 	first := startMesosWith(t, 1, "cpus:4;mem:4096;disk:1000;ports:[31000-32000]",

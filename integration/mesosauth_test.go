@@ -17,6 +17,7 @@ import (
 // and --mesos-secret-file it subscribes and runs a job, and reads the master's and agents'
 // read-only endpoints with them. (Issue 15, framework authentication.)
 func TestFrameworkAuthentication(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	creds, secret := filepath.Join(dir, "credentials"), filepath.Join(dir, "secret")
 	os.WriteFile(creds, []byte(`{"credentials":[{"principal":"ejcloud","secret":"s3cret"}]}`), 0o600)
@@ -64,6 +65,7 @@ func TestFrameworkAuthentication(t *testing.T) {
 // scheduler subscribes at the second and runs a job; the operations that read the master's
 // state go to the master it subscribed at. (Issue 15, a list of master URLs.)
 func TestAListOfMastersWhoseFirstIsDead(t *testing.T) {
+	t.Parallel()
 	w := &world{zk: statetest.StartZooKeeper(t), mesos: startMesos(t, 1), dir: t.TempDir()}
 	s := startScheduler(t, w.zk, w.mesos, "--mesos-url", "http://"+freeAddr(t)+","+w.mesos.url)
 	leaderOf(t, s)

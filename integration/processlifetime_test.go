@@ -58,6 +58,7 @@ func records(file string) []record {
 // script runs in a process group apart from the executor's, and mesos-local, when an executor
 // dies, kills no process. (executor/supervise_test.go shows the same with no agent at all.)
 func TestScriptsDieWithTheirExecutor(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	rec := filepath.Join(w.dir, "records.txt")
 	script := `echo "start $EJCLOUD_TASK_ID $$" >> ` + rec + `; sleep 30 & echo "child $EJCLOUD_TASK_ID $!" >> ` + rec +

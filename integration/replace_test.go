@@ -17,6 +17,7 @@ import (
 // record it), and the new run's shards start only after both old ones are gone; the fire ledger
 // marks the first run replaced.
 func TestReplaceKillsTheRunningRunFirst(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	log := filepath.Join(w.dir, "replace.log")
 	counter := filepath.Join(w.dir, "replace-count-")

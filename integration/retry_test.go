@@ -75,6 +75,7 @@ func (w *world) retryEvents(t *testing.T, name string) []retryEvent {
 // runs once, and the fire ledger shows the fire's four tasks and its third attempt. A job
 // whose shard always fails runs it maxAttempts times and its fire is marked failed, once.
 func TestRetriesWithBackoff(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	s.must(t, 204, "POST", "/api/job/register", w.retryJob("flaky", 3, map[string]any{"maxAttempts": 3, "backoff": 2, "maxBackoff": 10}))
 	s.must(t, 204, "POST", "/api/job/register", w.retryJob("doomed", 0, map[string]any{"maxAttempts": 3, "backoff": 0.5}))

@@ -16,6 +16,7 @@ import (
 // (a real master's state has no directories): a directory on disk holding the executor's
 // stdout, where the app's shard output is.
 func TestSandboxEndpointFindsTheExecutorsSandbox(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2)
 	const job = "boxed"
 	s.must(t, 204, "POST", "/api/job/register", setPlacement(w.jobJSON(job, 2, "", false, `echo "boxed shard $EJCLOUD_SHARDING_ITEM"; `+w.hold(job)), "SPREAD"))

@@ -22,6 +22,7 @@ import (
 // nothing for 38 s, in which the standby takes over: so the counts do not depend on how long
 // the takeover takes.
 func TestLeaderlessWindowByMisfirePolicy(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 1)
 	first := startScheduler(t, w.zk, w.mesos)
 	leaderOf(t, first)

@@ -19,6 +19,7 @@ import (
 // A start-up error of the scheduler is one line on stderr and exit status 1 (SPEC §2),
 // whether it is a flag, a variable or a value; --help exits 0.
 func TestSchedulerStartUpErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -60,6 +61,7 @@ func TestSchedulerStartUpErrorsAreOneLine(t *testing.T) {
 // when it cannot connect rather than holding them, which a review suspected. A guard: it passes
 // on the code before it too.
 func TestASchedulerStopsWhileZooKeeperIsDown(t *testing.T) {
+	t.Parallel()
 	zk := statetest.StartDedicated(t)
 	env := statetest.Env{Servers: []string{zk.Addr}, Namespace: "stopping"}
 	args := func() []string {
@@ -107,6 +109,7 @@ func stopsCleanly(t *testing.T, p *proc, sig syscall.Signal) {
 // SIGHUP (a closed terminal, a supervisor's hangup) stops the scheduler as SIGTERM does: it
 // resigns and exits 0. It killed it at once, leaving its election node to the session timeout.
 func TestSIGHUPStopsTheSchedulerCleanly(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	p := start(t, "ejcloud-scheduler", "elected leader", "--zk-servers", strings.Join(env.Servers, ","), "--zk-namespace", env.Namespace,
 		"--mesos-url", "http://"+freeAddr(t), "--http-addr", freeAddr(t), "--hostname", "127.0.0.1", "--auth-root", creds)

@@ -82,6 +82,7 @@ func (w *world) triggerHeld(t *testing.T, s *scheduler, name string, shards int,
 // An app and a job registered through the REST API run on the agents when their cron says;
 // their tasks show in /api/job/tasks/running while they run; every fire ran each shard once.
 func TestRESTRegistrationRunsOnCron(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 2)
 	s := startScheduler(t, w.zk, w.mesos)
 	leaderOf(t, s)
@@ -123,6 +124,7 @@ func TestRESTRegistrationRunsOnCron(t *testing.T) {
 // SIGKILL of an executor fails its shard over: TASK_FAILED, failover queue, relaunch; the shard
 // on the other agent is not touched.
 func TestExecutorKillFailsOver(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2)
 	w.triggerHeld(t, s, "fo", 2, true)
 	await.True(t, 30*time.Second, "both shards running", func() bool { r := w.runs("fo"); return len(r["0"]) == 1 && len(r["1"]) == 1 })
@@ -147,6 +149,7 @@ func TestExecutorKillFailsOver(t *testing.T) {
 // A partitioned agent's task is UNREACHABLE and still counts as running (no relaunch before
 // the unreachable timeout); healed, it runs on to the end, once.
 func TestAgentPartitionAndHeal(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2, "--unreachable-timeout", "1h")
 	w.triggerHeld(t, s, "part", 1, true)
 	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("part")["0"]) == 1 })
@@ -170,6 +173,7 @@ func TestAgentPartitionAndHeal(t *testing.T) {
 // KILL, and the task runs on when the agent comes back. The scheduler kills it then (Mesos
 // reports it running, and its job is disabled), and the shard is not relaunched.
 func TestADisableDuringAPartitionKillsTheTaskWhenItsAgentIsBack(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2, "--unreachable-timeout", "1h")
 	w.triggerHeld(t, s, "partoff", 1, true)
 	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("partoff")["0"]) == 1 })
@@ -192,6 +196,7 @@ func TestADisableDuringAPartitionKillsTheTaskWhenItsAgentIsBack(t *testing.T) {
 // the agent is back. The next leader never heard of the kill; it finds the task in the job's
 // restart list when the agent's return reports it running, and kills it.
 func TestAnUpdateDuringAPartitionRestartsTheTaskUnderTheNextLeader(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 2)
 	a := startScheduler(t, w.zk, w.mesos, "--unreachable-timeout", "1h")
 	leaderOf(t, a)
@@ -229,6 +234,7 @@ func hasState(states map[string]string, want string) bool {
 // An agent restart keeps the framework's executor (checkpointing): it reconnects to the new
 // agent, and its task finishes once, with no failover.
 func TestAgentRestartRecoversTheExecutor(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1)
 	w.triggerHeld(t, s, "restart", 1, true)
 	await.True(t, 30*time.Second, "running", func() bool { return len(w.runs("restart")["0"]) == 1 })
@@ -253,6 +259,7 @@ func TestAgentRestartRecoversTheExecutor(t *testing.T) {
 // SIGKILL of the leading scheduler: the standby takes over with the same framework and the
 // cron job goes on, with no shard of any fire run twice or lost.
 func TestLeaderKillWithStandby(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 2)
 	ss := []*scheduler{startScheduler(t, w.zk, w.mesos), startScheduler(t, w.zk, w.mesos)}
 	l := leaderOf(t, ss...)
@@ -297,6 +304,7 @@ func holdsFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // While ZooKeeper is down the scheduler launches nothing (its write-ahead cannot be made);
 // when it comes back, the job resumes, and no shard of any fire was run twice or lost.
 func TestZooKeeperRestart(t *testing.T) {
+	t.Parallel()
 	srv := statetest.StartDedicated(t)
 	zk := statetest.Env{Servers: []string{srv.Addr}, Namespace: "ejcloud"}
 	m := startMesos(t, 2)
@@ -337,6 +345,7 @@ func TestZooKeeperRestart(t *testing.T) {
 
 // Deleting an app stops its executors on every agent and removes its jobs.
 func TestAppDeletionStopsItsExecutors(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 2)
 	w.triggerHeld(t, s, "doomed", 2, false)
 	await.True(t, 30*time.Second, "an executor on each agent", func() bool {
@@ -358,6 +367,7 @@ func TestAppDeletionStopsItsExecutors(t *testing.T) {
 
 // Bad input on every endpoint answers an error and leaves ZooKeeper exactly as it was.
 func TestBadInputsLeaveZooKeeperUnchanged(t *testing.T) {
+	t.Parallel()
 	w, s := startWorld(t, 1, "--auth-guest", "guest:guest")
 	job := w.jobJSON("steady", 2, "", false, "")
 	s.must(t, 204, "POST", "/api/job/register", job)

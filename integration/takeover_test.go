@@ -11,6 +11,7 @@ import (
 // A standby that has waited longer than the Mesos start-up limit takes over like a new
 // instance: the limit counts from its election, not from its process start.
 func TestOldStandbyTakesOver(t *testing.T) {
+	t.Parallel()
 	const limit = 2 * time.Second
 	w := newWorld(t, 1)
 	flags := []string{"--mesos-startup-timeout", limit.String()}

@@ -121,6 +121,7 @@ func TestSchedulerServesHTTPS(t *testing.T) {
 // --insecure-http says so: the scheduler exits at once (in Validate, before it connects to
 // ZooKeeper or binds) with an error naming the flags. (Issue 15, TLS.)
 func TestPlainBasicAuthBeyondLoopbackIsRefused(t *testing.T) {
+	t.Parallel()
 	zk := statetest.StartZooKeeper(t)
 	_, port, _ := strings.Cut(freeAddr(t), ":")
 	began := time.Now()

@@ -33,6 +33,7 @@ func (r *refusingAccept) Call(ctx context.Context, c *scheduler.Call) (mesos.Res
 // after the call's warning), and Mesos is asked about its tasks at once: they are recorded
 // running, and waited an hour for the stale-task check before.
 func TestALaunchMesosRefusedIsNotCountedAndItsTasksAreReconciled(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2)
@@ -80,6 +81,7 @@ func counterValue(c prometheus.Counter) float64 {
 // A job that cannot be placed says so at Info once, and again only when its reasons change,
 // not at every offer cycle for as long as it waits (the rest at Debug).
 func TestUnplacedShardsAreLoggedWhenTheirReasonsChange(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.CPUCount = 2000 }) // no agent has 2,000 cpus

@@ -64,6 +64,7 @@ func (m *slowMaster) count() int {
 // holds none of them up, every one is sent once it answers, and the senders stop with their
 // context.
 func TestAcknowledgementsDoNotWaitForTheMaster(t *testing.T) {
+	t.Parallel()
 	m := newSlowMaster()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -99,6 +100,7 @@ func TestAcknowledgementsDoNotWaitForTheMaster(t *testing.T) {
 // update, the event loop goes on to the next. (Acknowledged from the loop, the second update
 // waited for the first's answer.) Each is a RUNNING of a task of no job, which the leader kills.
 func TestALeaderGoesOnWhileTheMasterIsSlowToTakeAnAcknowledgement(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	m := newSlowMaster()
 	cfg := testConfig(t, env)

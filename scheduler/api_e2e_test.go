@@ -35,6 +35,7 @@ func call(t testing.TB, method, url, body string, auth ...string) (int, string) 
 // The app and job lifecycle of SPEC §7 over HTTP, with the 2.1.5 forms (raw job names,
 // numeric strings, DELETE …/disable), against the running scheduler and real ZooKeeper.
 func TestRESTLifecycle(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	base := "http://" + s.sched.cfg.HTTPAddr
 	exec := base + "/executor/ejcloud-executor"
@@ -88,6 +89,7 @@ func TestRESTLifecycle(t *testing.T) {
 
 // Fifty parallel registrations of one job: one 204, forty-nine 409, one job stored.
 func TestParallelRegistrations(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	base := "http://" + s.sched.cfg.HTTPAddr
 	job := `{"jobName":"race","appName":"app","jobType":"SCRIPT","jobExecutionType":"TRANSIENT","shardingTotalCount":1,"cpuCount":0.1,"memoryMB":16,"scriptCommandLine":"true"}`
@@ -120,6 +122,7 @@ func TestParallelRegistrations(t *testing.T) {
 
 // Guests read, root writes, strangers are refused; a standby redirects to the leader.
 func TestAuthAndStandbyRedirect(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1, func(c *Config) { c.AuthRoot, c.AuthGuest = "root:pw", "guest:g" })
 	base := "http://" + s.sched.cfg.HTTPAddr
 	for _, tc := range []struct {
@@ -155,6 +158,7 @@ func TestAuthAndStandbyRedirect(t *testing.T) {
 
 // Reconciliation on demand (429 within 10 s) and the app's sandboxes, against mesos-local.
 func TestOperateEndpoints(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	base := "http://" + s.sched.cfg.HTTPAddr
 	j := s.holdJob("boxed", 1, "")
@@ -177,6 +181,7 @@ func TestOperateEndpoints(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	j := s.scriptJob("measured", 2, "")
 	s.register(j)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestBackoffDelay(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		min, max time.Duration
 		n        int
@@ -43,6 +44,7 @@ func status(s mesos.TaskState, src mesos.TaskStatus_Source, reason *mesos.TaskSt
 }
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		st     mesos.TaskStatus
@@ -82,6 +84,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestRelaunches(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	shard := taskid.Meta{JobName: "j", Item: 0}
 	lost := failure{class: retryable, reason: "lost", detail: "TASK_LOST"}
@@ -197,6 +200,7 @@ func TestRelaunches(t *testing.T) {
 // update has replaced since: its restart list names it, and its failure, arriving after the
 // update cleared the stop, says nothing of the config now. Before, it stopped the fixed job.
 func TestAFailureOfAReplacedConfigDoesNotStopTheJob(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	j, err := w.ld.store.Job(ctx, "fo")

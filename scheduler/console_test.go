@@ -14,6 +14,7 @@ import (
 // Both instances serve the console; the standby keeps answering the API 307 and sends
 // /console/leader to the leader.
 func TestStandbyServesTheConsole(t *testing.T) {
+	t.Parallel()
 	a, b := leaderAndStandby(t)
 	for _, addr := range []string{a.cfg.HTTPAddr, b.cfg.HTTPAddr} {
 		for _, path := range []string{"/", "/console/app.js", "/console/session"} {
@@ -42,6 +43,7 @@ func TestStandbyServesTheConsole(t *testing.T) {
 // are missing; and an existing app's sandboxes are an empty list, while an unknown app is 404.
 // That is when an operator most needs the page.
 func TestClusterAndSandboxBeforeTheFirstSubscription(t *testing.T) {
+	t.Parallel()
 	base := leaderServingTheAPI(t)
 
 	code, body := call(t, "GET", base+"/api/operate/cluster", "")
@@ -88,6 +90,7 @@ func leaderServingTheAPI(t *testing.T) string {
 // Without --event-trace-db the history endpoints answer 2.1.5's empty shapes, which read like
 // a search that found nothing: a header tells the console that nothing is recorded at all.
 func TestConsoleLearnsTheEventTraceIsNotConfigured(t *testing.T) {
+	t.Parallel()
 	base := leaderServingTheAPI(t)
 	for _, path := range []string{"/api/job/events/executions", "/api/job/events/statusTraces"} {
 		resp, err := noRedirect.Get(base + path)

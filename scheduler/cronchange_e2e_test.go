@@ -21,6 +21,7 @@ import (
 // ledger kept the old cron until the new one fired, and the next leader started afresh: the
 // slots of the window were lost without a record.
 func TestCronChangeThenLeaderlessWindow(t *testing.T) {
+	t.Parallel()
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 1)
 	s.handOverToBinaries(t)

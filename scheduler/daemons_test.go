@@ -15,6 +15,7 @@ import (
 // At subscribe, a DAEMON job with nothing running is queued to run, unless its shards wait
 // for a relaunch: the relaunch runs them, and a ready entry beside it would only stay queued.
 func TestADaemonIsQueuedAtSubscribeOnlyWhenNothingOfItRunsOrWaits(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		failedOne bool // shard 0 waits in the failover queue
@@ -46,6 +47,7 @@ func TestADaemonIsQueuedAtSubscribeOnlyWhenNothingOfItRunsOrWaits(t *testing.T) 
 // A DAEMON job that could not be queued for a ZooKeeper fault is queued once ZooKeeper is back:
 // nothing else would queue it, and it would not run until the next subscription.
 func TestADaemonNotQueuedForAZooKeeperFaultIsQueuedWhenItIsBack(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -88,6 +90,7 @@ func TestADaemonNotQueuedForAZooKeeperFaultIsQueuedWhenItIsBack(t *testing.T) {
 // A DAEMON shard killed while its siblings run on (an agent's shutdown kills only its own) runs
 // again alone: the job's shards never all end, so waiting for them would lose the shard.
 func TestAKilledDaemonShardRunsAgainWhileTheOthersRunOn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) {

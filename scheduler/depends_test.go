@@ -17,6 +17,7 @@ import (
 
 // A queued run left out of the cycle says why, in the job's own terms (issue 19).
 func TestWaitReasons(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	job := func(name, policy string) config.Job {
 		return config.Job{JobName: name, JobExecutionType: config.Transient, ConcurrencyPolicy: policy}
@@ -86,6 +87,7 @@ func TestWaitReasons(t *testing.T) {
 
 // A dependency's run for a logical time is its first run launched at or after it.
 func TestDependencyRun(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	l := state.Ledger{Fires: []state.FireEntry{
 		{Slot: at.Add(-10 * time.Second), Outcome: state.OutcomeFired, Launched: at.Add(-9 * time.Second), Ended: at.Add(-8 * time.Second)},
@@ -115,6 +117,7 @@ func TestDependencyRun(t *testing.T) {
 // fails the run in the fire ledger, so that the jobs depending on it (dependsOn) are skipped
 // rather than run on top of it.
 func TestARunSucceedsOnlyIfEveryShardDid(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		second  mesos.TaskState
@@ -159,6 +162,7 @@ func TestARunSucceedsOnlyIfEveryShardDid(t *testing.T) {
 // A skip's reason quotes its dependency's failure, but not one that is itself an upstream
 // failure: down a chain a → b → c, reasons stay one level deep.
 func TestUpstreamFailedReasonsDoNotNest(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	b := upstreamFailed("a", at, "retries exhausted after 3 attempts")
 	if b != `upstream failed: "a"'s run of 2026-11-24T10:00:00Z failed (retries exhausted after 3 attempts)` {

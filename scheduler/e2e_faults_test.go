@@ -86,6 +86,7 @@ func (s *system) executorPIDs(agent string) []int {
 
 // Killing an executor of a failover job relaunches the lost shards, and only those.
 func TestExecutorCrashFailsOverOnlyTheLostShards(t *testing.T) {
+	t.Parallel()
 	for _, failover := range []bool{true, false} {
 		t.Run(fmt.Sprintf("failover=%v", failover), func(t *testing.T) {
 			s := newSystem(t, 2)
@@ -139,6 +140,7 @@ func TestExecutorCrashFailsOverOnlyTheLostShards(t *testing.T) {
 
 // A business failure (the script exits 1) is recorded, not failed over.
 func TestBusinessFailureIsNotFailedOver(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	j := s.holdJob("fails", 2, "1")
 	j.Failover = true
@@ -160,6 +162,7 @@ func TestBusinessFailureIsNotFailedOver(t *testing.T) {
 // A job whose shards do not all fit launches nothing and says why; it launches as soon as
 // capacity appears. Offers are never held, and the framework suppresses when idle.
 func TestIntegrityAndIdleOffers(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	blocker := s.holdJob("blocker", 1, "")
 	blocker.CPUCount = 3 // of the agent's 4, with the executor's 0.1
@@ -210,6 +213,7 @@ func TestIntegrityAndIdleOffers(t *testing.T) {
 // while the executor cannot report it; the test then SIGKILLs the executor, and the agent
 // reports the task TASK_FAILED (REASON_EXECUTOR_TERMINATED).
 func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
+	t.Parallel()
 	for _, code := range []string{"0", "3"} { // 3: a failure of the job's own, not failed over either
 		t.Run("exit"+code, func(t *testing.T) {
 			s := newSystem(t, 2)
@@ -268,6 +272,7 @@ func TestARunThatEndedBeforeItsExecutorDiedIsNotRunAgain(t *testing.T) {
 // again. The leader subscribes again with its framework id, asks again until the master
 // answers (reconcile.go), and relaunches nothing: each shard runs once, and the run ends.
 func TestAMasterFailoverRelaunchesNothing(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 2)
 	s.register(s.holdJob("held", 2, ""))
 	s.trigger("held")
@@ -294,6 +299,7 @@ func TestAMasterFailoverRelaunchesNothing(t *testing.T) {
 // partition: the call is given up with the stream, /readyz says the leader is not subscribed,
 // and it subscribes again, and runs the work, once the partition heals.
 func TestALeaderCutOffFromTheMasterGivesUpOnItsStream(t *testing.T) {
+	t.Parallel()
 	s := newSystemOn(t, 1, hooks{}, func(o *mesoslocal.Options) { o.HeartbeatInterval = time.Second })
 	s.register(s.scriptJob("cut", 1, ""))
 	fw, err := s.store.FrameworkID(context.Background())

@@ -12,6 +12,7 @@ import (
 // Disable kills the job's tasks and keeps it from running; enable brings it back; deleting the
 // app stops its executors.
 func TestDisableEnableAndDeleteApp(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	ctx := context.Background()
 	j := s.holdJob("ops", 2, "")
@@ -51,6 +52,7 @@ func TestDisableEnableAndDeleteApp(t *testing.T) {
 // Mesos dropped, or a deletion between subscriptions, alike) has its idle executors stopped
 // by the next sweep: Mesos never stops an idle executor, which would hold its resources.
 func TestExecutorsOfAnAppDeletedBehindTheLeadersBackAreStopped(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1, func(c *Config) { c.ReconcileInterval = time.Second })
 	ctx := context.Background()
 	s.register(s.scriptJob("idle", 1, ""))

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,18 +22,19 @@ import (
 	"github.com/ejcloud/ejcloud/state/statetest"
 )
 
-var executorBin string // the real ejcloud-executor, built once per test binary
+// executorBuild builds the real ejcloud-executor once per test binary, for tests side by side.
+var executorBuild = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(os.TempDir(), "ejcloud-executor-scheduler-test")
+	return bin, gobuild.Executor(bin, "../executor/cmd/ejcloud-executor")
+})
 
 func buildExecutor(t testing.TB) string {
 	t.Helper()
-	if executorBin == "" {
-		bin := filepath.Join(os.TempDir(), "ejcloud-executor-scheduler-test")
-		if err := gobuild.Executor(bin, "../executor/cmd/ejcloud-executor"); err != nil {
-			t.Fatal(err)
-		}
-		executorBin = bin
+	bin, err := executorBuild()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return executorBin
+	return bin
 }
 
 // system is ZooKeeper, mesos-local and one scheduler, all real.
@@ -156,6 +158,7 @@ func agentsOfRuns(r map[string][]string) []string {
 // A TRANSIENT SCRIPT job with 4 shards and cron every 2 s runs each shard on each fire; SPREAD
 // uses both agents, BINPACK one.
 func TestScriptJobRunsEveryShardOnEveryFire(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 2)
 	spread := s.scriptJob("spread", 4, "*/2 * * * * ?")
 	binpacked := s.scriptJob("binpacked", 4, "*/2 * * * * ?")

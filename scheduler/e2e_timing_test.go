@@ -23,6 +23,7 @@ func (s *system) ready(job string) int {
 // With misfire, fires during a long run accumulate and then run back to back; without, one
 // stays pending.
 func TestMisfire(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	acc := s.holdJob("accumulates", 1, "")
 	acc.Cron, acc.Misfire = "*/1 * * * * ?", true
@@ -47,6 +48,7 @@ func TestMisfire(t *testing.T) {
 // A partitioned agent's task is UNREACHABLE; it is not relaunched before the unreachable
 // timeout, and healing the agent brings it back without a duplicate run.
 func TestPartitionBeforeTheUnreachableTimeout(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 2, func(c *Config) { c.UnreachableTimeout = time.Hour })
 	j := s.holdJob("partitioned", 1, "")
 	j.Failover = true
@@ -75,6 +77,7 @@ func TestPartitionBeforeTheUnreachableTimeout(t *testing.T) {
 // After the unreachable timeout the task counts as lost: its shard is relaunched, and the old
 // task is killed when its agent comes back.
 func TestPartitionPastTheUnreachableTimeout(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 2, func(c *Config) { c.UnreachableTimeout = time.Second })
 	j := s.holdJob("lost", 1, "")
 	j.Failover = true
@@ -102,6 +105,7 @@ func TestPartitionPastTheUnreachableTimeout(t *testing.T) {
 // relaunch starts and never finishes, the relaunch finishes, so the shard ran once. Without
 // the lease the first run, unseen, finishes too (TestPartitionPastTheUnreachableTimeout).
 func TestALeaseFencesAPartitionedTaskBeforeItsRelaunch(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 2, func(c *Config) { c.UnreachableTimeout, c.TaskLease = 3*time.Second, time.Second })
 	j := s.scriptJob("fenced", 1, "")
 	j.Failover = true
@@ -147,6 +151,7 @@ func TestALeaseFencesAPartitionedTaskBeforeItsRelaunch(t *testing.T) {
 // Turning the lease off is safe: a leader without one tells the executors an earlier leader
 // armed (LEASE 0s), and their tasks run on through gaps much longer than the old lease.
 func TestALeaderWithoutALeaseEndsFencing(t *testing.T) {
+	t.Parallel()
 	const lease = 3 * time.Second
 	s := newSystem(t, 1, func(c *Config) { c.UnreachableTimeout, c.TaskLease = 10*time.Second, lease })
 	j := s.holdJob("unfenced", 1, "")

@@ -14,6 +14,7 @@ import (
 )
 
 func TestEndUnknownOnlyForAnExecutorsDeathReportedByItsAgent(t *testing.T) {
+	t.Parallel()
 	agent := &mesos.AgentID{Value: "S1"}
 	for _, tc := range []struct {
 		name   string
@@ -43,6 +44,7 @@ func TestEndUnknownOnlyForAnExecutorsDeathReportedByItsAgent(t *testing.T) {
 }
 
 func TestEndedAsSaysWhatTheRunDidAndIsAcknowledgedAsTheAgentsUpdate(t *testing.T) {
+	t.Parallel()
 	msg := "Executor terminated"
 	agentSaid := mesos.TaskStatus{TaskID: mesos.TaskID{Value: "t1"}, AgentID: &mesos.AgentID{Value: "S1"}, UUID: []byte("u1"),
 		State: mesos.TASK_FAILED.Enum(), Source: mesos.SOURCE_AGENT.Enum(), Reason: mesos.REASON_EXECUTOR_TERMINATED.Enum(), Message: &msg}
@@ -73,6 +75,7 @@ func TestEndedAsSaysWhatTheRunDidAndIsAcknowledgedAsTheAgentsUpdate(t *testing.T
 // task's updates from being recorded on the next subscription: Mesos sends the agent's
 // update again, and it is checked afresh, recorded and acknowledged.
 func TestAnEndCheckGivenUpWithItsStreamDoesNotHoldTheTasksUpdates(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	id := w.tasks[0]
 	st := upd(id, mesos.TASK_FAILED, "u-agent")

@@ -14,6 +14,7 @@ import (
 // The executor binary is served as it is, or, from a .gz file (the scheduler image's), as the
 // binary itself; a .gz that is not gzip is an aborted response, never a truncated binary.
 func TestExecutorBinaryIsServedDecompressed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	binary := bytes.Repeat([]byte("\x7fELF executor bytes "), 50_000)
 	plain, gz, broken := filepath.Join(dir, "ejcloud-executor"), filepath.Join(dir, "ejcloud-executor.gz"), filepath.Join(dir, "broken.gz")

@@ -67,6 +67,7 @@ func (w executorWorld) lastExecutor(t *testing.T, ctx context.Context, ld *leade
 // though the app has changed since it started: the first leader recorded it in ZooKeeper. An
 // agent without the app's executor gets one built from the app as it is now.
 func TestANewLeaderSendsALiveExecutorItsOwnExecutorInfo(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w, _ := newExecutorWorld(t, ctx)
@@ -92,6 +93,7 @@ func TestANewLeaderSendsALiveExecutorItsOwnExecutorInfo(t *testing.T) {
 // connected is kept until the agent offers again without it. Either way the next task there
 // starts a new executor from the app as it is now.
 func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		active bool
@@ -132,6 +134,7 @@ func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
 // from the app as it is, which the packer budgeted, rather than the recorded one, which would
 // ask for more than the offer holds. One the offer lists keeps its ExecutorInfo.
 func TestAnExecutorTheOfferDoesNotListIsForgotten(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w, ld := newExecutorWorld(t, ctx)

@@ -136,6 +136,7 @@ func (w *groupWorld) queues(t *testing.T) (running []string, failover []string) 
 
 // The updates that arrive together are written in one multi, and only then acknowledged.
 func TestUpdatesQueuedTogetherAreWrittenInOneMulti(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	before := w.ld.store.Multis()
 	w.ld.updates(context.Background(), []mesos.TaskStatus{
@@ -158,6 +159,7 @@ func TestUpdatesQueuedTogetherAreWrittenInOneMulti(t *testing.T) {
 // ZooKeeper refuses the group (someone else ended one of its tasks): the updates are recorded
 // one by one on what ZooKeeper holds, each once, and all acknowledged.
 func TestARefusedGroupIsRecordedOneByOne(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	if _, err := w.other.EndTask(ctx, w.tasks[1], state.Failover); err != nil {
@@ -180,6 +182,7 @@ func TestARefusedGroupIsRecordedOneByOne(t *testing.T) {
 // ZooKeeper cannot be reached: nothing is acknowledged, so Mesos sends the updates again, and
 // they are then recorded once — the leader's memory kept nothing of the failed attempt.
 func TestUpdatesNotWrittenAreNotAcknowledgedAndRecordedOnceWhenResent(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	batch := []mesos.TaskStatus{
@@ -219,6 +222,7 @@ func TestUpdatesNotWrittenAreNotAcknowledgedAndRecordedOnceWhenResent(t *testing
 // updates again — each exactly once — and acknowledges them without waiting for Mesos to send
 // them again.
 func TestAGroupWhoseReplyIsLostIsAppliedOnce(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	w.proxy.DropReplies()
@@ -315,6 +319,7 @@ func cancelled() context.Context {
 // unacknowledged, to come again; confirmed, the stray task is killed and the update
 // acknowledged.
 func TestAKillWaitsForTheLeadershipToBeConfirmed(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	stray := taskid.New(taskid.Meta{JobName: "fo", Item: 0}, taskid.Ready, "S9") // not shard 0's running task

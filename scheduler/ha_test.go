@@ -63,6 +63,7 @@ func (p *schedulerProcess) ready(t *testing.T) bool {
 // Killing the leader (SIGKILL) lets the standby take over within 15 s with the same
 // FrameworkID, and the jobs go on running.
 func TestStandbyTakesOverAfterTheLeaderIsKilled(t *testing.T) {
+	t.Parallel()
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 2)
 	s.handOverToBinaries(t)
@@ -131,6 +132,7 @@ func buildSchedulerBinary(t *testing.T) string {
 // own output is the second witness. Each kill waits for the new leader to launch something, then
 // falls at a different phase of the second, so kills land before, during and after launches.
 func TestExactlyOnceAcrossLeaderKills(t *testing.T) {
+	t.Parallel()
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 2)
 	s.handOverToBinaries(t)

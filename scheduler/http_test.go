@@ -13,6 +13,7 @@ import (
 // and then nothing, loses the connection at the server's timeouts: such clients cannot hold
 // connections (and their goroutines) for good.
 func TestIdleAndStalledConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

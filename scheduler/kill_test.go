@@ -22,6 +22,7 @@ import (
 // until it ends; a task it did not kill, reported running, is left alone. (A disabled job's
 // task would be killed by plan.Decide anyway.)
 func TestAKilledTaskReportedRunningIsKilledAgain(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		kill func(t *testing.T, ctx context.Context, w replaceWorld, ld *leader)
@@ -115,6 +116,7 @@ func serving(t *testing.T, ctx context.Context, ld *leader, f func()) {
 // reconciliation and kills them, from the job's restart list; a task launched after the update
 // runs on. A later update that restarts nothing leaves the list alone.
 func TestANewLeaderKillsTheTasksAnUpdateRestarted(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := newReplaceWorld(t, ctx, func(j *config.Job) { j.Misfire = true })
@@ -196,6 +198,7 @@ func TestANewLeaderKillsTheTasksAnUpdateRestarted(t *testing.T) {
 // TASK_STARTING and TASK_KILLING (2.1.5 crashed on them) are heard: acknowledged, and nothing
 // else changes — the task stays its shard's running task, nothing is killed or relaunched.
 func TestStartingAndKillingUpdatesAreAcknowledgedAndChangeNothing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := newReplaceWorld(t, ctx, nil)
@@ -230,6 +233,7 @@ func TestStartingAndKillingUpdatesAreAcknowledgedAndChangeNothing(t *testing.T) 
 // launched: the running queue is read on the event loop, after the cycle. Read at once, it
 // held nothing of the job yet, and the relaunch ran until it reported RUNNING.
 func TestADisableDuringAnOfferCycleKillsWhatTheCycleLaunched(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 1, func(j *config.Job) { j.Failover = true })

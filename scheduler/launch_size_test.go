@@ -21,6 +21,7 @@ import (
 // every job queue a run). It goes in halves instead, and every job launches in one cycle.
 // The ends of those runs rewrite the ledgers too: their group commits stay under the limit.
 func TestWritesLargerThanOneZooKeeperRequestAreSplit(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const jobs = 400
@@ -82,6 +83,7 @@ func TestWritesLargerThanOneZooKeeperRequestAreSplit(t *testing.T) {
 // are set higher, --zk-jute-maxbuffer lets the leader launch a run of 10,000 shards in one
 // cycle and record their ends.
 func TestARunOfTenThousandShardsWhereJuteMaxBufferIsRaised(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const jute = 4 << 20

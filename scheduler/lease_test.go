@@ -16,6 +16,7 @@ import (
 // on getting LEASE, or a ZooKeeper member's hang would let their leases lapse, and their tasks
 // be killed and run again. A failed read keeps them too.
 func TestLeasesAreRenewedWhileTheReadOfTheRunningTasksIsHeldUp(t *testing.T) {
+	t.Parallel()
 	ld := testLeader(nil, nil)
 	ld.cfg.TaskLease = 400 * time.Millisecond // a renewal every 50 ms
 	ex := taskid.Executor{AppName: "app", AgentID: "S0"}

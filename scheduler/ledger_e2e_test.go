@@ -32,6 +32,7 @@ func ledgerKills() int {
 // (no gap, no overlap, in no snapshot), and the runs Mesos finished are exactly the ledger's:
 // each finished task is in one fired slot's entry, and each fired slot's every shard finished.
 func TestFireLedgerAcrossLeaderKills(t *testing.T) {
+	t.Parallel()
 	bin := buildSchedulerBinary(t)
 	s := newSystem(t, 2)
 	s.handOverToBinaries(t)

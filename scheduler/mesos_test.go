@@ -21,6 +21,7 @@ import (
 // test of a hung master, TestTheSchedulerLeavesAMasterThatNoLongerLeads, missed its 5 s this
 // way on a loaded machine.)
 func TestASubscriptionAtTheDetectedLeaderDoesNotFollowItsRedirects(t *testing.T) {
+	t.Parallel()
 	hung := statetest.HungServer(t) // the old master, SIGSTOPped
 
 	var asked atomic.Int32 // scheduler calls the new master has answered
@@ -75,6 +76,7 @@ func TestASubscriptionAtTheDetectedLeaderDoesNotFollowItsRedirects(t *testing.T)
 // When no master of a --mesos-url list answers, the error names each, on one line: it ends
 // the scheduler as its fatal start-up message (SPEC §2).
 func TestNoMasterOfAListAnswersOnOneLine(t *testing.T) {
+	t.Parallel()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg := Flags(fs)
 	if err := fs.Parse(nil); err != nil {

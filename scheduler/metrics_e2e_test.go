@@ -74,6 +74,7 @@ func value(fams map[string]*dto.MetricFamily, name string, labels ...string) flo
 // a triggered run held running, a triggered run whose job fails, and a triggered job too big
 // for the agent. The standby serves its own metrics.
 func TestMetricsAfterAKnownWorkload(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	addr := s.sched.cfg.HTTPAddr
 

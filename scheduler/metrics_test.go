@@ -8,6 +8,7 @@ import (
 // fireTimes keeps one cron time per queued run: the oldest of fires that merged into one run,
 // none for runs gone from the queue, and those written after the queue was read.
 func TestFireTimesFollowTheReadyCounts(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var f fireTimes

@@ -33,6 +33,7 @@ func getBody(t *testing.T, addr, path string) string {
 
 // The leader answers from its model: reading the API and /metrics costs ZooKeeper nothing.
 func TestLeaderReadsMakeNoZooKeeperRequest(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	addr := s.sched.cfg.HTTPAddr
 	s.register(s.scriptJob("quiet", 2, ""))
@@ -59,6 +60,7 @@ func TestLeaderReadsMakeNoZooKeeperRequest(t *testing.T) {
 // What an operator changes in ZooKeeper behind the scheduler's back (zkCli, an older tool)
 // reaches the leader's model within a second: a job's config and its disable marker.
 func TestOthersChangesReachTheLeaderWithinASecond(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1)
 	addr := s.sched.cfg.HTTPAddr
 	ctx := context.Background()
@@ -114,6 +116,7 @@ func (m stuckMesos) Close() error { return nil }
 // within a second of losing the leadership, even while its work is blocked in a call that does
 // not return.
 func TestReadyzStopsSayingLeaderOnceTheLeadershipEnds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		start func(t *testing.T) statetest.Env

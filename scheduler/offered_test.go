@@ -18,6 +18,7 @@ func scalar(name string, v float64, role string, reserved bool) mesos.Resource {
 // turn: a task sized against the sum of a reserved and an unreserved entry names a part of
 // each, with its own role and reservation, and never more of an entry than it holds.
 func TestResourcesAreTakenFromTheOfferedEntries(t *testing.T) {
+	t.Parallel()
 	offers := []mesos.Offer{
 		{Resources: []mesos.Resource{scalar("cpus", 1, "jobs", true), scalar("cpus", 7, "*", false), scalar("mem", 4096, "*", false),
 			{Name: "ports", Type: mesos.RANGES.Enum(), Ranges: &mesos.Value_Ranges{Range: []mesos.Value_Range{{Begin: 31000, End: 32000}}}}}},

@@ -14,6 +14,7 @@ import (
 // agents not yet back), and stops asking about each once Mesos has, or once it has left the
 // running queue.
 func TestReconciliationAsksAgainUntilEveryTaskIsHeardOf(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	asked := func() []string {
@@ -67,6 +68,7 @@ func TestReconciliationAsksAgainUntilEveryTaskIsHeardOf(t *testing.T) {
 // again; it was taken as heard before it was recorded, and the task stayed running in
 // ZooKeeper until the next periodic reconciliation (never, with --reconcile-interval 0).
 func TestAnAnswerNotRecordedIsAskedForAgain(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	w.ld.reconcileExplicit(ctx)

@@ -67,6 +67,7 @@ func (w replaceWorld) firstRun(t *testing.T, ctx context.Context, ld *leader) {
 // (The integration test of Replace lost its first run this way on a loaded machine: the trigger's
 // run was killed during its launch.)
 func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := newReplaceWorld(t, ctx, nil)
@@ -94,6 +95,7 @@ func TestAReplaceFireDoesNotKillItsOwnRun(t *testing.T) {
 // ZooKeeper is out of reach — is asked again on the loop's tick, not dropped: dropped, the new
 // fire would wait behind the old run as under Forbid, and a hung run would hold it for good.
 func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := newReplaceWorld(t, ctx, nil)
@@ -128,6 +130,7 @@ func TestAReplaceThatCannotBeDecidedIsAskedAgain(t *testing.T) {
 // leader finds it from the fire ledger when it subscribes: a queued run fired after the
 // running one launched replaces it, and one queued before it launched waits, as it would have.
 func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		afterLaunch bool // the second fire comes after the first run launched
@@ -168,6 +171,7 @@ func TestANewLeaderDoesAReplacementLeftUndone(t *testing.T) {
 // KILL) is not relaunched ahead of the new run, even for a failover job; one reported running
 // to the next leader, which never asked for its kill, is killed.
 func TestAReplacedRunsTaskIsNotRelaunchedHoweverItEnds(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := newReplaceWorld(t, ctx, func(j *config.Job) { j.Failover = true })

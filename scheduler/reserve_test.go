@@ -21,6 +21,7 @@ import (
 // every time. A run too large for any agent holds nothing, and does not keep the large run
 // from its turn.
 func TestARunLeftOutTooLongGetsAnAgentHeldForIt(t *testing.T) {
+	t.Parallel()
 	for _, reserveAfter := range []time.Duration{0, time.Nanosecond} {
 		t.Run(fmt.Sprint("reserve-after=", reserveAfter), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -115,6 +116,7 @@ func TestARunLeftOutTooLongGetsAnAgentHeldForIt(t *testing.T) {
 // shards unplaced the leader REVIVEs every reviveEvery, clearing the filters so that the next
 // allocation offers every agent at once; with nothing unplaced it does not.
 func TestTheLeaderRevivesWhileShardsAreLeftUnplaced(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2, func(j *config.Job) { j.CPUCount = 1 })
@@ -147,6 +149,7 @@ func TestTheLeaderRevivesWhileShardsAreLeftUnplaced(t *testing.T) {
 // alone — where it cannot fit by itself — or the small runs would take what each task's end
 // frees, one agent at a time, for ever.
 func TestAgentsHeldForARunStayHeldWhenOfferedAlone(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 13, 1, func(j *config.Job) {

@@ -9,6 +9,7 @@ import (
 // one lost soon after SUBSCRIBED backs off, doubling to 30 s, so that a master that takes the
 // framework and drops it again is not subscribed to (and reconciled with) in a tight loop.
 func TestResubscribeWait(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		lasted, backoff  time.Duration

@@ -120,6 +120,7 @@ func isLeader(t *testing.T, addr string) bool {
 }
 
 func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
+	t.Parallel()
 	a, b := leaderAndStandby(t)
 	if isLeader(t, b.cfg.HTTPAddr) {
 		t.Fatal("two leaders")
@@ -142,6 +143,7 @@ func TestOneLeaderAndStandbyRedirectsToIt(t *testing.T) {
 }
 
 func TestRunFailsWithOneLineWhenZooKeeperIsUnreachable(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, statetest.Env{Servers: []string{freeAddr(t)}, Namespace: "x"})
 	cfg.ZKConnectTimeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -153,6 +155,7 @@ func TestRunFailsWithOneLineWhenZooKeeperIsUnreachable(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
 	dir := t.TempDir()
 	secret, empty := filepath.Join(dir, "secret"), filepath.Join(dir, "empty")
@@ -230,6 +233,7 @@ func TestConfigValidation(t *testing.T) {
 // The default --executor-binary, beside the scheduler's binary, may be absent (apps whose
 // packages carry their executor never fetch it): a warning, not a refusal.
 func TestAMissingDefaultExecutorBinaryIsWarnedAbout(t *testing.T) {
+	t.Parallel()
 	c := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
 	if c.ExecutorBinary != defaultExecutor() {
 		t.Fatalf("the default --executor-binary is %q; want %q", c.ExecutorBinary, defaultExecutor())
@@ -246,6 +250,7 @@ func TestAMissingDefaultExecutorBinaryIsWarnedAbout(t *testing.T) {
 }
 
 func TestEventTraceFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want time.Duration
@@ -271,6 +276,7 @@ func TestEventTraceFlags(t *testing.T) {
 // An event trace database that does not answer at start-up does not keep the scheduler from
 // starting and leading (a history must not stop the jobs): the history answers 503 meanwhile.
 func TestRunStartsAndLeadsWhileTheEventTraceDatabaseIsDown(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, statetest.StartZooKeeper(t))
 	cfg.EventTraceDB = "sqlite://" + filepath.Join(t.TempDir(), "no-such-dir", "trace.db")
 	r := start(t, cfg)
@@ -286,6 +292,7 @@ func TestRunStartsAndLeadsWhileTheEventTraceDatabaseIsDown(t *testing.T) {
 }
 
 func TestRunFailsWithOneLineWhenMesosIsUnreachable(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, statetest.StartZooKeeper(t))
 	cfg.MesosURL = "http://" + freeAddr(t)
 	cfg.MesosStartupTimeout = time.Second
@@ -300,6 +307,7 @@ func TestRunFailsWithOneLineWhenMesosIsUnreachable(t *testing.T) {
 // With --mesos-url zk://… and no master published there, the start-up budget runs out with one
 // line that says so, and the ZooKeeper password of the URL is not in it.
 func TestRunFailsWithOneLineWhenNoMasterLeadsInZooKeeper(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	cfg := testConfig(t, env)
 	cfg.MesosURL = "zk://mesos:s3cret@" + strings.Join(env.Servers, ",") + "/" + env.Namespace + "-mesos"

@@ -63,6 +63,7 @@ func masterDoc(t *testing.T, executors map[string][]string, agents map[string]st
 }
 
 func TestSandboxesReadTheAgentsState(t *testing.T) {
+	t.Parallel()
 	s0 := fakeAgent(t, "agent-0.example", map[string]map[string]string{
 		"FW":    {"app@-@S0": "/w/slaves/S0/frameworks/FW/executors/app@-@S0/runs/r0", "other@-@S0": "/w/other"},
 		"OTHER": {"app@-@S0": "/w/not-ours"},
@@ -115,6 +116,7 @@ func TestSandboxesReadTheAgentsState(t *testing.T) {
 // 401 to a scheduler without credentials; with the framework's principal and secret, the
 // sandbox lookup and the end check read it.
 func TestAgentReadsCarryTheFrameworksCredentials(t *testing.T) {
+	t.Parallel()
 	const dir = "/w/slaves/S0/frameworks/FW/executors/app@-@S0/runs/r0"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if user, pass, ok := r.BasicAuth(); !ok || user != "ejcloud" || pass != "s3cret" {
@@ -180,6 +182,7 @@ func TestAgentReadsCarryTheFrameworksCredentials(t *testing.T) {
 // Agents are read over https when the master is (Mesos's SSL setting is the cluster's), over
 // http otherwise.
 func TestAgentsAreReadOverTheMastersScheme(t *testing.T) {
+	t.Parallel()
 	const dir = "/w/slaves/S0/frameworks/FW/executors/app@-@S0/runs/r0"
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"hostname": "agent-0.example", "frameworks": []any{map[string]any{

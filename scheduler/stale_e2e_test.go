@@ -14,6 +14,7 @@ import (
 // A running task whose agent says nothing for longer than --stale-task-threshold is counted
 // in ejcloud_tasks_stale until it speaks again (here: it finishes).
 func TestASilentTaskIsReportedStale(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1, func(c *Config) { c.StaleTaskThreshold = time.Second })
 	s.register(s.holdJob("quiet", 1, ""))
 	s.trigger("quiet")
@@ -33,6 +34,7 @@ func TestASilentTaskIsReportedStale(t *testing.T) {
 // ejcloud_tasks_stale is the leader's: an instance that no longer leads reports none, not the
 // count of its last term (an alert on it fired on a standby, and a sum counted tasks twice).
 func TestAFormerLeaderReportsNoStaleTasks(t *testing.T) {
+	t.Parallel()
 	s := newSystem(t, 1, func(c *Config) { c.StaleTaskThreshold = time.Second })
 	s.register(s.holdJob("quiet", 1, ""))
 	s.trigger("quiet")

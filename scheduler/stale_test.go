@@ -90,6 +90,7 @@ func (stream) Close() error { return nil }
 // node, but the quorum has expired its session and elected another instance. Its
 // confirmation, which only a quorum can answer, is refused; the other instance subscribes.
 func TestALeaderCutOffFromTheQuorumDoesNotSubscribe(t *testing.T) {
+	t.Parallel()
 	tm := statetest.Timing{Tick: 500 * time.Millisecond, InitLimit: 20, SyncLimit: 20} // the isolated member serves 10 s
 	e := statetest.StartPartitionableEnsemble(t, 3, tm)
 	x := (e.Leader() + 1) % 3 // a follower
@@ -162,6 +163,7 @@ func TestALeaderCutOffFromTheQuorumDoesNotSubscribe(t *testing.T) {
 // /readyz turns 503 when the Mesos stream ends, not once the event loop has handled what was
 // queued before the end (each event a ZooKeeper write, slow when ZooKeeper is).
 func TestReadyzFollowsTheStreamNotTheEventLoop(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	m := newDroppableMesos()
 	entered, release := make(chan struct{}, 1), make(chan struct{})

@@ -71,6 +71,7 @@ func aReadyRun(t *testing.T) (context.Context, *state.Store, string, *offerBook,
 // ACCEPT that failed while the stream lives on are declined (Mesos ignores the DECLINE of
 // offers it did take).
 func TestTheOffersOfAFailedAcceptAreDeclined(t *testing.T) {
+	t.Parallel()
 	ctx, _, _, book, ld := aReadyRun(t)
 	book.failAccept = true
 	offers := burstOffers(0)
@@ -87,6 +88,7 @@ func TestTheOffersOfAFailedAcceptAreDeclined(t *testing.T) {
 // (an OFFERS event queued before the end, taken before the loop saw it) writes nothing ahead
 // and calls nothing: the run stays ready for the next subscription's offers.
 func TestACycleOnTheOffersOfAnEndedStreamLaunchesNothing(t *testing.T) {
+	t.Parallel()
 	ctx, base, job, book, ld := aReadyRun(t)
 	ld.sub.end()
 	ld.cycle(ctx, burstOffers(0))
@@ -107,6 +109,7 @@ func TestACycleOnTheOffersOfAnEndedStreamLaunchesNothing(t *testing.T) {
 // too, whose run reconciliation would otherwise end as lost. The next subscription launches
 // them in the same run.
 func TestTasksWhoseLaunchWasNeverSentAreQueuedAgain(t *testing.T) {
+	t.Parallel()
 	ctx, base, job, book, ld := aReadyRun(t)
 	ld.inst.hooks.writtenAhead = func() { ld.sub.end() }
 	ld.cycle(ctx, burstOffers(0))
@@ -142,6 +145,7 @@ func TestTasksWhoseLaunchWasNeverSentAreQueuedAgain(t *testing.T) {
 // void since. endSession waits for the reader and empties the queue, recording the updates;
 // the next subscription gets a new queue, which a reader that would not stop cannot write to.
 func TestASessionsEndLeavesNoOffersForTheNext(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	book := &offerBook{}
@@ -177,6 +181,7 @@ func TestASessionsEndLeavesNoOffersForTheNext(t *testing.T) {
 // whose run was lost. A drop that may follow a run (an agent that no longer reports the task)
 // is a failure as before: no relaunch without failover.
 func TestATaskMesosDroppedBeforeItRanIsQueuedAgain(t *testing.T) {
+	t.Parallel()
 	ctx, base, job, _, ld := aReadyRun(t)
 	ld.cycle(ctx, burstOffers(0))
 	running, err := base.RunningOf(ctx, job)

@@ -29,6 +29,7 @@ import (
 )
 
 func TestTLSConfigValidation(t *testing.T) {
+	t.Parallel()
 	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
 	ca := testcert.NewCA(t, "ejcloud test CA")
 	cert, key := ca.Issue(t, "127.0.0.1", "localhost")
@@ -125,6 +126,7 @@ func fakeTLSMaster(t *testing.T, ca *testcert.CA) string {
 // the client that reads /master/state; without that CA the error says the certificate is not
 // trusted and names the flag, at once (mesos-go would retry it as a lost master for ≈ 40 s).
 func TestSubscribeToAnHTTPSMaster(t *testing.T) {
+	t.Parallel()
 	ca := testcert.NewCA(t, "ejcloud test CA")
 	master := fakeTLSMaster(t, ca)
 	config := func(t *testing.T, caFile string) *Config {
@@ -203,6 +205,7 @@ func (m *webuiMesos) seen() string {
 // With --tls-cert-file the API serves HTTPS only, the leader advertises an https:// webui_url
 // to Mesos, and a standby redirects to the leader's https:// URL.
 func TestHTTPSServerAndStandbyRedirect(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ca := testcert.NewCA(t, "ejcloud test CA")
 	cert, key := ca.Issue(t, "127.0.0.1")
@@ -261,6 +264,7 @@ func TestHTTPSServerAndStandbyRedirect(t *testing.T) {
 // --insecure-http lets the scheduler take credentials in clear beyond loopback, and says so in
 // the log; on loopback, or over HTTPS, nothing is said.
 func TestInsecureHTTPIsLogged(t *testing.T) {
+	t.Parallel()
 	base := testConfig(t, statetest.Env{Servers: []string{"127.0.0.1:1"}, Namespace: "x"})
 	for _, tc := range []struct {
 		name, addr string
@@ -295,6 +299,7 @@ type nopListener struct{ net.Listener }
 // the agents' fetcher among them, while /healthz says all is well); one about to expire is a
 // start-up warning.
 func TestTheServedCertificateMustBeValidNow(t *testing.T) {
+	t.Parallel()
 	pair := testcert.NewCA(t, "ejcloud test CA").Certificate(t, "127.0.0.1")
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
@@ -324,6 +329,7 @@ func TestTheServedCertificateMustBeValidNow(t *testing.T) {
 
 // A framework secret that would travel over plain HTTP is a start-up warning.
 func TestAMesosSecretOverPlainHTTPIsWarnedAbout(t *testing.T) {
+	t.Parallel()
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
 	for _, tc := range []struct {

@@ -24,6 +24,7 @@ import (
 // What the leader writes for each recorded update: a status trace, the execution event of its
 // data, and the task result it counts for.
 func TestTracerRecordsUpdates(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
 	if err != nil {
@@ -110,6 +111,7 @@ func sqliteTracer(t *testing.T) *tracer {
 // last trace said are not traced (two rows per running task every --reconcile-interval); an
 // answer that differs is, and so is a new term's first view of each task.
 func TestAReconciliationAnswerThatRepeatsATasksStateIsNotTraced(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tr := sqliteTracer(t)
 	tid := "job@-@0@-@READY@-@S1@-@u1"
@@ -151,6 +153,7 @@ func TestAReconciliationAnswerThatRepeatsATasksStateIsNotTraced(t *testing.T) {
 // A DAEMON run counts once in the task results however often its COMPLETE comes: the agent
 // sends an update again until it is acknowledged, and the run's BEGIN is what starts the next.
 func TestADaemonRunCountsOnce(t *testing.T) {
+	t.Parallel()
 	w, tr := newTracedGroupWorld(t)
 	ctx := context.Background()
 	say := func(msg, uuid string) mesos.TaskStatus {
@@ -179,6 +182,7 @@ func TestADaemonRunCountsOnce(t *testing.T) {
 // starts from none, so that a process that leads again, maybe days later, does not write what
 // it counted before into its first rows.
 func TestTraceTermsWriteTheirResultsAndStartAfresh(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	dsn := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
@@ -238,6 +242,7 @@ func TestTraceTermsWriteTheirResultsAndStartAfresh(t *testing.T) {
 // The writer's counts of events written, dropped (a full queue, or after its close) and
 // failed are Prometheus counters.
 func TestTraceWriterCountsAreMetrics(t *testing.T) {
+	t.Parallel()
 	w, tr := newTracedGroupWorld(t)
 	inst := w.ld.inst
 	inst.store = w.ld.store
@@ -267,6 +272,7 @@ func TestTraceWriterCountsAreMetrics(t *testing.T) {
 // update, and the trace must not show it staging for good. It is no task result: the shard
 // launches again.
 func TestATaskWhoseLaunchWasNeverSentIsTracedDropped(t *testing.T) {
+	t.Parallel()
 	ctx, _, _, _, ld := aReadyRun(t)
 	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
 	if err != nil {
@@ -308,6 +314,7 @@ func TestATaskWhoseLaunchWasNeverSentIsTracedDropped(t *testing.T) {
 // (a history must not stop the jobs): the events wait, the history answers an error, and once
 // the database answers its tables are made and the events written.
 func TestTheTraceStartsWhileItsDatabaseIsDown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "not-yet") // SQLite cannot open a file in a directory that is not there
 	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(dir, "t.db")}, quietLog())
@@ -348,6 +355,7 @@ func TestTheTraceStartsWhileItsDatabaseIsDown(t *testing.T) {
 // A term begins by closing the executions left open by tasks that no longer run (their ends
 // were lost with an earlier leader's queue), and leaves those of the running tasks open.
 func TestATermClosesTheExecutionsOfTasksThatNoLongerRun(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	tr, err := openTracer(ctx, Config{EventTraceDB: "sqlite://" + filepath.Join(t.TempDir(), "t.db")}, quietLog())
@@ -391,6 +399,7 @@ func TestATermClosesTheExecutionsOfTasksThatNoLongerRun(t *testing.T) {
 // gap); an update without a timestamp, or with one ahead of the scheduler's clock, at the
 // time it is recorded.
 func TestARunEndedByItsTasksUpdateEndsWhenTheUpdateSays(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	stamped := func(at time.Time) mesos.TaskStatus {
 		ts := float64(at.UnixNano()) / float64(time.Second)

@@ -14,6 +14,7 @@ import (
 // (409: a fire of a disabled job does nothing, and the run would otherwise start the moment
 // the job is enabled), and a full ready queue (503, SPEC §4).
 func TestATriggerThatCannotQueueIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		prepare func(ctx context.Context, base *state.Store, jobs []string) error

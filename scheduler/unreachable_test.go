@@ -34,6 +34,7 @@ func fromMaster(id taskid.ID, s mesos.TaskState, reason mesos.TaskStatus_Reason)
 // scheduler); not the reconciliation's TASK_GONE of the finished task, nor its TASK_UNREACHABLE
 // of the other.
 func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
+	t.Parallel()
 	w, tr := newTracedGroupWorld(t)
 	ctx := context.Background()
 	w.ld.cfg.UnreachableTimeout = 0 // every unreachable task is past it
@@ -95,6 +96,7 @@ func TestAnUnreachableTaskIsLostOnlyOnceMesosConfirmsIt(t *testing.T) {
 // minutes into a partition asks about the task at once, and one that ends as lost forgets it
 // (its DAEMON heartbeat state among the rest).
 func TestTheUnreachableTimeoutCountsFromMesossUnreachableTime(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	w.ld.cfg.UnreachableTimeout = 15 * time.Minute
@@ -142,6 +144,7 @@ func newTracedGroupWorld(t *testing.T) (*groupWorld, *tracer) {
 // A task lost at its unreachable timeout whose end was recorded meanwhile (its running node
 // gone) was not lost: no TASK_LOST is counted for it.
 func TestATaskEndedMeanwhileIsNotCountedLost(t *testing.T) {
+	t.Parallel()
 	w := newGroupWorld(t)
 	ctx := context.Background()
 	if _, err := w.other.EndTask(ctx, w.tasks[0], state.NoFollowUp); err != nil {

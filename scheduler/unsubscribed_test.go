@@ -20,6 +20,7 @@ import (
 // disabled job is killed when Mesos speaks of it, as the reconciliation after every
 // subscription makes it do, so that a kill lost with a leader is made anyway.
 func TestOperationsBetweenSubscriptions(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2)
@@ -87,6 +88,7 @@ func TestOperationsBetweenSubscriptions(t *testing.T) {
 // Offers read before the stream ended are not used: Mesos rescinded them with the stream, so
 // a launch on them would be recorded running and then refused, its run lost.
 func TestOffersOfAnEndedStreamAreNotUsed(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2)
@@ -114,6 +116,7 @@ func TestOffersOfAnEndedStreamAreNotUsed(t *testing.T) {
 // The offer cycle drops the failover entries of shards beyond a job's lowered
 // shardingTotalCount (an update made them), rather than leave them queued for ever.
 func TestTheCycleDropsTheShardsBeyondALoweredTotal(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base, jobs := burstJobs(t, ctx, 1, 2)

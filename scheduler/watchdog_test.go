@@ -54,6 +54,7 @@ func (w *wire) isClosed() bool {
 // events waiting that it has not taken, is not the master's silence. Before, a loop stalled
 // for five intervals (a slow ZooKeeper) closed a healthy stream and subscribed again.
 func TestTheWatchdogCountsTheMastersSilenceOnly(t *testing.T) {
+	t.Parallel()
 	const hb = 10 * time.Millisecond
 	heartbeat := scheduler.Event{Type: scheduler.Event_HEARTBEAT}
 	for _, tc := range []struct {

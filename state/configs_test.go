@@ -19,6 +19,7 @@ import (
 )
 
 func TestConcurrentRegistrationsOfOneJobGiveOneSuccess(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -57,6 +58,7 @@ func TestConcurrentRegistrationsOfOneJobGiveOneSuccess(t *testing.T) {
 }
 
 func TestConcurrentAppCreatesGiveOneSuccess(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	errs := make(chan error, 2)
@@ -70,6 +72,7 @@ func TestConcurrentAppCreatesGiveOneSuccess(t *testing.T) {
 }
 
 func TestCreateJobNeedsItsApp(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	err := s.CreateJob(ctx, testJob("job", "missing"))
@@ -81,6 +84,7 @@ func TestCreateJobNeedsItsApp(t *testing.T) {
 }
 
 func TestAppLifecycle(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("b")), "CreateApp b")
@@ -107,6 +111,7 @@ func TestAppLifecycle(t *testing.T) {
 // job TRANSIENT drops it with the change, else it became a TRANSIENT run nobody asked for. A
 // TRANSIENT job's queued runs stay through an update.
 func TestAnUpdateFromDaemonDropsItsReadyEntry(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -133,6 +138,7 @@ func TestAnUpdateFromDaemonDropsItsReadyEntry(t *testing.T) {
 // An update clears the job's stop mark in its own multi: a second write, failing, answered the
 // operator with an error for an update that was made, and left the job stopped.
 func TestAnUpdateClearsTheStopMarkWithTheConfig(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -155,6 +161,7 @@ func TestAnUpdateClearsTheStopMarkWithTheConfig(t *testing.T) {
 }
 
 func TestUpdateJobReturnsThePreviousConfig(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -182,6 +189,7 @@ func TestUpdateJobReturnsThePreviousConfig(t *testing.T) {
 }
 
 func TestDeleteAppRemovesItsJobsAndTheirQueueEntries(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -220,6 +228,7 @@ func TestDeleteAppRemovesItsJobsAndTheirQueueEntries(t *testing.T) {
 }
 
 func TestDeleteJobLeavesRunningNodesForTheKills(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -247,6 +256,7 @@ func TestDeleteJobLeavesRunningNodesForTheKills(t *testing.T) {
 
 // JobsNamed returns the named jobs that exist, and leaves out the ones that do not.
 func TestJobsNamed(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	if err := s.CreateApp(ctx, testApp("app")); err != nil {
@@ -286,6 +296,7 @@ func TestJobsNamed(t *testing.T) {
 // job whose app is gone. (DeleteApp reads the app's jobs before its multi; a mere check of
 // the app in the job's create let a job written in between outlive the app.)
 func TestAJobRegisteredDuringItsAppsDeletionNeverOutlivesIt(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	s, other := open(t, env), open(t, env)
 	ctx := ctxT(t)
@@ -311,6 +322,7 @@ func TestAJobRegisteredDuringItsAppsDeletionNeverOutlivesIt(t *testing.T) {
 // A failover entry a launch takes between a deletion's reads and its multi makes the deletion
 // read again, not answer that the job does not exist.
 func TestDeleteJobReadsAgainWhenALaunchTakesAFailoverEntry(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -346,6 +358,7 @@ func TestDeleteJobReadsAgainWhenALaunchTakesAFailoverEntry(t *testing.T) {
 // registered again under the name begins enabled, not stopped, and without the old ledger (it
 // would catch up from the old job's last slot). Before, the node was left behind.
 func TestDeleteJobLeavesNothingWrittenMeanwhile(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -396,6 +409,7 @@ func TestDeleteJobLeavesNothingWrittenMeanwhile(t *testing.T) {
 // and update, naming shardingTotalCount and how many would fit: its runs would never launch.
 // One that fits is written, and its whole launch is one multi.
 func TestAJobTooLargeToLaunchInOneWriteIsRefused(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -435,6 +449,7 @@ func TestAJobTooLargeToLaunchInOneWriteIsRefused(t *testing.T) {
 // (-Djute.maxbuffer), a Store told so (--zk-jute-maxbuffer) registers and launches them all,
 // through the leader's model too; one not told so still refuses the job.
 func TestTenThousandShardsLaunchWhereJuteMaxBufferIsRaised(t *testing.T) {
+	t.Parallel()
 	const jute = 4 << 20
 	srv := statetest.StartDedicated(t, fmt.Sprintf("jute.maxbuffer=%d", jute))
 	env := statetest.Env{Servers: []string{srv.Addr}, Namespace: "big"}
@@ -474,6 +489,7 @@ func TestTenThousandShardsLaunchWhereJuteMaxBufferIsRaised(t *testing.T) {
 }
 
 func TestJuteMaxBufferOutOfBoundsIsRefused(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	for _, n := range []int{-1, 1, state.DefaultJuteMaxBuffer - 1, state.MostJuteMaxBuffer + 1} {
 		cfg := state.Config{Servers: env.Servers, Namespace: env.Namespace, JuteMaxBuffer: n}
@@ -490,6 +506,7 @@ func TestJuteMaxBufferOutOfBoundsIsRefused(t *testing.T) {
 // leaves its state behind; registered again under its name, it begins afresh: not disabled,
 // nothing queued, no ledger to catch up from.
 func TestAJobRegisteredAgainAfterAnOutsideDeleteBeginsAfresh(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	s := open(t, env)
 	ctx := ctxT(t)

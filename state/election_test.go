@@ -55,6 +55,7 @@ func awaitLeader(t *testing.T, ch <-chan *state.Leadership, within time.Duration
 }
 
 func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
 	ctx := ctxT(t)
@@ -92,6 +93,7 @@ func TestSecondCandidateLeadsWithinOneSessionTimeoutOfTheFirstSessionEnding(t *t
 // maxSessionTimeout): the server expires the session after the one it gave, so a leadership
 // that counted the one asked for would outlive its session by the difference, a minute here.
 func TestALeadershipEndsAfterTheSessionTimeoutTheServerGave(t *testing.T) {
+	t.Parallel()
 	const given = 2 * time.Second
 	srv := statetest.StartDedicatedConfig(t, fmt.Sprintf("maxSessionTimeout=%d", given.Milliseconds()))
 	a := open(t, statetest.Env{Servers: []string{srv.Addr}, Namespace: "given"}, func(c *state.Config) { c.SessionTimeout = time.Minute })
@@ -108,6 +110,7 @@ func TestALeadershipEndsAfterTheSessionTimeoutTheServerGave(t *testing.T) {
 }
 
 func TestDeposedLeaderWhoseSessionExpiredIsFenced(t *testing.T) {
+	t.Parallel()
 	// Its connections cut, a's client notices at once; its requests dropped (a silent
 	// partition), only after two thirds of a session timeout without an answer. a gives up
 	// its leadership a session timeout after it noticed; a silent partition may let b lead
@@ -174,6 +177,7 @@ func deposedLeaderIsFenced(t *testing.T, partition func(*statetest.Proxy), gives
 }
 
 func TestDeposedLeaderWhoseNodeWasDeletedIsFenced(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
 	ctx := ctxT(t)
@@ -204,6 +208,7 @@ func TestDeposedLeaderWhoseNodeWasDeletedIsFenced(t *testing.T) {
 // every write is refused. It must know it is no longer the leader, so that it campaigns again
 // (and leads on a fresh fence) instead of leading on, stuck, with every write refused.
 func TestALeaderRefusedByItsFenceLosesTheLeadership(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	raw, _, err := zk.Connect(env.Servers, sessionTimeout, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	must(t, err, "zk.Connect")
@@ -259,6 +264,7 @@ func TestALeaderRefusedByItsFenceLosesTheLeadership(t *testing.T) {
 }
 
 func TestCampaignStopsWithItsContext(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a, b := open(t, env, withTimeout), open(t, env, withTimeout)
 	ctx := ctxT(t)
@@ -299,6 +305,7 @@ func (quiet) Printf(string, ...any) {}
 // ours, and says ErrNotLeader the moment the node is gone — even before the Leadership's own
 // watch has noticed, which is what keeps a leader from acting on Mesos on a stale word.
 func TestConfirmChecksTheElectionNodeWithTheQuorum(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a := open(t, env, withTimeout)
 	ctx := ctxT(t)
@@ -346,6 +353,7 @@ func TestACandidateDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
 // a connection down for longer than the one asked for, and shorter than the one given, is
 // waited out, the session and its leadership living on, not reported unavailable.
 func TestAwaitSessionWaitsForTheSessionTimeoutTheServerGave(t *testing.T) {
+	t.Parallel()
 	srv := statetest.StartDedicatedConfig(t, "minSessionTimeout=8000")
 	proxy := statetest.NewProxy(t, srv.Addr)
 	a := open(t, statetest.Env{Servers: []string{proxy.Addr}, Namespace: "given"}, func(c *state.Config) { c.SessionTimeout = 2 * time.Second })

@@ -16,6 +16,7 @@ import (
 // A read made at the very moment of the kill is made again once the client has reconnected; a
 // write outside a leader's model may still fail with ErrUnavailable, for its outcome is unknown.
 func TestAStoreSurvivesTheKillOfItsMember(t *testing.T) {
+	t.Parallel()
 	const timeout = 3 * time.Second
 	e := statetest.StartEnsemble(t, 3)
 	s := open(t, statetest.Env{Servers: e.Servers(), Namespace: "ensemble"}, func(c *state.Config) { c.SessionTimeout = timeout })
@@ -53,6 +54,7 @@ func TestAStoreSurvivesTheKillOfItsMember(t *testing.T) {
 // a network partition does, so it goes on serving its clients from its stale state until its
 // own timeout, 10 s here.)
 func TestAServerCutOffFromTheQuorumConfirmsNoLeadership(t *testing.T) {
+	t.Parallel()
 	tm := statetest.Timing{Tick: 500 * time.Millisecond, InitLimit: 20, SyncLimit: 20}
 	e := statetest.StartPartitionableEnsemble(t, 3, tm)
 	ctx := ctxT(t)

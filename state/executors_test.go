@@ -8,6 +8,7 @@ import (
 // The ExecutorInfos a leader records come back to the next; a record is replaced by a later
 // one of the same executor and goes once forgotten.
 func TestExecutorsAreRecordedAndForgotten(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.SaveExecutors(ctx, map[string][]byte{"app@-@S0": []byte("a0"), "app@-@S1": []byte("a1")}), "SaveExecutors")

@@ -50,6 +50,7 @@ func isExists(err error) bool { return errors.Is(err, state.ErrExists) }
 // The ready count and the ledger move together: without Accumulate a fire that finds a run
 // queued merges into it; with it every fire is a run; the last slot moves with the write.
 func TestRecordFiresWritesTheReadyCountAndTheLedgerTogether(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -88,6 +89,7 @@ func TestRecordFiresWritesTheReadyCountAndTheLedgerTogether(t *testing.T) {
 // the change with the new cron and its time (From), which never moves Last: Last stays a real
 // slot, and a new leader resumes from the change.
 func TestRecordFiresRecordsACronChange(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -114,6 +116,7 @@ func TestRecordFiresRecordsACronChange(t *testing.T) {
 
 // A ledger written before From existed reads as one whose cron never changed.
 func TestALedgerWithoutFromResumesFromItsLast(t *testing.T) {
+	t.Parallel()
 	var l state.Ledger
 	if err := json.Unmarshal([]byte(`{"cron":"*/2 * * * * ?","zone":"UTC","last":"2026-11-24T10:00:00Z","fires":[]}`), &l); err != nil {
 		t.Fatal(err)
@@ -129,6 +132,7 @@ func TestALedgerWithoutFromResumesFromItsLast(t *testing.T) {
 // A deleted job's fires are refused (its ledger and ready entry went with it), and deleting a
 // job removes its ledger.
 func TestRecordFiresOfADeletedJob(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	_, err := s.RecordFires(ctx, "ghost", state.Fires{Last: slot0, Entries: []state.FireEntry{fired(0)}})
@@ -147,6 +151,7 @@ func TestRecordFiresOfADeletedJob(t *testing.T) {
 
 // A full ready root refuses the run: the slot is recorded as skipped, with the reason.
 func TestRecordFiresIntoAFullReadyQueue(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -163,6 +168,7 @@ func TestRecordFiresIntoAFullReadyQueue(t *testing.T) {
 
 // With Refuse (an operator's trigger), a full ready root fails the write and nothing is written.
 func TestRecordFiresRefusedByAFullReadyQueue(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -182,6 +188,7 @@ func TestRecordFiresRefusedByAFullReadyQueue(t *testing.T) {
 // The launch's multi writes the task ids into the ledger: a READY launch to the oldest fired
 // slot the ready count still holds, a FAILOVER relaunch to the entry of the task it replaces.
 func TestRecordLaunchWritesTheTaskIDsIntoTheLedger(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -237,6 +244,7 @@ func TestRecordLaunchWritesTheTaskIDsIntoTheLedger(t *testing.T) {
 
 // The ledger keeps the latest LedgerKeep entries.
 func TestTheLedgerIsBounded(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -260,6 +268,7 @@ func TestTheLedgerIsBounded(t *testing.T) {
 // rest against its own slot (not the first kept entry taking the first launch, and the last
 // launches finding none).
 func TestLaunchesOfRunsTheLedgerNoLongerKeepsAreRecordedAgainstNone(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -296,6 +305,7 @@ func TestLaunchesOfRunsTheLedgerNoLongerKeepsAreRecordedAgainstNone(t *testing.T
 // NextRun: the oldest of the latest count unlaunched fired entries; none when the queue holds
 // more runs than the ledger has such entries (their entries were dropped) or none at all.
 func TestNextRun(t *testing.T) {
+	t.Parallel()
 	launched := func(sec int) state.FireEntry { e := fired(sec); e.Launched = slot0; return e }
 	merged := state.FireEntry{Slot: slot0, Count: 1, Outcome: state.OutcomeMerged}
 	for _, tc := range []struct {
@@ -336,6 +346,7 @@ func launchedRun(t *testing.T, s *state.Store) (a, b taskid.ID) {
 // A run's entry records when its last shard ended; a run whose shards still run or wait for a
 // relaunch has not ended.
 func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	a, b := launchedRun(t, s)
@@ -364,6 +375,7 @@ func TestTheLedgerRecordsTheEndOfARun(t *testing.T) {
 // with the reason, and ended when none of its shards runs: nothing else would end it. With a
 // shard still running, it ends when that shard does.
 func TestARunGivenUpWhileItsShardsWaitIsFailedAndEnded(t *testing.T) {
+	t.Parallel()
 	for _, stillRunning := range []bool{false, true} {
 		t.Run(fmt.Sprintf("a shard still running: %v", stillRunning), func(t *testing.T) {
 			s := newStore(t)
@@ -396,6 +408,7 @@ func TestARunGivenUpWhileItsShardsWaitIsFailedAndEnded(t *testing.T) {
 // (misfirePolicy fireAll) adds its run: each missed slot is one run, and the slot on time after
 // them merges as any would.
 func TestACatchUpEntryAddsARunWithoutAccumulate(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -414,6 +427,7 @@ func TestACatchUpEntryAddsARunWithoutAccumulate(t *testing.T) {
 
 // A queued run skipped (its dependency failed) leaves the ready queue and the ledger says why.
 func TestSkipQueuedRun(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -437,6 +451,7 @@ func TestSkipQueuedRun(t *testing.T) {
 // shards, each task in a node of its own; each failed task is its own failover entry, and each
 // run ends in the ledger with the last of its own tasks, whatever the other run does.
 func TestOverlappingRunsOfTheSameShards(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -510,6 +525,7 @@ func TestOverlappingRunsOfTheSameShards(t *testing.T) {
 // the other run does. (Before run ids, the failure marked the run launched last, and neither
 // run ended before the other's tasks had all ended.)
 func TestOverlappingRunsOfManyShardsAreToldApartByTheirRun(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -581,6 +597,7 @@ func TestOverlappingRunsOfManyShardsAreToldApartByTheirRun(t *testing.T) {
 // (from when, the new cron and zone; last stays the old cron's); one that does not leaves the
 // ledger alone, as does a change of a job without a ledger.
 func TestUpdateJobFromRecordsACronChangeWithTheConfig(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -617,6 +634,7 @@ func TestUpdateJobFromRecordsACronChangeWithTheConfig(t *testing.T) {
 // app is disabled: the disable may have come after the caller's check, and dropped the ready
 // entry the run would join. Enabled again, the same write queues the run.
 func TestRecordFiresWithTheAppRequiresTheJobEnabled(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -662,6 +680,7 @@ func TestRecordFiresWithTheAppRequiresTheJobEnabled(t *testing.T) {
 // retries, and their run fails, and ends once nothing else of the job runs or waits: jobs that
 // depend on it must not wait for a run that can never end.
 func TestDropBeyondFailsAndEndsTheRunOfTheDroppedShards(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	a, b := launchedRun(t, s) // shards 0 and 1 of a job of 3
@@ -690,6 +709,7 @@ func TestDropBeyondFailsAndEndsTheRunOfTheDroppedShards(t *testing.T) {
 
 // A shard whose relaunch the full failover queue refused is not relaunched: its run fails.
 func TestAShardTheFullFailoverQueueRefusesFailsItsRun(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
 	ctx := ctxT(t)
 	a, b := launchedRun(t, s)
@@ -712,6 +732,7 @@ func TestAShardTheFullFailoverQueueRefusesFailsItsRun(t *testing.T) {
 // A write of slots the ledger has handled already (its reply was lost and it is tried again)
 // writes nothing, and answers what the first write recorded: a slot is handled once.
 func TestRecordFiresOfSlotsAlreadyHandledWritesNothing(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")

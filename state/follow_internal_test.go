@@ -9,6 +9,7 @@ import (
 // after the next one (in the same process) loaded its model must leave the next one's watcher
 // in place: cleared, the next term's model would never again see what others change.
 func TestAnEndedTermsFollowLeavesTheNextTermsWatcher(t *testing.T) {
+	t.Parallel()
 	s := &Store{shared: &shared{}, mv: &mirrorView{m: &mirror{}}}
 	follow := func(wf *watchFunc, between func()) {
 		ctx, cancel := context.WithCancel(context.Background())

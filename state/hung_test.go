@@ -13,6 +13,7 @@ import (
 // timeout (here 1 s), not go-zookeeper's handshake deadline of 20 s: with two hung members
 // listed beside a live one, a 3 s session connects within 10 s whatever the order.
 func TestAHungMemberCostsABoundedHandshake(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	servers := []string{statetest.HungServer(t), statetest.HungServer(t), env.Servers[0]}
 	for attempt := range 3 { // the client shuffles the list: try a few orders

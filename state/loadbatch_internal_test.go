@@ -5,6 +5,7 @@ import "testing"
 // A batch's reply, at twice the nodes' data size, stays within the budget, and the batches of
 // a directory are even.
 func TestBatchSizeKeepsTheReplyWithinTheBudget(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		count int
 		data  int64

@@ -15,6 +15,7 @@ import (
 // the first's node for its own and held the latch with it, and the first's release let other
 // sessions in while the second was still inside.
 func TestALatchExcludesTheGoroutinesOfOneSession(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a, b := dialTree(t, env), dialTree(t, env)
 	ctx := ctxT(t)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestParseMesosZK(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in      string
 		want    MesosZK
@@ -40,6 +41,7 @@ func TestParseMesosZK(t *testing.T) {
 }
 
 func TestParseMasterInfo(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, json, want, wantErr string
 	}{
@@ -64,6 +66,7 @@ func TestParseMasterInfo(t *testing.T) {
 }
 
 func TestLowestMasterNode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		children []string
 		want     string

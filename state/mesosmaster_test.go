@@ -17,6 +17,7 @@ func masterJSON(id string, port int) []byte {
 // TestMasterDetectionFollowsTheLowestSequence: the leader is the json.info_ node with the
 // lowest sequence; when it goes, the next one leads, and detectors see it through their watches.
 func TestMasterDetectionFollowsTheLowestSequence(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	log := newLogger()
@@ -78,6 +79,7 @@ func TestMasterDetectionFollowsTheLowestSequence(t *testing.T) {
 // TestContendRefusesAnUnreadableMasterInfo: a node the detectors could not follow is never
 // published.
 func TestContendRefusesAnUnreadableMasterInfo(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	u := state.MesosZK{Servers: env.Servers, Path: "/" + env.Namespace + "/mesos"}
 	if c, err := state.ContendMesosMaster(ctxT(t), u, []byte(`{"id":"x"}`), 5*time.Second, newLogger()); err == nil {

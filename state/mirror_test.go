@@ -32,6 +32,7 @@ func mirrored(t *testing.T, env statetest.Env, onChange func(state.Change)) (oth
 }
 
 func TestMirrorServesReadsWithoutZooKeeper(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other := openPlain(t, env)
@@ -62,6 +63,7 @@ func TestMirrorServesReadsWithoutZooKeeper(t *testing.T) {
 }
 
 func TestMirrorFollowsOthersChangesToConfigsAndMarkers(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	changes := make(chan state.Change, 100)
@@ -100,6 +102,7 @@ func TestMirrorFollowsOthersChangesToConfigsAndMarkers(t *testing.T) {
 // A queue node changed by someone else is not watched: the write built on the model's old
 // copy is refused, the node read again, and the retry builds on what ZooKeeper holds.
 func TestMirrorWriteOnAStaleNodeIsRetriedOnWhatZooKeeperHolds(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other, m := mirrored(t, env, nil)
@@ -118,6 +121,7 @@ func TestMirrorWriteOnAStaleNodeIsRetriedOnWhatZooKeeperHolds(t *testing.T) {
 // being written must not make the fire look like one of a deleted job (the producer drops
 // those slots; a CI run lost seven fires so when a hung ZooKeeper member let both wait).
 func TestAWriteOnANodeGoneSinceItsReadIsAConflict(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other, m := mirrored(t, env, nil)
@@ -137,6 +141,7 @@ func TestAWriteOnANodeGoneSinceItsReadIsAConflict(t *testing.T) {
 }
 
 func TestGroupCommitWritesManyOperationsInOneMulti(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other, m := mirrored(t, env, nil)
@@ -183,6 +188,7 @@ func TestGroupCommitWritesManyOperationsInOneMulti(t *testing.T) {
 }
 
 func TestRefusedGroupChangesNothing(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other, m := mirrored(t, env, nil)
@@ -218,6 +224,7 @@ func TestRefusedGroupChangesNothing(t *testing.T) {
 // A multi whose answer is lost with the connection may or may not have been applied: the
 // model reads its nodes again before it answers the next read.
 func TestMirrorReadsAgainWhatAWriteWithoutAnswerMayHaveChanged(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	proxy := statetest.NewProxy(t, env.Servers[0])
 	ctx := ctxT(t)
@@ -318,6 +325,7 @@ func TestAWriteWithoutAnswerReadsAgainItsParentsListNotAllBelowIt(t *testing.T) 
 // The load reads the queues over extra sessions: with digest authentication they must
 // authenticate too, or the creator-only ACLs refuse them.
 func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	digest := func(c *state.Config) { c.Digest = "ejcloud:secret" }
@@ -345,6 +353,7 @@ func TestMirrorLoadsQueuesUnderDigestACLs(t *testing.T) {
 // ErrTooLarge, nothing written, and the connection kept. One just under the limit is taken,
 // so the Store does not count a multi short.
 func TestAMultiTooLargeForZooKeeperIsNotSent(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	other, m := mirrored(t, env, nil)
@@ -413,6 +422,7 @@ func TestMirrorReadsEverythingAgainAfterLostEvents(t *testing.T) {
 // 2.1.5) is closed to other clients when a Store with a digest connects to it: every node gets
 // the creator-only ACL, not only the nodes created from then on.
 func TestADigestClosesANamespaceWrittenWithoutOne(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	ctx := ctxT(t)
 	open := openPlain(t, env)

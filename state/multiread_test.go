@@ -44,6 +44,7 @@ func rawConn(t *testing.T, env statetest.Env, maxBuffer int, events func(zk.Even
 }
 
 func TestMultiReadAnswersEachOp(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	conn, root := rawConn(t, env, 0, nil)
 	for _, n := range []string{"a", "b", "b/x", "b/y"} {
@@ -79,6 +80,7 @@ func TestMultiReadAnswersEachOp(t *testing.T) {
 // A reply over the client's buffer limit (ZooKeeper's jute.maxbuffer, 1 MB, is the usual one)
 // fails that request alone: the connection stays, and the caller reads fewer nodes at a time.
 func TestMultiReadReplyTooLarge(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	const juteMaxBuffer = 0xfffff
 	var disconnects atomic.Int32

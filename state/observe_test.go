@@ -15,6 +15,7 @@ import (
 // latency histogram counts exactly the round trips the store makes: through a plain store,
 // through the leader's model (its load, its watches and its writes) and the election.
 func TestObserveOpSeesEveryRequest(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	seen := map[string]int{}
 	s := openPlain(t, statetest.StartZooKeeper(t), func(c *state.Config) {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestHasPendingWork(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	if p, err := s.HasPendingWork(ctx); err != nil || p {

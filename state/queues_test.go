@@ -10,6 +10,7 @@ import (
 )
 
 func TestConcurrentMisfireIncrementsAreNeverLost(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	const n = 100
@@ -32,6 +33,7 @@ func TestConcurrentMisfireIncrementsAreNeverLost(t *testing.T) {
 }
 
 func TestAddReadyWithoutMisfireSetsOne(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	for range 3 {
@@ -53,6 +55,7 @@ func TestAddReadyWithoutMisfireSetsOne(t *testing.T) {
 }
 
 func TestQueueSizeLimitRefusesAndReports(t *testing.T) {
+	t.Parallel()
 	log := newLogger()
 	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 2; c.Logger = log.Logger })
 	ctx := ctxT(t)
@@ -89,6 +92,7 @@ func TestQueueSizeLimitRefusesAndReports(t *testing.T) {
 }
 
 func TestRecordLaunchWritesAheadInOneMulti(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.AddReady(ctx, "twice", true), "AddReady")
@@ -132,6 +136,7 @@ func TestRecordLaunchWritesAheadInOneMulti(t *testing.T) {
 }
 
 func TestRecordLaunchWithAStaleVersionChangesNothing(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.AddReady(ctx, "job", true), "AddReady")
@@ -169,6 +174,7 @@ func TestRecordLaunchWithAStaleVersionChangesNothing(t *testing.T) {
 // kills read the running tasks when it is written, before this launch, and would miss its
 // tasks, which would run the replaced config for good (a DAEMON's old script or cron).
 func TestRecordLaunchRefusesAConfigReplacedSinceItsPlan(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -205,6 +211,7 @@ func TestRecordLaunchRefusesAConfigReplacedSinceItsPlan(t *testing.T) {
 }
 
 func TestRecordLaunchRefusesAShardThatIsRunning(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	first := taskid.New(taskid.Meta{JobName: "job", Item: 0}, taskid.Ready, "S0")
@@ -227,6 +234,7 @@ func TestRecordLaunchRefusesAShardThatIsRunning(t *testing.T) {
 }
 
 func TestEndTask(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	launch := func(job string, item int) taskid.ID {
@@ -296,6 +304,7 @@ func TestEndTask(t *testing.T) {
 }
 
 func TestEndTaskStillRemovesTheTaskWhenTheFailoverQueueIsFull(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, func(c *state.Config) { c.QueueSizeLimit = 1 })
 	ctx := ctxT(t)
 	_, err := s.AddFailover(ctx, taskid.New(taskid.Meta{JobName: "other", Item: 0}, taskid.Ready, "S0"))
@@ -310,6 +319,7 @@ func TestEndTaskStillRemovesTheTaskWhenTheFailoverQueueIsFull(t *testing.T) {
 }
 
 func TestDisableMarkers(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -352,6 +362,7 @@ func TestDisableMarkers(t *testing.T) {
 }
 
 func TestFrameworkID(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.FrameworkID(ctx); !errors.Is(err, state.ErrNotFound) {
@@ -372,6 +383,7 @@ func TestFrameworkID(t *testing.T) {
 // the time it removes them: a job registered again under the name, and fired or failed since,
 // owns the entries. (A version check would not tell: a node created again starts at 0.)
 func TestStaleEntriesGoOnlyWhileTheirJobIsDeleted(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")

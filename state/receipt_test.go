@@ -17,6 +17,7 @@ import (
 // Without the write receipt the first case cannot be told from the second: the fire fails, and
 // a blind retry would count it twice.
 func TestALeadersWriteWhoseAnswerIsLostIsAppliedOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		lose func(*statetest.Proxy)
@@ -93,6 +94,7 @@ func cancelledCtx() context.Context {
 // written while ZooKeeper never got it. And the old term's model, whose fence still passes
 // (same node, same version), can no longer write behind the new model's back.
 func TestALeaderElectedAgainWithTheSameNodeDoesNotTakeTheOldTermsReceiptForItsOwn(t *testing.T) {
+	t.Parallel()
 	srv := statetest.StartDedicated(t)
 	env := statetest.Env{Servers: []string{srv.Addr}, Namespace: "reelected"}
 	proxy := statetest.NewProxy(t, srv.Addr)

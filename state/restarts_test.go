@@ -12,6 +12,7 @@ import (
 // running then; an update that fails or restarts nothing lists none. A list goes when none of
 // its tasks runs any more (PruneRestarts), or with its job.
 func TestARestartingUpdateListsTheRunningTasks(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")

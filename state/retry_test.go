@@ -13,6 +13,7 @@ import (
 // and writes its retry; the relaunch's launch records the attempt in the ledger; the last
 // attempt's failure marks the run failed, once, and removes the retry.
 func TestRetryIsWrittenWithTheEndOfTheTask(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")
@@ -58,6 +59,7 @@ func TestRetryIsWrittenWithTheEndOfTheTask(t *testing.T) {
 
 // A task that finishes ends its shard's retry; deleting the job removes its retries.
 func TestRetryEndsWithTheRunAndTheJob(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	withJob(t, s, "j")

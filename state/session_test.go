@@ -18,6 +18,7 @@ import (
 // that ZooKeeper was unreachable until a leadership ended, and a standby cut off for hours
 // looked healthy. A Close says nothing.
 func TestTheSessionsLossesAreLoggedAndCounted(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	proxy := statetest.NewProxy(t, env.Servers[0]) // cuts this client off; the server runs on
 	log := logrus.New()

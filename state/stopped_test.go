@@ -13,6 +13,7 @@ import (
 )
 
 func TestStopMark(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -88,6 +89,7 @@ func TestStopMark(t *testing.T) {
 // A write of fires that clears the stop mark (an operator's trigger) does it in the same multi:
 // a refused write keeps the mark, a written one removes it with the run it queues.
 func TestFiresThatClearTheStopMark(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	must(t, s.CreateApp(ctx, testApp("app")), "CreateApp")
@@ -133,6 +135,7 @@ func TestFiresThatClearTheStopMark(t *testing.T) {
 // Enabling an app removes its marker and the stop marks of its jobs, not other apps', in one
 // multi, and says whose it cleared.
 func TestEnableAppClearsItsJobsStops(t *testing.T) {
+	t.Parallel()
 	s := newStore(t)
 	ctx := ctxT(t)
 	for _, app := range []string{"app", "other"} {

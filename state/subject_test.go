@@ -6,6 +6,7 @@ import (
 )
 
 func TestOpErrorSubject(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ path, want string }{
 		{"/elastic-job-cloud/config/job/c1", `job "c1"`},
 		{"/ns/deep/config/app/a.b", `app "a.b"`},

@@ -18,6 +18,7 @@ import (
 // request whose write to the socket failed the socket's own error, which was passed on as it
 // was, as if ZooKeeper had refused the request.
 func TestTranslateMarksABrokenSocketUnavailable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err         error
 		unavailable bool

@@ -29,6 +29,7 @@ func dialTree(t *testing.T, env statetest.Env) *state.Tree {
 
 // A Tree creates no scheduler layout, and Absent fails a transaction when its node exists.
 func TestTreeLayoutFreeAndAbsent(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := dialTree(t, env)
 	ctx := ctxT(t)
@@ -50,6 +51,7 @@ func TestTreeLayoutFreeAndAbsent(t *testing.T) {
 // Lock excludes: a second session waits until the first releases, and a holder's session
 // ending releases it too.
 func TestLockExcludesAndReleasesWithTheSession(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	a, b := dialTree(t, env), dialTree(t, env)
 	ctx := ctxT(t)
@@ -109,6 +111,7 @@ func TestLockExcludesAndReleasesWithTheSession(t *testing.T) {
 // outlives a short loss, and with it the latch node, which would otherwise hold the latch for
 // every other instance for as long as the holder lives.
 func TestALatchReleasedDuringAConnectionLossIsReleased(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	proxy := statetest.NewProxy(t, env.Servers[0])
 	ctx := ctxT(t)
@@ -185,6 +188,7 @@ func TestALatchDoesNotWaitOnItsOwnEarlierNode(t *testing.T) {
 // what Get says of it (its count of children too), one request a node; a failure is an error
 // and no nodes.
 func TestTreeGetManyReadsEveryNodeInOrder(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := dialTree(t, env)
 	ctx := ctxT(t)
@@ -240,6 +244,7 @@ func TestTreeGetManyReadsEveryNodeInOrder(t *testing.T) {
 // changed, so each turn left one more behind on the others. A change still wakes every holder,
 // and the next look watches anew.
 func TestTreeWatchesANodeOnceUntilItChanges(t *testing.T) {
+	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := dialTree(t, env)
 	ctx := ctxT(t)

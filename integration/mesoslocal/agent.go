@@ -12,6 +12,8 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	executorapi "github.com/mesos/mesos-go/api/v1/lib/executor"
 	"github.com/sirupsen/logrus"
+
+	"github.com/ejcloud/ejcloud/internal/freeport"
 )
 
 // agentState is the agent as the master sees it (MESOS.md §5.1).
@@ -82,10 +84,11 @@ func (c *Cluster) newAgent(i int, total mesos.Resources) (*agent, error) {
 		records: map[string]*agentFramework{}, files: map[string]attachment{},
 	}
 	// Each agent gets its own loopback address where the system allows it, so that agents have
-	// distinct hostnames as on a real cluster.
+	// distinct hostnames as on a real cluster; its port, below the ephemeral range, is still
+	// free when RestartAgent binds it again (see freeport.Listen).
 	var err error
 	for _, ip := range []string{fmt.Sprintf("127.0.0.%d", 2+i%250), "127.0.0.1"} {
-		if a.ln, err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err == nil {
+		if a.ln, err = freeport.Listen(ip); err == nil {
 			break
 		}
 	}

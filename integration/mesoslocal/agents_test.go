@@ -17,6 +17,7 @@ import (
 // Items 34 and 35: a partitioned agent becomes unreachable (its tasks UNREACHABLE, FAILURE
 // for the agent, its processes untouched); healed, it re-registers and its tasks come back.
 func TestPartitionAndHeal(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
@@ -64,6 +65,7 @@ func TestPartitionAndHeal(t *testing.T) {
 // A KILL sent while an agent is disconnected is remembered, but not once the agent is marked
 // unreachable: the master forgets the agent's record, and the task runs on after the heal.
 func TestAKillHeldForADisconnectedAgentIsForgottenWhenItIsUnreachable(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.AgentPingTimeout = 500 * time.Millisecond }) // unreachable after 1.5 s
 	s, pid, agent := partitionedTask(t, c)
 	s.MustCall(calls.Kill("t1", agent)) // held: the agent is disconnected, not yet unreachable
@@ -97,6 +99,7 @@ func partitionedTask(t *testing.T, c *mesoslocal.Cluster) (s *sched, pid int, ag
 // Item 36: an agent marked gone loses its tasks (GONE_BY_OPERATOR), its executors are killed,
 // and it may not come back.
 func TestMarkAgentGone(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s, pid, agent := partitionedTask(t, c)
 	s.Update("t1", mesos.TASK_UNREACHABLE)
@@ -116,6 +119,7 @@ func TestMarkAgentGone(t *testing.T) {
 // Item 37: an agent's broken connection loses the tasks of frameworks that do not checkpoint
 // at once (TASK_LOST / AGENT_DISCONNECTED, even when partition-aware); checkpointing ones wait.
 func TestDisconnectedAgentAndCheckpointing(t *testing.T) {
+	t.Parallel()
 	slow := func(o *mesoslocal.Options) { o.AgentPingTimeout = time.Hour }
 	for _, checkpoint := range []bool{false, true} {
 		c := newCluster(t, slow)
@@ -142,6 +146,7 @@ func TestDisconnectedAgentAndCheckpointing(t *testing.T) {
 // Item 38: an agent restart keeps a checkpointing framework's tasks: the executor re-subscribes
 // and its task finishes normally; an executor that does not re-subscribe in time is gone.
 func TestAgentRestartRecoversExecutors(t *testing.T) {
+	t.Parallel()
 	// As in real Mesos, recovery (2 s) ends long before the master gives up on the agent.
 	c := newCluster(t, func(o *mesoslocal.Options) {
 		o.ExecutorReregistrationTimeout = 2 * time.Second
@@ -182,6 +187,7 @@ func TestAgentRestartRecoversExecutors(t *testing.T) {
 
 // Fault injection over HTTP: POST /local/agents/{id}/{action}.
 func TestFaultInjectionEndpoints(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	id := c.AgentIDs()[0]
 	wantPosts(t, c, []postCase{
@@ -220,6 +226,7 @@ func wantPosts(t *testing.T, c *mesoslocal.Cluster, cases []postCase) {
 // partition-aware framework, TASK_LOST for another alike. Master::_reconcileTasks (case 4, task
 // unknown on an unreachable agent) answers with that time too, partition-aware or not.
 func TestUnreachableTimeWhetherPartitionAwareOrNot(t *testing.T) {
+	t.Parallel()
 	for _, tc := range partitionAwareness {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t)

@@ -22,6 +22,7 @@ import (
 // credentials gets 401 and a Basic challenge, one whose principal is not its FrameworkInfo's
 // gets 400 (MESOS.md §1.2 step 12), and a matching one subscribes.
 func TestFrameworkAuthentication(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Credentials = map[string]string{"ejcloud": "s3cret", "other": "x"} })
 	url := c.URL() + "/api/v1/scheduler"
 	subscribeAs := func(principal string) []byte {
@@ -74,6 +75,7 @@ func TestFrameworkAuthentication(t *testing.T) {
 // A subscribed framework's calls need its own principal's credentials: another principal's
 // get 400 (MESOS.md §1.2 step 12), none get 401, its own get 202.
 func TestFrameworkAuthenticationOfCalls(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Credentials = map[string]string{"ejcloud": "s3cret", "other": "x"} })
 	url := c.URL() + "/api/v1/scheduler"
 	post := func(user, pass, streamID string, body []byte) *http.Response {
@@ -121,6 +123,7 @@ func TestFrameworkAuthenticationOfCalls(t *testing.T) {
 // AuthenticateAgentReadonly, each needing the credentials (401 and a Basic challenge without
 // them) only when its option is on.
 func TestAuthenticatedReadonlyEndpoints(t *testing.T) {
+	t.Parallel()
 	creds := map[string]string{"ejcloud": "s3cret"}
 	for _, tc := range []struct {
 		name                  string
@@ -190,6 +193,7 @@ func TestAuthenticatedReadonlyEndpoints(t *testing.T) {
 }
 
 func TestReadCredentials(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name, text string

@@ -54,6 +54,7 @@ func withContainment(mode string) func(*mesoslocal.Options) {
 // a process group of its own that ignores SIGTERM, as the Mesos containerizer does; in session
 // mode, which works everywhere, unprivileged too.
 func TestContainerEndKillsEveryProcessOfIt(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		fw   *mesos.FrameworkInfo
@@ -114,6 +115,7 @@ func withCheckpoint(info *mesos.FrameworkInfo, on bool) *mesos.FrameworkInfo {
 // process that left the executor's session; where it is not, cgroup containment refuses to
 // start and auto falls back to sessions.
 func TestCgroupContainerCatchesWhatLeftTheSession(t *testing.T) {
+	t.Parallel()
 	probe, err := mesoslocal.New(mesoslocal.Options{WorkDir: t.TempDir(), Containment: mesoslocal.ContainCgroup,
 		Logger: mesostest.QuietLogger()})
 	if err != nil {

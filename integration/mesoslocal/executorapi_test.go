@@ -148,6 +148,7 @@ func TestExecutorEnvironment(t *testing.T) {
 
 // Item 40: executor call validation on the agent endpoint (MESOS.md §6.1).
 func TestExecutorCallValidation(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -216,6 +217,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // "501 Not Implemented." (libprocess's NotImplemented, as text), in JSON and in protobuf; a
 // call without a type is refused at validation (TestExecutorCallValidation).
 func TestAnExecutorCallOfTypeUnknownIsNotImplemented(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -243,6 +245,7 @@ func TestAnExecutorCallOfTypeUnknownIsNotImplemented(t *testing.T) {
 
 // Item 41: tasks queued for a new executor are all delivered right after SUBSCRIBED.
 func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -260,6 +263,7 @@ func TestQueuedLaunchesFollowSubscribed(t *testing.T) {
 // Item 42: one executor id, one process: later tasks go to the running executor, whose
 // resources are counted once.
 func TestExecutorSharing(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -285,6 +289,7 @@ func commandTask(id string, o mesos.Offer, ci *mesos.CommandInfo) mesos.TaskInfo
 
 // Item 43: command tasks — shell=false execs with argv = arguments verbatim, in the sandbox.
 func TestCommandLaunch(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -326,6 +331,7 @@ func tarball(t *testing.T, files map[string]string) []byte {
 // Item 44: the fetcher — a tarball over HTTP is extracted, output_file and executable apply,
 // the cache fetches once, and a failed fetch fails the task.
 func TestFetcher(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	archive := tarball(t, map[string]string{"app/hello.txt": "world"})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -372,6 +378,7 @@ func TestFetcher(t *testing.T) {
 
 // Item 45: MESSAGE both ways; a message for an executor that is not subscribed is dropped.
 func TestMessages(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -390,6 +397,7 @@ func TestMessages(t *testing.T) {
 
 // Item 46: executor HEARTBEAT events do not upset an executor.
 func TestExecutorHeartbeats(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorHeartbeatInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -406,6 +414,7 @@ func TestExecutorHeartbeats(t *testing.T) {
 
 // Item 24: updates from the executor or the agent carry a 16-byte uuid; the master's never do.
 func TestUUIDPresenceBySource(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	url, _ := slowFetch(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -434,6 +443,7 @@ func TestUUIDPresenceBySource(t *testing.T) {
 // Two agents fetching one cached URI at the same moment both get it (the cache entry is
 // fetched once).
 func TestConcurrentFetchesOfOneCachedURI(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -628,6 +638,7 @@ func wantDroppedAtSubscribe(t *testing.T, st mesos.TaskStatus, state mesos.TaskS
 // STAGING that the executor does not list is dropped (TASK_LOST for a framework that is not
 // partition-aware); a listed one is not.
 func TestSubscribeDropsSentTasksTheExecutorDoesNotList(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, frameworkInfo())
 	e := testExecutor("e1", "nosubscribe")
@@ -655,6 +666,7 @@ func TestSubscribeDropsSentTasksTheExecutorDoesNotList(t *testing.T) {
 // the dropped connection and lost, not kept for a re-subscription, and so is a KILL of that
 // task; the executor re-subscribes without the tasks and they are dropped.
 func TestLaunchIntoADroppedConnectionIsLost(t *testing.T) {
+	t.Parallel()
 	c, hook := loggedCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	e := testExecutor("e1", "nosubscribe")
@@ -676,6 +688,7 @@ func TestLaunchIntoADroppedConnectionIsLost(t *testing.T) {
 // MESOS.md §6.3: an executor left by the drops at its SUBSCRIBE with no task it was ever sent
 // and reported on, and nothing queued, is shut down, as Mesos's agent checks after the drops.
 func TestSubscribeShutsDownAnExecutorLeftWithNothingSent(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -695,6 +708,7 @@ func TestSubscribeShutsDownAnExecutorLeftWithNothingSent(t *testing.T) {
 // MESOS.md §6.4: SUBSCRIBED is the first event of an executor's stream, also when the
 // subscription carries unacknowledged updates: their ACKNOWLEDGEDs come after it.
 func TestCarriedUpdatesAreAcknowledgedAfterSubscribed(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -734,6 +748,7 @@ func TestCarriedUpdatesAreAcknowledgedAfterSubscribed(t *testing.T) {
 // the stream stays the terminal one (Master::updateTask keeps the task terminal), and the
 // framework never sees the late update.
 func TestAnExecutorUpdateAfterATerminalOneIsDropped(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		ackRunning bool // the framework acknowledges the TASK_RUNNING before the executor goes on

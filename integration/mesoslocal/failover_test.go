@@ -92,6 +92,7 @@ func anyUpdate(ev scheduler.Event) bool { return ev.Type == scheduler.Event_UPDA
 // answer, no offer), then knows it as RUNNING, with its resources in use, without an update of
 // its own and without relaunching it.
 func TestARunningTaskSurvivesAMasterFailover(t *testing.T) {
+	t.Parallel()
 	c, clock := failoverCluster(t)
 	s, first := trySubscribe(t, c.URL(), codec, paInfo())
 	pid, st := runPID(t, s, "t1", "e1")
@@ -150,6 +151,7 @@ func TestARunningTaskSurvivesAMasterFailover(t *testing.T) {
 // passed on: the framework gets them, in order and with their uuids, once the agent has
 // re-registered (MESOS.md §3.4).
 func TestUpdatesOfTheFailoverGapComeWhenTheAgentReregisters(t *testing.T) {
+	t.Parallel()
 	finished := make(chan struct{})
 	var once sync.Once
 	c, clock := failoverCluster(t, func(o *mesoslocal.Options) {
@@ -192,6 +194,7 @@ func TestUpdatesOfTheFailoverGapComeWhenTheAgentReregisters(t *testing.T) {
 // are TASK_UNREACHABLE (TASK_LOST without PARTITION_AWARE) to reconciliation, never
 // TASK_UNKNOWN; they run on, and come back with the agent (MESOS.md §5.4).
 func TestAnAgentNotBackWithinTheReregisterTimeoutIsUnreachable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range partitionAwareness {
 		t.Run(tc.name, func(t *testing.T) {
 			c, clock := failoverCluster(t)
@@ -237,6 +240,7 @@ func TestAnAgentNotBackWithinTheReregisterTimeoutIsUnreachable(t *testing.T) {
 // The new master offers only agents that have re-registered with it, and no offer of the old
 // master is valid (MESOS.md §1.9.1: offers are not persisted).
 func TestOffersAfterAMasterFailoverComeFromReregisteredAgentsOnly(t *testing.T) {
+	t.Parallel()
 	c, clock := failoverCluster(t, func(o *mesoslocal.Options) { o.Agents = 2 })
 	ids := c.AgentIDs()
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -277,6 +281,7 @@ func TestOffersAfterAMasterFailoverComeFromReregisteredAgentsOnly(t *testing.T) 
 // but not connected, and never removed: its tasks run on. Once it re-subscribes, its failover
 // timeout counts again from its next disconnection.
 func TestAFrameworkThatDoesNotResubscribeKeepsItsTasks(t *testing.T) {
+	t.Parallel()
 	c, clock := failoverCluster(t)
 	info := paInfo()
 	info.FailoverTimeout = ptrTo(1.0)
@@ -322,6 +327,7 @@ func TestAFrameworkThatDoesNotResubscribeKeepsItsTasks(t *testing.T) {
 
 // POST /local/master/failover[?hold=<agent id>…].
 func TestMasterFailoverEndpoint(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 2 })
 	ids := c.AgentIDs()
 	s := subscribe(t, c.URL(), codec, paInfo())

@@ -129,6 +129,7 @@ func taskStates(tasks []agentTaskDoc) map[string]string {
 
 // GET /files/read of files in a running executor's sandbox, as Mesos 1.11's agent answers it.
 func TestFilesRead(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -255,6 +256,7 @@ func TestFilesRead(t *testing.T) {
 // was its framework's last executor on the agent, the framework is under
 // completed_frameworks, until it launches there again.
 func TestCompletedExecutors(t *testing.T) {
+	t.Parallel()
 	// Allocating every millisecond makes each freed task or executor an offer of its own, as a
 	// loaded machine does at any interval: the launches below must pick an offer that holds them.
 	c := newCluster(t, func(o *mesoslocal.Options) { o.AllocationInterval = time.Millisecond })
@@ -342,6 +344,7 @@ func TestCompletedExecutors(t *testing.T) {
 // An agent keeps the last 150 completed executors of a framework (the default of
 // --max_completed_executors_per_framework).
 func TestCompletedExecutorsAreBounded(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	var agent string
@@ -389,6 +392,7 @@ func TestCompletedExecutorsAreBounded(t *testing.T) {
 // checkpointing frameworks and their sandboxes readable; those of a framework that does not
 // checkpoint are not recovered, as on a real agent.
 func TestCompletedExecutorsAcrossAgentRestart(t *testing.T) {
+	t.Parallel()
 	for _, checkpoint := range []bool{true, false} {
 		t.Run("checkpoint="+strconv.FormatBool(checkpoint), func(t *testing.T) {
 			c := newCluster(t)

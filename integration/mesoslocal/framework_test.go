@@ -51,6 +51,7 @@ func runPID(t *testing.T, s *sched, taskID, execID string) (int, mesos.TaskStatu
 
 // Item 10: a second subscription takes over; the first stream gets ERROR and closes.
 func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	first := subscribe(t, c.URL(), codec, paInfo())
 	second := subscribe(t, c.URL(), "application/x-protobuf", withID(paInfo(), first.FrameworkID))
@@ -70,6 +71,7 @@ func TestSecondSubscriptionFailsOverTheFirst(t *testing.T) {
 
 // Item 11: while disconnected, calls get 403 and updates are held, not lost.
 func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -98,6 +100,7 @@ func TestUpdatesAreHeldWhileDisconnected(t *testing.T) {
 // Item 12: failover timeout expiry removes the framework and its executors; without a
 // failover_timeout (0, the default) the disconnection itself does.
 func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		timeout *float64
@@ -125,6 +128,7 @@ func TestFailoverTimeoutRemovesTheFramework(t *testing.T) {
 
 // Item 13: TEARDOWN closes the stream and shuts the executors down; the sandbox stays.
 func TestTeardown(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid, _ := runPID(t, s, "t1", "e1")
@@ -147,6 +151,7 @@ func TestTeardown(t *testing.T) {
 // already unreachable, runs the framework's executors on, and is told when it re-registers
 // (Master::reconcileKnownSlave, Master::__reregisterSlave).
 func TestTeardownReachesACutOffAgentWhenItReregisters(t *testing.T) {
+	t.Parallel()
 	for _, unreachable := range []bool{false, true} {
 		pingTimeout := time.Hour
 		if unreachable {
@@ -186,6 +191,7 @@ func TestTeardownReachesACutOffAgentWhenItReregisters(t *testing.T) {
 
 // Item 14: offers from before a re-subscription are invalid, without RESCIND.
 func TestOffersDieWithTheSubscription(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	old := s.Offers()[0]

@@ -90,6 +90,7 @@ var impatient = &http.Client{Timeout: 500 * time.Millisecond}
 // on sending. Healed before the scheduler gave up on the stream, the stream delivers what was
 // held, in order.
 func TestAPartitionedFrameworksStreamIsSilentUntilTheHeal(t *testing.T) {
+	t.Parallel()
 	c, clock := failoverCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	drain(s)
@@ -118,6 +119,7 @@ func TestAPartitionedFrameworksStreamIsSilentUntilTheHeal(t *testing.T) {
 // re-SUBSCRIBE with its id neither; one still waiting at the heal goes through then, and new
 // calls are answered as usual.
 func TestCallsOfAPartitionedFrameworkAreBlackHoled(t *testing.T) {
+	t.Parallel()
 	c, hook := debugLoggedCluster(t)
 	resp, frames := rawSubscribe(t, c, paInfo())
 	sid := resp.Header.Get("Mesos-Stream-Id")
@@ -168,6 +170,7 @@ func TestCallsOfAPartitionedFrameworkAreBlackHoled(t *testing.T) {
 // disconnects the framework as any closed subscription does (MESOS.md §2.4): offers gone, the
 // failover timeout running, the tasks untouched until it runs out.
 func TestClosingAPartitionedStreamDisconnectsTheFramework(t *testing.T) {
+	t.Parallel()
 	c, clock := failoverCluster(t)
 	info := paInfo()
 	info.FailoverTimeout = ptrTo(10.0)
@@ -209,6 +212,7 @@ func TestClosingAPartitionedStreamDisconnectsTheFramework(t *testing.T) {
 // is still running, and the update of one that failed meanwhile, lost with the silent stream,
 // comes again with its uuid.
 func TestAHealedFrameworkResubscribesWithItsTasks(t *testing.T) {
+	t.Parallel()
 	c, hook := debugLoggedCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	pid1, st := runPID(t, s, "t1", "e1")
@@ -259,6 +263,7 @@ func TestAHealedFrameworkResubscribesWithItsTasks(t *testing.T) {
 
 // POST /local/frameworks/{id}/{partition|heal}, with the answers of the agents' fault routes.
 func TestFrameworkFaultEndpoints(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	id := s.FrameworkID

@@ -11,6 +11,7 @@ import (
 // §9 items 1, 9, 24, 41: the whole launch path under both codecs — ids of the right form,
 // executor updates with 16-byte uuids, acknowledged in order.
 func TestLaunchRunFinishUnderBothCodecs(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, media string) {
 		c := newCluster(t)
 		s := subscribe(t, c.URL(), media, paInfo())

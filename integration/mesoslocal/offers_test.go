@@ -17,6 +17,7 @@ func mem(o mesos.Offer) uint64   { v, _ := resources.Memory(o.Resources...); ret
 
 // Item 15: the offer's shape follows the framework's capabilities.
 func TestOfferShape(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	plain := subscribe(t, c.URL(), codec, paInfo())
 	o := plain.Offers()[0]
@@ -56,6 +57,7 @@ func TestOfferShape(t *testing.T) {
 // Item 15: an offer lists the framework's executors on the agent, but not the built-in command
 // executor of a command task, which the master does not track.
 func TestOfferExecutorIDsLeaveOutCommandExecutors(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -76,6 +78,7 @@ func allocatedScalars(c, m float64, role string) []mesos.Resource {
 
 // Item 16: offered = total − tasks − executors − outstanding offers.
 func TestOfferArithmetic(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -94,6 +97,7 @@ func TestOfferArithmetic(t *testing.T) {
 
 // Item 17: DECLINE without filters refuses for the default 5 s; refuse_seconds 0 for none.
 func TestDeclineFilters(t *testing.T) {
+	t.Parallel()
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -116,6 +120,7 @@ func TestDeclineFilters(t *testing.T) {
 // Item 18: SUPPRESS stops offers; REVIVE clears filters and offers at once; a bad role voids
 // the call.
 func TestSuppressAndRevive(t *testing.T) {
+	t.Parallel()
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.AllocationInterval = 100 * time.Millisecond })
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -136,6 +141,7 @@ func TestSuppressAndRevive(t *testing.T) {
 
 // Item 19: RESCIND on offer timeout and on agent loss; a rescinded offer is invalid.
 func TestRescind(t *testing.T) {
+	t.Parallel()
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) {
 		o.Clock = clock
@@ -165,6 +171,7 @@ func TestRescind(t *testing.T) {
 
 // Item 20: offer validation failures drop every task with REASON_INVALID_OFFERS.
 func TestOfferValidation(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Agents = 2 })
 	s := subscribe(t, c.URL(), codec, paInfo())
 	var offers []mesos.Offer
@@ -204,6 +211,7 @@ func TestOfferValidation(t *testing.T) {
 
 // Item 21: each task validation rule answers TASK_ERROR / REASON_TASK_INVALID, no uuid.
 func TestTaskValidation(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -268,6 +276,7 @@ func TestTaskValidation(t *testing.T) {
 
 // Item 22: the unused part of an accepted offer is declined with the ACCEPT's filters.
 func TestImplicitDecline(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -281,6 +290,7 @@ func TestImplicitDecline(t *testing.T) {
 // Item 17, the subset rule: a filter hides only resources that are a subset of those refused;
 // when a task ends and frees more, the agent is offered again at once.
 func TestFilterHidesOnlyASubsetOfTheRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]

@@ -43,6 +43,7 @@ func withURI(e *mesos.ExecutorInfo, uri string) *mesos.ExecutorInfo {
 // TASK_KILLED / REASON_TASK_KILLED_DURING_LAUNCH, and the executor, never sent a task, is shut
 // down once it subscribes.
 func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	url, release := slowFetch(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -69,6 +70,7 @@ func TestStagingOnlyThroughReconciliationAndKillDuringLaunch(t *testing.T) {
 
 // Item 25: one update at a time per task; the head is re-sent until acknowledged.
 func TestUpdatesAreOrderedAndRetried(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -95,6 +97,7 @@ func TestUpdatesAreOrderedAndRetried(t *testing.T) {
 // sent again (its retry, 10 s on). mesos-local told the master at once: resources came back at
 // once, where Mesos holds them until the retry.
 func TestResourcesFreedBeforeTheAck(t *testing.T) {
+	t.Parallel()
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	finished := make(chan struct{})
 	var once sync.Once
@@ -143,6 +146,7 @@ func TestResourcesFreedBeforeTheAck(t *testing.T) {
 
 // Item 27: once a terminal update is acknowledged the task is forgotten.
 func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
+	t.Parallel()
 	for _, pa := range []bool{true, false} {
 		c := newCluster(t)
 		info := frameworkInfo()
@@ -168,6 +172,7 @@ func TestAcknowledgedTerminalTaskIsForgotten(t *testing.T) {
 
 // Item 28: the other KILL paths.
 func TestKillPaths(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -190,6 +195,7 @@ func TestKillPaths(t *testing.T) {
 
 // Item 29: an executor that exits with a live task fails it and reports its wait status.
 func TestExecutorExitFailsItsTasks(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -207,6 +213,7 @@ func TestExecutorExitFailsItsTasks(t *testing.T) {
 
 // Item 29: FAILURE comes on a clean exit too, with wait status 0, and fails no task.
 func TestFailureOnACleanExecutorExit(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -242,6 +249,7 @@ func TestFailureOnACleanExecutorExit(t *testing.T) {
 // "Executor terminated". A KILL of the failed task is ignored (Slave::kill). Once the TASK_FAILED
 // is acknowledged the executor is gone and its id starts a new one.
 func TestAnExitedExecutorHoldsItsIDUntilItsTerminalUpdatesAreAcknowledged(t *testing.T) {
+	t.Parallel()
 	for _, pa := range []bool{true, false} {
 		c := newCluster(t)
 		info, dropped := frameworkInfo(), mesos.TASK_LOST
@@ -316,6 +324,7 @@ func wholeAgentOffer(s *sched) mesos.Offer {
 // answers TASK_KILLED but leaves the executor be (Mesos's Slave::kill, REGISTERING case); a task
 // sent to it before it subscribes is queued and launched after SUBSCRIBED, as usual.
 func TestAKillDuringLaunchLeavesTheRegisteringExecutorForLaterTasks(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	url, release := slowFetch(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
@@ -337,6 +346,7 @@ func TestAKillDuringLaunchLeavesTheRegisteringExecutorForLaterTasks(t *testing.T
 
 // Item 30: SHUTDOWN, then SIGKILL after the grace period; leftover tasks fail.
 func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -358,6 +368,7 @@ func TestShutdownKillsAfterTheGracePeriod(t *testing.T) {
 
 // Item 31: an executor that never subscribes is killed at the registration timeout.
 func TestExecutorRegistrationTimeout(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.ExecutorRegistrationTimeout = time.Second })
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -371,6 +382,7 @@ func TestExecutorRegistrationTimeout(t *testing.T) {
 // Item 32: implicit reconciliation answers every active task with its latest state, no uuid
 // and no data.
 func TestImplicitReconciliation(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -391,6 +403,7 @@ func TestImplicitReconciliation(t *testing.T) {
 // status updates sees the answers about tasks the master does not know (their first word: a
 // launch that never reached an agent), not those that repeat a known task's state.
 func TestExplicitReconciliation(t *testing.T) {
+	t.Parallel()
 	for _, pa := range []bool{true, false} {
 		var mu sync.Mutex
 		observed := map[string]bool{}

@@ -87,6 +87,7 @@ func readEvent(t *testing.T, r framing.Reader, media string) scheduler.Event {
 
 // Item 2: status codes in the order of MESOS.md §1.2.
 func TestSchedulerStatusCodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	url := c.URL() + "/api/v1/scheduler"
 	resp, r := rawSubscribe(t, c, paInfo())
@@ -151,6 +152,7 @@ func TestSchedulerStatusCodes(t *testing.T) {
 
 // Item 3: the SUBSCRIBE response's headers.
 func TestSubscribeResponseHeaders(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, media string) {
 		c := newCluster(t)
 		body := jsonCall(t, calls.Subscribe(paInfo()))
@@ -189,6 +191,7 @@ func (c chopper) Read(p []byte) (int, error) {
 
 // Item 4: RecordIO framing decodes whatever the chunking.
 func TestRecordIOSurvivesRechunking(t *testing.T) {
+	t.Parallel()
 	forEachCodec(t, func(t *testing.T, media string) {
 		c := newCluster(t)
 		body := jsonCall(t, calls.Subscribe(paInfo()))
@@ -209,6 +212,7 @@ func TestRecordIOSurvivesRechunking(t *testing.T) {
 
 // Item 5: SUBSCRIBED (with the interval), then HEARTBEAT at once, then one per interval.
 func TestSubscribedThenHeartbeats(t *testing.T) {
+	t.Parallel()
 	clock := mesoslocal.NewManualClock(time.Unix(1_800_000_000, 0))
 	c := newCluster(t, func(o *mesoslocal.Options) { o.Clock = clock; o.HeartbeatInterval = 200 * time.Millisecond })
 	_, r := rawSubscribe(t, c, paInfo())
@@ -233,6 +237,7 @@ func TestSubscribedThenHeartbeats(t *testing.T) {
 // Item 6: asynchronous calls are 202 (mesos-go returns nil); UPDATE_FRAMEWORK is 200 with no
 // Content-Type, which mesos-go reports as a protocol error although the update was applied.
 func TestCallAnswers(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	s := subscribe(t, c.URL(), codec, paInfo())
 	o := s.Offers()[0]
@@ -254,6 +259,7 @@ func TestCallAnswers(t *testing.T) {
 
 // Item 7: refused subscriptions are 200 + ERROR + close.
 func TestRefusedSubscriptions(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	torn := subscribe(t, c.URL(), codec, paInfo())
 	torn.MustCall(&scheduler.Call{Type: scheduler.Call_TEARDOWN})
@@ -312,6 +318,7 @@ func TestRefusedSubscriptions(t *testing.T) {
 
 // Item 8: a framework pointed at a non-leading master is redirected and subscribes.
 func TestStandbyMasterRedirects(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, func(o *mesoslocal.Options) { o.StandbyAddr = "127.0.0.1:0" })
 	resp, _ := rawPost(t, c.StandbyURL()+"/api/v1/scheduler", "application/json", "", "", jsonCall(t, calls.Subscribe(paInfo())))
 	if resp.StatusCode != http.StatusTemporaryRedirect || !strings.HasPrefix(resp.Header.Get("Location"), "//") {
@@ -330,6 +337,7 @@ func TestStandbyMasterRedirects(t *testing.T) {
 // JSON type of null is no type (stout's protobuf parser). Only a call that names type UNKNOWN,
 // which protobuf can carry as a present 0, gets as far as the 501 "501 Not Implemented.".
 func TestSchedulerCallWithoutType(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	url := c.URL() + "/api/v1/scheduler"
 	resp, r := rawSubscribe(t, c, paInfo())

@@ -24,3 +24,17 @@ func TestAddrIsFreeAndBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+func TestListenIsBelowTheEphemeralRangeOnTheAddressAsked(t *testing.T) {
+	for _, ip := range []string{"127.0.0.1", "127.0.0.2"} {
+		l, err := Listen(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.Addr().(*net.TCPAddr)
+		l.Close()
+		if a.IP.String() != ip || a.Port < lowest || a.Port >= ephemeralStart() {
+			t.Fatalf("Listen(%s) = %s; want %s and a port in [%d, %d)", ip, a, ip, lowest, ephemeralStart())
+		}
+	}
+}
