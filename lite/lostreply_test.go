@@ -49,11 +49,17 @@ func (l *lostAnswer) observe(op string, _ time.Duration) {
 	}
 }
 
+// lostAnswerSession is the session timeout of an instance whose answer is lost. From the hook
+// to the cut the proxy drops every reply, pings' too, and the session must outlive that (the
+// test's reads of the transaction included) for the answer to be lost rather than the session:
+// with sessionTimeout, a loaded machine (tests side by side) sometimes took longer.
+const lostAnswerSession = 3 * sessionTimeout
+
 // loseAnswer starts instance id through the proxy p with a lostAnswer armed for op.
 func loseAnswer(t *testing.T, p *statetest.Proxy, ns, id, op string, cfg lite.JobConfig, j any, armed *atomic.Bool) (*instance, *lostAnswer) {
 	t.Helper()
 	l := &lostAnswer{sent: make(chan struct{})}
-	return startWith(t, []string{p.Addr}, ns, id, cfg, j, sessionTimeout, l.hook(p, op, armed), l.observe), l
+	return startWith(t, []string{p.Addr}, ns, id, cfg, j, lostAnswerSession, l.hook(p, op, armed), l.observe), l
 }
 
 // readBackAfterSync checks that the instance synced before it read the transaction back: the

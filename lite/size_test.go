@@ -51,11 +51,13 @@ func TestAShardCountBeyondOneTransactionIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	set(t, tr, tr.Set(name+"/config", data, -1))
-	changed := time.Now().UnixMilli()
-	awaitRuns(t, rec, 10*time.Second, "both items run after the change", aFireAfter(changed+1000, 2))
-	if log.count("keeping the previous one") == 0 {
-		t.Error("the instance did not say that it keeps its config")
-	}
+	// The change reaches the instance by a watch, at no set moment: wait for its word, then
+	// for fires after it.
+	await.True(t, 10*time.Second, "the instance says that it keeps its config", func() bool {
+		return log.count("keeping the previous one") > 0
+	})
+	refused := time.Now().UnixMilli()
+	awaitRuns(t, rec, 10*time.Second, "both items run after the change", aFireAfter(refused, 2))
 	if exists(t, tr, name+"/sharding/2") {
 		t.Error("item 2 exists: the instance took the config it should have refused")
 	}
