@@ -18,7 +18,6 @@ import (
 // or a process of an older version) has lost the election, which is no error: not for Run,
 // which registers the instance through an election, nor for a fire, which would be skipped.
 func TestAnElectionLostAtTheCreateIsNoError(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "race"
@@ -46,7 +45,6 @@ func TestAnElectionLostAtTheCreateIsNoError(t *testing.T) {
 // that makes them has not fired yet (it has just become leader): an instance catching up on a
 // fire it ran before the change must not run them for it.
 func TestNewItemsOweNoRunForEarlierFiresWhenTheLeaderHasNotFired(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "newitems"

@@ -22,7 +22,6 @@ import (
 // the test holds on item 3 keeps a from resharding before that; c's own flags are held for the
 // whole test, so that only a's, decided before c came, can be written.
 func TestItemsReshardedToAnInstanceThatJoinedWhileFlaggingAreNotFlagged(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "flagrace"
@@ -117,7 +116,6 @@ func TestItemsReshardedToAnInstanceThatJoinedWhileFlaggingAreNotFlagged(t *testi
 // A flag whose instance lives (written while it was dead, or by a tool) is dropped, not taken:
 // taken, the item would leave its live owner, which skips an item another instance took.
 func TestAStaleFlagIsDroppedNotTaken(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "stale"

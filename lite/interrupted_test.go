@@ -17,7 +17,6 @@ import (
 // item for failover (the flag is held back here): its claim for a later fire does not
 // overwrite the record of the run that is owed.
 func TestInterruptedItemRunsForItsFireWhenReshardedBeforeItIsFlagged(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "owed"
@@ -81,7 +80,6 @@ func TestInterruptedItemRunsForItsFireWhenReshardedBeforeItIsFlagged(t *testing.
 // still runs and another has finished: the finished one's completion is written before the
 // session closes, so the survivors run only the interrupted one again for the fire.
 func TestAGracefulStopRecordsTheItemsThatFinishedBeforeIt(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "gracefulstop"
@@ -117,7 +115,6 @@ func TestAGracefulStopRecordsTheItemsThatFinishedBeforeIt(t *testing.T) {
 // flag: that instance has no fire to catch up on, and runs the owed run all the same, rather
 // than at its next fire (a day later, for a daily job).
 func TestAnInterruptedItemHandedToAnInstanceThatHasNotFiredRunsAtOnce(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "newowner"
@@ -160,7 +157,6 @@ func TestAnInterruptedItemHandedToAnInstanceThatHasNotFiredRunsAtOnce(t *testing
 // while its item still runs, and do not flag the item then; they look again when the marker
 // goes, and the interrupted run is run again for its fire, not at the leader's next fire.
 func TestAnItemInterruptedByAShutdownThroughZooKeeperRunsForItsFire(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	_, rec, fire := shutDownMidRun(t, env, simpleJob("shutmid", neverCron, 2))
 	awaitRuns(t, rec, 4*sessionTimeout, "item 0's interrupted run finished for its fire", func(runs []run) bool {

@@ -129,7 +129,6 @@ func (j *leaseJob) heldRun(t *testing.T, tr *state.Tree, name, inst string, item
 // cancelled two thirds of a session timeout after the server last heard from the instance,
 // not a session timeout after the client noticed.
 func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])
@@ -173,7 +172,6 @@ func TestSilentlyPartitionedInstanceStopsItsRunsBeforeItsItemsAreTakenOver(t *te
 // resharding its return asks for waits on them for as long as the process lives, and no item
 // of the job runs anywhere.
 func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])
@@ -215,7 +213,6 @@ func TestAnInstanceBackBeforeItsSessionExpiresLeavesNoStaleRunningMarker(t *test
 // connection returns: nobody else would run it while its failover node names a live
 // instance, not even the owner the next resharding gives it to.
 func TestAnItemTakenOverIsRunAgainWhenTheTakersSessionLivesOn(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	pa := statetest.NewProxy(t, env.Servers[0])

@@ -20,7 +20,6 @@ func simpleJob(name, cronExpr string, items int) lite.JobConfig {
 // Three instances, nine items: AVG_ALLOCATION's [0,1,2] [3,4,5] [6,7,8] over the instances in
 // Elastic-Job-Lite's (descending) order, and every item runs exactly once per fire.
 func TestThreeInstancesNineItemsAvgAllocationOncePerFire(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	cfg := simpleJob("avg", "* * * * * ?", 9)
@@ -75,7 +74,6 @@ func contains(s []int, v int) bool {
 // leader reshards before that fire and never while an item runs (the sharding's version is
 // the same at the start and at the end of every run).
 func TestAddingAnInstanceReshardsBeforeTheNextFireNeverDuringARun(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	cfg := simpleJob("grow", "*/2 * * * * ?", 6)
@@ -124,7 +122,6 @@ func TestAddingAnInstanceReshardsBeforeTheNextFireNeverDuringARun(t *testing.T) 
 // session left to expire) loses its items to the survivors within one session timeout; the
 // interrupted items run again for their fire, and no item finishes twice for one fire.
 func TestKilledInstanceItemsFailOverWithinASessionTimeout(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	proxy := statetest.NewProxy(t, env.Servers[0])
@@ -190,7 +187,6 @@ func TestKilledInstanceItemsFailOverWithinASessionTimeout(t *testing.T) {
 // An instance cut off from ZooKeeper for longer than its session registers again once it can,
 // and gets items again at the next sharding.
 func TestInstanceRegistersAgainAfterItsSessionExpired(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	proxy := statetest.NewProxy(t, env.Servers[0])
@@ -228,7 +224,6 @@ func TestInstanceRegistersAgainAfterItsSessionExpired(t *testing.T) {
 // fire: no run's completion wakes the leader there. Failover is off, so no failover flag
 // makes anyone look again either.
 func TestAReshardingHeldUpByTheRunOfAnInstanceShutDownHappensOnceTheRunEnds(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	const name, a = "shutreshard", "127.0.0.1@-@a"
 	cfg := simpleJob(name, neverCron, 2)

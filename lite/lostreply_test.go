@@ -104,7 +104,6 @@ func record(t *testing.T, tr *state.Tree, rel string) (fire int64, done bool) {
 // A claim that ZooKeeper made but whose answer was lost with the connection (the session
 // lives) is read back and its items run: its markers name the instance, so nobody else would.
 func TestClaimWhoseAnswerWasLostRunsItsItems(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])
@@ -131,7 +130,6 @@ func TestClaimWhoseAnswerWasLostRunsItsItems(t *testing.T) {
 // nobody else takes an item whose taker lives. c, which gets the item at the next sharding,
 // is kept busy meanwhile so that b is the taker, and would not run it either (it was taken).
 func TestTakingWhoseAnswerWasLostRunsTheItem(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])

@@ -22,7 +22,6 @@ const never = "0 0 0 1 1 ? 2099" // only triggers run the job
 
 // Trigger (API and TRIGGER flag), disabled items, disabled servers and the shutdown flag.
 func TestTriggerDisabledItemsDisabledServerAndShutdown(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	cfg := simpleJob("ops", never, 4)
@@ -95,7 +94,6 @@ func TestTriggerDisabledItemsDisabledServerAndShutdown(t *testing.T) {
 // With misfire, a fire that comes during a run runs after it; without, it is skipped, and runs
 // start at their own fire time.
 func TestMisfire(t *testing.T) {
-	t.Parallel()
 	for _, misfire := range []bool{true, false} {
 		t.Run(fmt.Sprint("misfire=", misfire), func(t *testing.T) {
 			env := statetest.StartZooKeeper(t)
@@ -136,7 +134,6 @@ func TestMisfire(t *testing.T) {
 // items 0 and 2). p's run of item 2 is held while q fires again: q runs item 0 for fire 2 at
 // once and item 2 for fire 2 once p has given it back, each item once per fire.
 func TestWithMisfireAnItemTakenOverRunsForTheOwnersFireOnceReleased(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	const name = "misfiretaken"
@@ -270,7 +267,6 @@ func (b *batches) Process(ctx context.Context, sc job.ShardingContext, data []an
 }
 
 func TestDataflowAndScriptJobs(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	df := &batches{fetched: map[int]int{}, processed: map[int][]any{}}
 	cfg := lite.JobConfig{JobName: "flow", JobType: lite.Dataflow, Cron: never, ShardingTotalCount: 2,
@@ -313,7 +309,6 @@ func TestDataflowAndScriptJobs(t *testing.T) {
 // A new shardingTotalCount in ZooKeeper reaches the running instances: the next fire reshards,
 // new items run from that fire on, and items beyond a smaller count go.
 func TestShardingTotalCountChange(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	cfg := simpleJob("count", "* * * * * ?", 2)
@@ -369,7 +364,6 @@ func TestShardingTotalCountChange(t *testing.T) {
 
 // Without monitorExecution a run writes nothing to ZooKeeper, and each fire runs each item once.
 func TestWithoutMonitorExecution(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	cfg := lite.JobConfig{JobName: "quiet", JobType: lite.Simple, Cron: "* * * * * ?", ShardingTotalCount: 2}

@@ -106,7 +106,6 @@ func allRuns(t *testing.T, services ...*service) []run {
 // process killed (SIGKILL) in the middle of a run loses its items to the others within one
 // session timeout, and no item finishes twice for one fire.
 func TestProcessesShareItemsAndFailOverAKilledOne(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	bin := buildService(t)

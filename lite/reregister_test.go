@@ -45,7 +45,6 @@ func expireAndReturn(t *testing.T, tr *state.Tree, p *statetest.Proxy, name, id 
 // change an operator makes afterwards stays when the instance registers again after a lost
 // session, as it does at every network blip that outlasts a session.
 func TestOverwriteReplacesTheConfigOnlyAtStart(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])
@@ -80,7 +79,6 @@ func TestOverwriteReplacesTheConfigOnlyAtStart(t *testing.T) {
 // one they have), also when they register again after a lost session: an operator's typo and a
 // network blip must not stop every instance.
 func TestAnInvalidConfigInZooKeeperDoesNotStopAnInstanceThatRegistersAgain(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])

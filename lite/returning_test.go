@@ -48,7 +48,6 @@ func data(t *testing.T, tr *state.Tree, rel string) (string, bool) {
 // c's to run again for the fire, in the same claim that would take 0 and 1. b's runs of the
 // fire are held throughout, so that no resharding moves the items meanwhile.
 func TestReturningInstanceDoesNotRunItemsTakenOverByAnother(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	pa := statetest.NewProxy(t, env.Servers[0])
@@ -174,7 +173,6 @@ func TestReturningInstanceDoesNotRunItemsTakenOverByAnother(t *testing.T) {
 // recorded does not run them again when it comes back: nobody else claimed them meanwhile (it
 // runs alone), so it records the completion of its own claims on its new session.
 func TestCompletionLostWithTheSessionIsRecordedOnReturn(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	proxy := statetest.NewProxy(t, env.Servers[0])

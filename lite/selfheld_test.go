@@ -104,7 +104,6 @@ func owner(t *testing.T, tr *state.Tree, rel string) int64 {
 // wait for it to go, and nobody but that waiting leader ever deletes it; the others wait for
 // the resharding it marks, and no item of the job would run anywhere again.
 func TestALeaderCutOffWhileReshardingDoesNotWaitOnItsOwnProcessingNode(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	p := statetest.NewProxy(t, env.Servers[0])

@@ -19,7 +19,6 @@ import (
 // writes it into ZooKeeper: otherwise every resharding would fail, "write too large", and no
 // item would run again.
 func TestAShardCountBeyondOneTransactionIsRefused(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	nop := job.SimpleFunc(func(context.Context, job.ShardingContext) error { return nil })
@@ -67,7 +66,6 @@ func TestAShardCountBeyondOneTransactionIsRefused(t *testing.T) {
 // shards, run by an instance with the longest id there may be, shards, runs every item, and
 // shrinks to one item (deleting the others in the sharding's transaction).
 func TestAJobOfTheMostItemsThatFitRuns(t *testing.T) {
-	t.Parallel()
 	env := statetest.StartZooKeeper(t)
 	tr := inspect(t, env)
 	name := strings.Repeat("j", 100) // the longest name: the fewest items fit, and the test is quicker
