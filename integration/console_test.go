@@ -34,7 +34,6 @@ import (
 // also saves a screenshot of each page there (docs/console holds the README's; History's come
 // from TestConsoleHistoryShapes, which has rows to show).
 func TestConsole(t *testing.T) {
-	t.Parallel()
 	w := newWorld(t, 1) // one agent of 4 CPUs: a job of 8 CPUs per shard can never be placed
 	s := startScheduler(t, w.zk, w.mesos, "--auth-guest", "guest:look")
 	await.True(t, 30*time.Second, "the scheduler leads", s.leads)
@@ -582,7 +581,6 @@ func (b *browser) checkHosts(t *testing.T, atLeast int) {
 // page of a standby, whose API answers 307: the console itself, with the API answered by this
 // test.
 func TestConsoleHistoryShapes(t *testing.T) {
-	t.Parallel()
 	con, err := console.New(console.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -739,7 +737,6 @@ func TestConsoleHistoryShapes(t *testing.T) {
 //     "done" and changes nothing;
 //   - Search with the filters unchanged reads the history again (it read nothing).
 func TestConsoleAgainstASlowOrBusyAPI(t *testing.T) {
-	t.Parallel()
 	con, err := console.New(console.Config{})
 	if err != nil {
 		t.Fatal(err)
