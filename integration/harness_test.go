@@ -503,6 +503,13 @@ func jobNameOf(e map[string]any) string {
 	return ""
 }
 
+// said waits for s to have printed want: its output reaches s.log through a pseudo-terminal
+// and a reader goroutine, behind what the test saw it do.
+func (s *scheduler) said(t *testing.T, want, what string) {
+	t.Helper()
+	await.True(t, 10*time.Second, what, func() bool { return strings.Contains(s.log.String(), want) })
+}
+
 // quiet waits until the job has nothing ready, running or waiting for failover.
 func quiet(t *testing.T, s *scheduler, jobs ...string) {
 	t.Helper()
