@@ -32,18 +32,19 @@ func TestFrameworkAuthentication(t *testing.T) {
 	})
 	await.True(t, 30*time.Second, "the scheduler without the secret stops", func() bool { return exited(without.proc) })
 	// Its last word is a line of its log format, which a collector parses (it was plain text).
-	// The process has exited, but its console may not be drained yet: the line is waited for
-	// whole, up to its newline.
+	// The process has exited, but its console may not be drained yet: the last line is waited
+	// for, whole, until it is the exit's (a retry's warning may be last for a moment).
 	var line string
 	var last struct{ Level, Msg, Error string }
-	await.True(t, 10*time.Second, "the scheduler's last line, whole", func() bool {
+	await.True(t, 10*time.Second, "the scheduler's exit line, whole and last", func() bool {
 		out := without.proc.log.String()
 		if !strings.HasSuffix(out, "\n") {
 			return false
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		line = strings.TrimSpace(lines[len(lines)-1])
-		return json.Unmarshal([]byte(line), &last) == nil
+		last = struct{ Level, Msg, Error string }{}
+		return json.Unmarshal([]byte(line), &last) == nil && last.Msg == "ejcloud-scheduler exits"
 	})
 	if last.Level != "error" || last.Msg != "ejcloud-scheduler exits" || !strings.Contains(last.Error, "cannot reach Mesos") {
 		t.Fatalf("the scheduler's last line %q; want a JSON error entry saying why it exits", line)
