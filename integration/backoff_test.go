@@ -110,7 +110,7 @@ func TestUnreachableAppURLBacksOffThenStops(t *testing.T) {
 			t.Fatalf("/metrics lacks %q:\n%s", line, metrics)
 		}
 	}
-	s.said(t, "job stopped", "the scheduler logs the stop")
+	s.said(t, 10*time.Second, "job stopped", "the scheduler logs the stop")
 
 	// The operator fixes the app: the stop clears, and a trigger runs the job.
 	s.must(t, 204, "PUT", "/api/app", w.appJSON(""))
@@ -215,7 +215,7 @@ func TestCrashingShardBacksOffToTheCap(t *testing.T) {
 			t.Fatalf("launch %d came %v after the one before; want at least %v (launches at %v)", i+1, at[i].Sub(at[i-1]), want, at)
 		}
 	}
-	s.said(t, "relaunched after the backoff", "the scheduler warns of the backoff")
+	s.said(t, 10*time.Second, "relaunched after the backoff", "the scheduler warns of the backoff")
 
 	// The fixed job runs at once, however long the backoff it was waiting for.
 	s.must(t, 204, "PUT", "/api/job/update", w.jobJSON("crash", 1, neverCron, true, ""))

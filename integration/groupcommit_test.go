@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,9 +38,7 @@ func TestLeaderDiesWithUpdatesNotYetWritten(t *testing.T) {
 		return n == 3
 	})
 	// The scenario under test: the leader received them, and could not write them.
-	await.True(t, 30*time.Second, "the leader failed to record the updates", func() bool {
-		return strings.Contains(first.log.String(), "not recorded; not acknowledging it")
-	})
+	first.said(t, 30*time.Second, "not recorded; not acknowledging it", "the leader failed to record the updates")
 	first.stop(syscall.SIGKILL)
 
 	if l := leaderOf(t, standby); l != standby {

@@ -503,11 +503,11 @@ func jobNameOf(e map[string]any) string {
 	return ""
 }
 
-// said waits for s to have printed want: its output reaches s.log through a pseudo-terminal
-// and a reader goroutine, behind what the test saw it do.
-func (s *scheduler) said(t *testing.T, want, what string) {
+// said waits up to within for p to have printed want: its output reaches p.log through a
+// pseudo-terminal and a reader goroutine, behind what the test saw it do.
+func (p *proc) said(t testing.TB, within time.Duration, want, what string) {
 	t.Helper()
-	await.True(t, 10*time.Second, what, func() bool { return strings.Contains(s.log.String(), want) })
+	await.True(t, within, what, func() bool { return strings.Contains(p.log.String(), want) })
 }
 
 // quiet waits until the job has nothing ready, running or waiting for failover.

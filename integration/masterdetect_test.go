@@ -188,9 +188,7 @@ func TestTheSchedulerLeavesAMasterThatNoLongerLeads(t *testing.T) {
 	first.cmd.Process.Signal(syscall.SIGCONT)
 	await.True(t, 30*time.Second, "the old master exits, its session expired", func() bool { return exited(first.proc) })
 	// Its last words may still be in the console's pipe when it has exited: wait for the drain.
-	await.True(t, 5*time.Second, "the old master says why it exits (lost the ZooKeeper session)", func() bool {
-		return strings.Contains(first.log.String(), "lost the ZooKeeper session")
-	})
+	first.said(t, 5*time.Second, "lost the ZooKeeper session", "the old master says why it exits (lost the ZooKeeper session)")
 
 	s.must(t, 204, "POST", "/api/app", w.appJSON(""))
 	s.must(t, 204, "POST", "/api/job/register", w.jobJSON("moved", 1, "", false, ""))

@@ -27,9 +27,7 @@ func TestFrameworkAuthentication(t *testing.T) {
 		"--authenticate-http-frameworks", "--authenticate-http-readonly", "--authenticate-agent-http-readonly", "--credentials", creds)
 
 	without := startScheduler(t, w.zk, w.mesos, "--mesos-startup-timeout", "2s", "--log-format", "json")
-	await.True(t, 30*time.Second, "the scheduler without the secret names the flags", func() bool {
-		return strings.Contains(without.proc.log.String(), "set --mesos-principal and --mesos-secret-file")
-	})
+	without.said(t, 30*time.Second, "set --mesos-principal and --mesos-secret-file", "the scheduler without the secret names the flags")
 	await.True(t, 30*time.Second, "the scheduler without the secret stops", func() bool { return exited(without.proc) })
 	// Its last word is a line of its log format, which a collector parses (it was plain text).
 	// The process has exited, but its console may not be drained yet: the last line is waited

@@ -114,5 +114,5 @@ func TestSIGHUPStopsTheSchedulerCleanly(t *testing.T) {
 	p := start(t, "ejcloud-scheduler", "elected leader", "--zk-servers", strings.Join(env.Servers, ","), "--zk-namespace", env.Namespace,
 		"--mesos-url", "http://"+freeAddr(t), "--http-addr", freeAddr(t), "--hostname", "127.0.0.1", "--auth-root", creds)
 	stopsCleanly(t, p, syscall.SIGHUP)
-	await.True(t, 5*time.Second, "it says it stopped", func() bool { return strings.Contains(p.log.String(), "scheduler stopped") })
+	p.said(t, 5*time.Second, "scheduler stopped", "it says it stopped")
 }

@@ -217,7 +217,7 @@ func TestAnUpdateDuringAPartitionRestartsTheTaskUnderTheNextLeader(t *testing.T)
 	if r := w.runs("partupd"); len(r["0"]) != 1 {
 		t.Fatalf("the shard ran %d times; want once (killed; a trigger-only job is not run again)", len(r["0"]))
 	}
-	b.said(t, "killing a task that runs its job's config from before an update", "the new leader says why it killed the task")
+	b.said(t, 10*time.Second, "killing a task that runs its job's config from before an update", "the new leader says why it killed the task")
 }
 
 func hasState(states map[string]string, want string) bool {

@@ -19,8 +19,8 @@ func TestWholeSuiteUnderProtobuf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As parallel as this run: the two codecs' runs overlap, each its tests side by side (they
-	// mostly wait on processes and timers).
+	// As parallel as this run (-parallel): with more than one, the two codecs' runs overlap,
+	// each its tests side by side (they mostly wait on processes and timers).
 	cmd := exec.Command(exe, "-test.count=1", "-test.timeout=8m", "-test.skip=^TestWholeSuiteUnderProtobuf$",
 		"-test.parallel="+flag.Lookup("test.parallel").Value.String())
 	cmd.Env = append(os.Environ(), "MESOSLOCAL_TEST_CODEC=application/x-protobuf")

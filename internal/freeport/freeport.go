@@ -1,9 +1,9 @@
 // Package freeport finds loopback ports for servers a test starts (ZooKeeper, mesos-local and
-// its agents, the scheduler), below the kernel's ephemeral range. A port the kernel hands out for ":0" comes
-// from that range, which is also where every outgoing connection takes its local port: between
-// the probe and the server's own bind, one of the test's many client connections could take it
-// ("bind: address already in use"). Below the range only another listener can, and the probe
-// checks for that.
+// its agents, the scheduler), below the kernel's ephemeral range. A port the kernel hands out
+// for ":0" comes from that range, which is also where every outgoing connection takes its
+// local port: between the probe and the server's own bind, one of the test's many client
+// connections could take it ("bind: address already in use"). Below the range only another
+// listener can, and the probe checks for that.
 package freeport
 
 import (
