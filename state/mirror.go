@@ -158,6 +158,9 @@ type mirror struct {
 	// loading is set while Mirror loads the model: extra sessions for the unwatched reads.
 	loading *loadReaders
 	armed   chan struct{} // closed once the watches the load left unarmed are armed
+	// caught takes Caught's turns to follow; followed is closed when follow has ended.
+	caught   chan chan struct{}
+	followed chan struct{}
 
 	// receipt resolves the outcome of a multi whose answer was lost (receipt.go); nil on a
 	// store that is not a leader's.
@@ -811,7 +814,7 @@ func (s *Store) Commit(ctx context.Context) error {
 // model's writes end those of any earlier model of the same election node (newReceipt): one
 // model a term, loaded again only if its load failed.
 func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, error) {
-	m := &mirror{root: s.root, base: newLayer(nil), armed: make(chan struct{})}
+	m := &mirror{root: s.root, base: newLayer(nil), armed: make(chan struct{}), caught: make(chan chan struct{}), followed: make(chan struct{})}
 	v := &Store{shared: s.shared, fence: s.fence, mv: &mirrorView{m: m}}
 	// The roots exist (ensureLayout); the FrameworkID may not.
 	m.base.put(s.root+"/config", &mnode{})
@@ -868,7 +871,10 @@ func (s *Store) Mirror(ctx context.Context, onChange func(Change)) (*Store, erro
 	if h := loadedHook.Load(); h != nil {
 		(*h)()
 	}
-	go v.follow(ctx, wf, events, overflow, onChange)
+	go func() {
+		defer close(m.followed)
+		v.follow(ctx, wf, events, overflow, onChange)
+	}()
 	go func() {
 		defer close(m.armed)
 		v.arm(ctx, armNow, events)
@@ -1008,12 +1014,15 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 	dirs := []string{appsDir, jobsDir, disableAppDir, disableJobDir, stoppedDir, readyDir, failoverDir}
 	for {
 		var batch []string
+		var caught []chan struct{} // Caught's turns: told once this batch is applied
 		select {
 		case <-ctx.Done():
 			return
 		case p := <-events:
 			batch = append(batch, p)
 		case <-overflow.wake:
+		case c := <-m.caught:
+			caught = append(caught, c)
 		}
 		// A burst of changes (every fire of a busy minute creates a ready node) fires the
 		// directory watches one after another: take them together, at a small delay.
@@ -1027,6 +1036,8 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 			select {
 			case p := <-events:
 				batch = append(batch, p)
+			case c := <-m.caught:
+				caught = append(caught, c)
 			default:
 				break more
 			}
@@ -1052,14 +1063,51 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 			changed = append(changed, c...)
 		}
 		m.writeMu.Unlock()
-		if onChange == nil {
-			continue
-		}
-		for _, p := range changed {
-			if c, ok := m.changeOf(p); ok {
-				onChange(c)
+		if onChange != nil {
+			for _, p := range changed {
+				if c, ok := m.changeOf(p); ok {
+					onChange(c)
+				}
 			}
 		}
+		for _, c := range caught {
+			close(c)
+		}
+	}
+}
+
+// Caught returns once the model has applied every change that ZooKeeper had applied when it
+// was called, others' included, which reach the model by watches: then what the model says
+// is what a read of ZooKeeper would have said at the call, or later. It makes one request,
+// a sync on the model's session: ZooKeeper sends a session's watch events before the answer
+// to any later request of that session, so the answer comes after every event owed, each
+// handed to follow by then; Caught then waits for follow to apply them.
+func (s *Store) Caught(ctx context.Context) error {
+	if s.mv == nil {
+		return errors.New("caught up: not a model (Mirror)")
+	}
+	m := s.mv.m
+	start := s.begin()
+	_, err := s.conn.Sync(s.root)
+	s.end("sync", start)
+	if err != nil {
+		return fmt.Errorf("caught up: sync: %w", translate(err))
+	}
+	done := make(chan struct{})
+	select {
+	case m.caught <- done:
+	case <-m.followed:
+		return errors.New("caught up: the model no longer follows ZooKeeper (its term ended)")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-m.followed:
+		return errors.New("caught up: the model no longer follows ZooKeeper (its term ended)")
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

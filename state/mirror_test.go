@@ -99,6 +99,42 @@ func TestMirrorFollowsOthersChangesToConfigsAndMarkers(t *testing.T) {
 	})
 }
 
+// Caught is a barrier: once it returns, the model has what someone else wrote before the
+// call, without waiting, and has read what those writes' watches reported (the registration's
+// multi fires watches on the stop marks and disable markers too), so that no later read
+// costs ZooKeeper a request.
+func TestMirrorCaughtHasEveryChangeMadeBefore(t *testing.T) {
+	t.Parallel()
+	env := statetest.StartZooKeeper(t)
+	ctx := ctxT(t)
+	other, m := mirrored(t, env, nil)
+	must(t, other.CreateApp(ctx, testApp("app")), "CreateApp")
+	for i := range 10 {
+		name := fmt.Sprintf("job%d", i)
+		must(t, other.CreateJob(ctx, testJob(name, "app")), "CreateJob")
+		j := testJob(name, "app")
+		j.ShardingTotalCount = 7
+		_, err := other.UpdateJob(ctx, j)
+		must(t, err, "UpdateJob")
+		must(t, other.DisableJob(ctx, name), "DisableJob")
+		must(t, m.Caught(ctx), "Caught")
+		before := m.RoundTrips()
+		got, err := m.Job(ctx, name)
+		if err != nil || got.ShardingTotalCount != 7 {
+			t.Fatalf("after Caught, the model has %s as %+v (%v); want its update", name, got, err)
+		}
+		if d, err := m.JobDisabled(ctx, name); err != nil || !d {
+			t.Fatalf("after Caught, the model has %s disabled %v (%v); want true", name, d, err)
+		}
+		if trips := m.RoundTrips() - before; trips != 0 {
+			t.Fatalf("after Caught, %d ZooKeeper requests were made; want none left to make", trips)
+		}
+	}
+	if err := other.Caught(ctx); err == nil {
+		t.Error("Caught on a Store that is not a model: nil error; want one")
+	}
+}
+
 // A queue node changed by someone else is not watched: the write built on the model's old
 // copy is refused, the node read again, and the retry builds on what ZooKeeper holds.
 func TestMirrorWriteOnAStaleNodeIsRetriedOnWhatZooKeeperHolds(t *testing.T) {
