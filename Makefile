@@ -24,9 +24,9 @@ build:
 # themselves in temporary directories); install them when they are missing.
 # They run under no-leftovers, which fails the run if any process they started (executors'
 # scripts included) is still alive after `go test` ends. The slow packages' tests are marked
-# t.Parallel, TEST_PARALLEL at once per package: one by default, as side by side on 2 cores
-# timing-sensitive tests still fail now and then (README, "Tests").
-TEST_PARALLEL ?= 1
+# t.Parallel, TEST_PARALLEL at once per package: two by default, as four at a time on 2 cores
+# timing-sensitive tests fail now and then (README, "Tests").
+TEST_PARALLEL ?= 2
 test: zookeeper databases chromium compiler
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/no-leftovers ./internal/cmd/no-leftovers
