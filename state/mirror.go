@@ -1087,11 +1087,8 @@ func (s *Store) Caught(ctx context.Context) error {
 		return errors.New("caught up: not a model (Mirror)")
 	}
 	m := s.mv.m
-	start := s.begin()
-	_, err := s.conn.Sync(s.root)
-	s.end("sync", start)
-	if err != nil {
-		return fmt.Errorf("caught up: sync: %w", translate(err))
+	if err := s.sync(ctx, s.root); err != nil {
+		return fmt.Errorf("caught up: %w", err)
 	}
 	done := make(chan struct{})
 	select {
