@@ -43,9 +43,10 @@ func TestLeaderReadsMakeNoZooKeeperRequest(t *testing.T) {
 	// The registration's multi fired watches beyond the job's (on the stop marks, the disable
 	// markers), which the model reads again after it shows the job: a request of its own,
 	// which the window below must not count.
-	s.sched.inst.mu.Lock()
-	ld := s.sched.inst.ld
-	s.sched.inst.mu.Unlock()
+	ld, err := s.sched.inst.leaderState()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ld.store.Caught(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1076,12 +1076,16 @@ func (s *Store) follow(ctx context.Context, wf *watchFunc, events <-chan string,
 	}
 }
 
+// errNotFollowing is Caught's answer once the model's term has ended.
+var errNotFollowing = errors.New("caught up: the model no longer follows ZooKeeper (its term ended)")
+
 // Caught returns once the model has applied every change that ZooKeeper had applied when it
 // was called, others' included, which reach the model by watches: then what the model says
 // is what a read of ZooKeeper would have said at the call, or later. It makes one request,
 // a sync on the model's session: ZooKeeper sends a session's watch events before the answer
 // to any later request of that session, so the answer comes after every event owed, each
-// handed to follow by then; Caught then waits for follow to apply them.
+// handed to follow by then; Caught then waits for follow to apply them. (After a lost
+// connection the sync is sent again, on the new one: the same holds there.)
 func (s *Store) Caught(ctx context.Context) error {
 	if s.mv == nil {
 		return errors.New("caught up: not a model (Mirror)")
@@ -1094,7 +1098,7 @@ func (s *Store) Caught(ctx context.Context) error {
 	select {
 	case m.caught <- done:
 	case <-m.followed:
-		return errors.New("caught up: the model no longer follows ZooKeeper (its term ended)")
+		return errNotFollowing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -1102,7 +1106,7 @@ func (s *Store) Caught(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-m.followed:
-		return errors.New("caught up: the model no longer follows ZooKeeper (its term ended)")
+		return errNotFollowing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
