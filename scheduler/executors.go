@@ -8,7 +8,9 @@ import (
 
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 	"github.com/mesos/mesos-go/api/v1/lib/scheduler/calls"
+	"github.com/sirupsen/logrus"
 
+	"github.com/ejcloud/ejcloud/config"
 	"github.com/ejcloud/ejcloud/executor"
 	"github.com/ejcloud/ejcloud/taskid"
 )
@@ -110,82 +112,138 @@ func (ld *leader) forgetUnlisted(ctx context.Context, byAgent map[string][]mesos
 // before it took the ACCEPT.
 const unlistedGrace = 15 * time.Second
 
-// pruneExecutors forgets, after a subscription, the executors that the master no longer lists
-// on an agent connected to it: their FAILURE events may have come while this leader was not
-// subscribed, or before it led. An executor on another agent (unreachable, or not re-registered
-// after a master failover) is kept: it may come back.
+// pruneExecutors forgets, after a subscription, the recorded executors that the master shows
+// are gone (pruneWith).
 func (ld *leader) pruneExecutors(ctx context.Context) {
 	if len(ld.executors) == 0 {
 		return
 	}
+	readAt := time.Now()
 	doc, err := ld.masterState(ctx)
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the master's state: the known ExecutorInfos are kept")
 		return
 	}
-	live := map[string]bool{}
-	for _, f := range doc.Frameworks {
-		if f.ID == ld.sub.frameworkID {
-			for _, e := range f.Executors {
-				live[e.ExecutorID] = true
-			}
-		}
+	// On the event loop, so every launch of this leader's was sent before the read.
+	ld.pruneWith(ctx, doc, readAt, readAt)
+}
+
+// pruneWith forgets the recorded executors that doc, the master's state, shows are gone:
+//   - one the master no longer lists on an agent connected to it: its FAILURE event may have
+//     come while this leader was not subscribed, or before it led;
+//   - every one on an agent the master has listed nowhere (neither registered nor recovered
+//     from its registry) for agentGoneAfter, as seen by this leader until now. Agents come
+//     back from a partition under their id, with their executors, so a short absence keeps
+//     the records; but an agent whose host rebooted registers under a new id and the old one
+//     never returns, and without this its records would pile up in ZooKeeper for ever.
+//
+// One on an agent registered but disconnected is kept: it may come back. So is one this
+// leader launched after settled, which doc may predate.
+func (ld *leader) pruneWith(ctx context.Context, doc masterState, settled, now time.Time) {
+	if len(ld.executors) == 0 || ld.sub == nil {
+		return
 	}
-	agents := map[string]bool{} // the agents connected to the master: it lists all their executors
+	live := doc.executorsOf(ld.sub.frameworkID)
+	active := map[string]bool{} // the agents connected to the master: it lists all their executors
+	listed := map[string]bool{}
 	for _, a := range doc.Slaves {
-		agents[a.ID] = a.Active
+		active[a.ID], listed[a.ID] = a.Active, true
+	}
+	for _, a := range doc.RecoveredSlaves {
+		listed[a.ID] = true
 	}
 	var gone []string
+	recorded, agentsGone := map[string]bool{}, map[string]bool{} // agents with a record, and of those gone
 	for _, id := range slices.Sorted(maps.Keys(ld.executors)) {
-		if ex, err := taskid.ParseExecutor(id); err == nil && agents[ex.AgentID] && !live[id] {
+		ex, err := taskid.ParseExecutor(id)
+		if err != nil || ld.startedAt[id].After(settled) {
+			continue
+		}
+		recorded[ex.AgentID] = true
+		switch since, seen := ld.agentsUnlisted[ex.AgentID]; {
+		case active[ex.AgentID] && !live[id]:
 			gone = append(gone, id)
+		case listed[ex.AgentID]:
+		case !seen:
+			ld.agentsUnlisted[ex.AgentID] = now
+		case now.Sub(since) >= agentGoneAfter:
+			gone, agentsGone[ex.AgentID] = append(gone, id), true
+		}
+	}
+	for agent := range ld.agentsUnlisted {
+		if listed[agent] || !recorded[agent] || agentsGone[agent] {
+			delete(ld.agentsUnlisted, agent)
 		}
 	}
 	if len(gone) > 0 {
-		ld.log.WithField("executors", len(gone)).Info("forgetting the executors the master no longer lists")
+		ld.log.WithFields(logrus.Fields{"executors": len(gone), "agents_gone": slices.Sorted(maps.Keys(agentsGone))}).
+			Info("forgetting the executors the master no longer lists")
 	}
 	ld.forgetExecutors(ctx, gone...)
 }
 
-// sweepOrphans tells this framework's executors whose app no longer exists to stop (MESSAGE
-// STOP), off the event loop. DeleteApp tells them once, but Mesos drops a message to an agent
-// or executor it cannot reach, and a deletion between subscriptions or written behind the
-// leader's back tells none; Mesos never stops an idle executor, so such an executor would hold
-// its resources for ever. Every subscription, and every reconciliation interval, looks again.
+// agentGoneAfter is how long an agent the master lists nowhere keeps its executors' records
+// (pruneWith). An agent cut off that long and then back is rare, and should its executor's app
+// have changed meanwhile, it costs what a record lost to a failed write costs: Mesos refuses
+// the app's tasks there as incompatible with the live executor (TASK_ERROR), and each is
+// relaunched after its backoff, maybe there again, until that executor ends.
+const agentGoneAfter = 24 * time.Hour
+
+// sweepOrphans, off the event loop, reads the master's state and then, on the loop, forgets
+// the recorded executors it shows are gone (pruneWith) and tells this framework's executors
+// whose app no longer exists to stop (MESSAGE STOP). DeleteApp tells them once, but Mesos
+// drops a message to an agent or executor it cannot reach, and a deletion between
+// subscriptions or written behind the leader's back tells none; Mesos never stops an idle
+// executor, so such an executor would hold its resources for ever. Every subscription, and
+// every reconciliation interval, looks again.
 func (ld *leader) sweepOrphans(ctx context.Context) {
 	if !ld.sweeping.CompareAndSwap(false, true) {
 		return // the last sweep is still under way
 	}
 	go func() {
 		defer ld.sweeping.Store(false)
-		live, err := ld.masterExecutors(ctx)
+		readAt := time.Now()
+		doc, err := ld.masterState(ctx)
 		if err != nil {
-			ld.log.WithError(err).Debug("cannot read the master's executors: no sweep of the deleted apps' executors this time")
+			ld.log.WithError(err).Debug("cannot read the master's state: no sweep of the executors this time")
 			return
-		}
-		apps, err := ld.store.Apps(ctx)
-		if err != nil {
-			ld.log.WithError(err).Debug("cannot read the apps: no sweep of the deleted apps' executors this time")
-			return
-		}
-		exists := map[string]bool{}
-		for _, a := range apps {
-			exists[a.AppName] = true
 		}
 		var orphans []string
-		for _, id := range slices.Sorted(maps.Keys(live)) {
-			if ex, err := taskid.ParseExecutor(id); err == nil && !exists[ex.AppName] {
-				orphans = append(orphans, id)
-			}
-		}
-		if len(orphans) == 0 {
-			return
+		if apps, err := ld.store.Apps(ctx); err != nil {
+			ld.log.WithError(err).Debug("cannot read the apps: no sweep of the deleted apps' executors this time")
+		} else {
+			orphans = ld.orphans(ctx, doc, apps)
 		}
 		ld.onLoop(ctx, func(ctx context.Context) {
-			ld.log.WithField("executors", orphans).Info("executors of deleted apps are still up: telling them to stop")
-			ld.stopExecutors(ctx, orphans)
+			// Mesos may not have taken yet, when the master was read, an ACCEPT sent
+			// shortly before.
+			ld.pruneWith(ctx, doc, readAt.Add(-unlistedGrace), time.Now())
+			if len(orphans) > 0 {
+				ld.log.WithField("executors", orphans).Info("executors of deleted apps are still up: telling them to stop")
+				ld.stopExecutors(ctx, orphans)
+			}
 		})
 	}()
+}
+
+// orphans are this framework's executors in doc whose app is not one of apps.
+func (ld *leader) orphans(ctx context.Context, doc masterState, apps []config.App) []string {
+	fwID, err := ld.store.FrameworkID(ctx)
+	if err != nil {
+		ld.log.WithError(err).Debug("cannot read the framework id: no sweep of the deleted apps' executors this time")
+		return nil
+	}
+	exists := map[string]bool{}
+	for _, a := range apps {
+		exists[a.AppName] = true
+	}
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(doc.executorsOf(fwID))) {
+		if ex, err := taskid.ParseExecutor(id); err == nil && !exists[ex.AppName] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // stopExecutors tells executors to stop (MESSAGE STOP: they kill their tasks and exit) and

@@ -3,8 +3,11 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,6 +129,56 @@ func TestExecutorsTheMasterNoLongerListsAreForgotten(t *testing.T) {
 				t.Fatalf("the executor's cpus %v; want the app's 0.5", got.Resources[0].Scalar.Value)
 			}
 		})
+	}
+}
+
+// The records of executors on an agent that the master lists nowhere (neither registered nor
+// recovered from its registry: its host rebooted and registered under a new id, or it has been
+// cut off for long) are forgotten once it has been so for agentGoneAfter, and not before: an
+// agent back from a partition keeps its id and its executors. Listed again, even as recovered
+// only, its clock starts over. A launch just made is not pruned by a read that may predate it.
+func TestTheExecutorsOfAnAgentTheMasterListsNowhereAreForgottenADayOn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, ld := newExecutorWorld(t, ctx)
+	var listed atomic.Bool // as recovered from the registry
+	master := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		doc := map[string]any{"frameworks": []any{map[string]any{"id": ld.sub.frameworkID, "executors": []any{}}}, "slaves": []any{}}
+		if listed.Load() {
+			doc["recovered_slaves"] = []any{map[string]any{"id": w.agent}}
+		}
+		json.NewEncoder(rw).Encode(doc)
+	}))
+	defer master.Close()
+	ld.master.Store(&master.URL)
+	t0 := time.Now()
+	for _, step := range []struct {
+		name   string
+		listed bool
+		at     time.Time
+		kept   int
+	}{
+		{"just launched", false, t0, 1},
+		{"first seen unlisted", false, t0.Add(time.Minute), 1},
+		{"unlisted a second short of the grace", false, t0.Add(time.Minute + agentGoneAfter - time.Second), 1},
+		{"listed as recovered at the grace", true, t0.Add(time.Minute + agentGoneAfter), 1},
+		{"unlisted again", false, t0.Add(2*time.Minute + agentGoneAfter), 1},
+		{"a second short of the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter - time.Second), 1},
+		{"the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter), 0},
+	} {
+		listed.Store(step.listed)
+		doc, err := ld.masterState(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld.pruneWith(ctx, doc, step.at.Add(-unlistedGrace), step.at) // as the sweep does
+		if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != step.kept || len(ld.executors) != step.kept {
+			t.Fatalf("%s: recorded executors %v (%v), known %d; want %d", step.name, slices.Collect(maps.Keys(recorded)), err, len(ld.executors), step.kept)
+		}
+	}
+	if len(ld.agentsUnlisted) != 0 {
+		t.Fatalf("agents still timed: %v", ld.agentsUnlisted)
 	}
 }
 

@@ -51,7 +51,10 @@ type leader struct {
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	startedAt   map[string]time.Time          // by executor id: when this leader launched it (forgetUnlisted)
-	unreachable map[string]time.Time          // task id → when Mesos reported it unreachable
+	// agentsUnlisted: agent id → when this leader first found the master listing nowhere that
+	// agent, which has recorded executors (pruneWith).
+	agentsUnlisted map[string]time.Time
+	unreachable    map[string]time.Time // task id → when Mesos reported it unreachable
 	// confirming holds the unreachable tasks past the timeout whose reconciliation is asked:
 	// task id → when. Only the answer, still unreachable, makes one lost (timeUnreachable).
 	confirming map[string]time.Time
@@ -170,7 +173,7 @@ func newLeader(inst *instance, log logrus.FieldLogger, store *state.Store) *lead
 	return &leader{
 		inst: inst, cfg: inst.cfg, log: log, store: store, elected: time.Now(),
 		events: make(chan scheduler.Event, 1024), work: make(chan struct{}, 1), due: make(chan struct{}, 1), exec: make(chan func(context.Context), 64),
-		executors: map[string]mesos.ExecutorInfo{}, startedAt: map[string]time.Time{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{}, killed: map[string]string{},
+		executors: map[string]mesos.ExecutorInfo{}, startedAt: map[string]time.Time{}, agentsUnlisted: map[string]time.Time{}, unreachable: map[string]time.Time{}, confirming: map[string]time.Time{}, killed: map[string]string{},
 		checking: map[string]*subscription{}, endChecks: make(chan struct{}, maxEndChecks),
 		unplaced: map[string]map[string]int{}, idle: map[string]bool{}, waiting: newWaits(),
 		relaunch: newRelaunches(inst.cfg.FailoverBackoffMin, inst.cfg.FailoverBackoffMax),

@@ -371,6 +371,24 @@ type masterState struct {
 		UsedResources    map[string]any `json:"used_resources"`
 		OfferedResources map[string]any `json:"offered_resources"`
 	} `json:"slaves"`
+	// RecoveredSlaves are the agents a master that took over knows from its registry only, until
+	// they register again with it.
+	RecoveredSlaves []struct {
+		ID string `json:"id"`
+	} `json:"recovered_slaves"`
+}
+
+// executorsOf is the set of the executors doc lists for framework fwID.
+func (doc masterState) executorsOf(fwID string) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range doc.Frameworks {
+		if f.ID == fwID {
+			for _, e := range f.Executors {
+				out[e.ExecutorID] = true
+			}
+		}
+	}
+	return out
 }
 
 // mesosReader reads the master this leader subscribed at, and its agents.
@@ -409,23 +427,15 @@ func (ld *leader) masterState(ctx context.Context) (masterState, error) {
 // masterExecutors lists this framework's executors from the master's /master/state: the
 // executors a previous leader launched are known only there.
 func (ld *leader) masterExecutors(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
 	fwID, err := ld.store.FrameworkID(ctx)
 	if err != nil {
-		return out, err
+		return map[string]bool{}, err
 	}
 	doc, err := ld.masterState(ctx)
 	if err != nil {
-		return out, err
+		return map[string]bool{}, err
 	}
-	for _, f := range doc.Frameworks {
-		if f.ID == fwID {
-			for _, e := range f.Executors {
-				out[e.ExecutorID] = true
-			}
-		}
-	}
-	return out, nil
+	return doc.executorsOf(fwID), nil
 }
 
 // Reconcile runs one explicit or implicit reconciliation (POST /api/operate/reconcile/…).
