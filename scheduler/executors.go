@@ -107,6 +107,60 @@ func (ld *leader) forgetUnlisted(ctx context.Context, byAgent map[string][]mesos
 	ld.forgetExecutors(ctx, gone...)
 }
 
+// stopUnknown tells each idle executor of ours that an offer lists but whose ExecutorInfo the
+// leader does not know to stop (MESSAGE STOP), and returns the agents of those it told, whose
+// offers this cycle must leave alone. Such an info was lost: its record's write failed (which
+// does not hold a launch back), or it was forgotten while its agent was away (pruneWith). A
+// task for its app sent there would carry an info built from the app as it is now, which Mesos
+// refuses (TASK_ERROR "ExecutorInfo is not compatible") if the app has changed since, for as
+// long as the executor lives, and Mesos never stops an idle one. Stopped, it makes way for a
+// new one at the app's next task there; until its agent is offered without it (after the
+// decline's filter), that agent takes nothing, as a task sent meanwhile could still meet it.
+// One that runs tasks of ours is left alone: they run the app as it was, and would die with it.
+// It looks whether or not there is work: an idle executor holds its resources meanwhile.
+func (ld *leader) stopUnknown(ctx context.Context, offers []mesos.Offer) map[string]bool {
+	unknown := map[string]taskid.Executor{}
+	for _, o := range offers {
+		for _, e := range o.ExecutorIDs {
+			ex, err := taskid.ParseExecutor(e.Value)
+			if _, known := ld.executors[e.Value]; err == nil && !known && ex.AgentID == o.AgentID.Value {
+				unknown[e.Value] = ex
+			}
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	running, err := ld.store.Running(ctx)
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the running tasks: the executors whose ExecutorInfo is unknown are left alone this cycle")
+		return nil
+	}
+	busy, busyAgent := map[string]bool{}, map[string]bool{} // executors running our tasks; agents running tasks of an unknown app
+	for _, r := range running {
+		id, err := taskid.Parse(r.TaskID)
+		if err != nil {
+			continue
+		}
+		if job, err := ld.store.Job(ctx, id.JobName); err == nil {
+			busy[taskid.Executor{AppName: job.AppName, AgentID: id.AgentID}.String()] = true
+		} else {
+			busyAgent[id.AgentID] = true
+		}
+	}
+	held := map[string]bool{}
+	for _, id := range slices.Sorted(maps.Keys(unknown)) {
+		ex := unknown[id]
+		if busy[id] || busyAgent[ex.AgentID] {
+			continue
+		}
+		ld.log.WithField("executor", id).Warn("an idle executor whose ExecutorInfo is unknown (its record was lost): telling it to stop, so that the app's next task there starts one from the app as it is")
+		ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
+		held[ex.AgentID] = true
+	}
+	return held
+}
+
 // unlistedGrace is how long an executor this leader just launched is kept though an offer of
 // its agent does not list it: Mesos may have made that offer (of other resources of the agent)
 // before it took the ACCEPT.
@@ -183,10 +237,10 @@ func (ld *leader) pruneWith(ctx context.Context, doc masterState, settled, now t
 }
 
 // agentGoneAfter is how long an agent the master lists nowhere keeps its executors' records
-// (pruneWith). An agent cut off that long and then back is rare, and should its executor's app
-// have changed meanwhile, it costs what a record lost to a failed write costs: Mesos refuses
-// the app's tasks there as incompatible with the live executor (TASK_ERROR), and each is
-// relaunched after its backoff, maybe there again, until that executor ends.
+// (pruneWith). An agent cut off that long and then back is rare, and what it costs then is what
+// a record lost to a failed write costs: an idle executor there is told to stop (stopUnknown),
+// and one still running our tasks, should its app have changed, has Mesos refuse the app's
+// tasks there (TASK_ERROR, relaunched after a backoff) until it ends.
 const agentGoneAfter = 24 * time.Hour
 
 // sweepOrphans, off the event loop, reads the master's state and then, on the loop, forgets

@@ -14,6 +14,9 @@ import (
 	mesos "github.com/mesos/mesos-go/api/v1/lib"
 
 	"github.com/ejcloud/ejcloud/config"
+	"github.com/ejcloud/ejcloud/executor"
+	"github.com/ejcloud/ejcloud/state"
+	"github.com/ejcloud/ejcloud/taskid"
 )
 
 // executorWorld is trigger-only jobs of one shard, and a first leader that has started the
@@ -209,5 +212,66 @@ func TestAnExecutorTheOfferDoesNotListIsForgotten(t *testing.T) {
 	}
 	if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != 1 {
 		t.Fatalf("recorded executors %v (%v); want only the new one", recorded, err)
+	}
+}
+
+// An executor that an offer lists but whose ExecutorInfo the leader has lost (the record's
+// write failed, or it was forgotten while its agent was away) would make Mesos refuse every
+// task of its app sent there once the app has changed, and an idle one lives for ever. While it
+// runs a task of ours it is left alone (stopping it would kill the task); idle, it is told to
+// stop and its agent's offers are declined, and the app's next task there, once the agent is
+// offered without it, gets an executor built from the app as it is.
+func TestAnIdleExecutorWhoseInfoIsLostIsToldToStop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, ld := newExecutorWorld(t, ctx)
+	id := w.first.ExecutorID.Value
+	ld.forgetExecutors(ctx, id) // lost
+	if _, err := ld.store.UpdateApp(ctx, "app", func(a config.App) (config.App, error) { a.CPUCount = 0.5; return a, nil }); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() (messages, declined int) {
+		w.fake.mu.Lock()
+		defer w.fake.mu.Unlock()
+		return len(w.fake.messages), len(w.fake.declined)
+	}
+
+	// Busy: job0's task runs on it. Left alone.
+	ld.cycle(ctx, offer(1, w.agent, w.first))
+	if messages, _ := calls(); messages != 0 {
+		t.Fatalf("messages %v to an executor running a task", w.fake.messages)
+	}
+
+	// Idle: told to stop, and its agent's offers declined.
+	running, err := ld.store.Running(ctx)
+	if err != nil || len(running) != 1 {
+		t.Fatalf("running %v (%v); want job0's task", running, err)
+	}
+	tid, err := taskid.Parse(running[0].TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ld.store.EndTaskWith(ctx, tid, state.NoFollowUp, state.EndOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.inst.Trigger(ctx, w.jobs[2]); err != nil {
+		t.Fatal(err)
+	}
+	launched := len(w.fake.executors)
+	_, declinedBefore := calls()
+	ld.cycle(ctx, offer(2, w.agent, w.first))
+	if messages, declined := calls(); len(w.fake.executors) != launched || messages != 1 || w.fake.messages[0] != id+": "+executor.StopMessage || declined != declinedBefore+1 {
+		t.Fatalf("the idle executor's agent: %d tasks launched, messages %v, %d offers declined; want none launched, a STOP to %s, its offer declined",
+			len(w.fake.executors)-launched, w.fake.messages, declined-declinedBefore, id)
+	}
+
+	// Gone: the agent is offered without it, and the queued run gets a new executor.
+	ld.cycle(ctx, offer(3, w.agent))
+	if len(w.fake.executors) != launched+1 {
+		t.Fatalf("%d tasks launched once the executor is gone; want 1", len(w.fake.executors)-launched)
+	}
+	if got := w.fake.executors[launched]; got.Resources[0].Scalar.Value != 0.5 {
+		t.Fatalf("the new executor's cpus %v; want the app's 0.5", got.Resources[0].Scalar.Value)
 	}
 }

@@ -25,6 +25,8 @@ type ackRecorder struct {
 	reconciled []string             // the task ids of explicit reconciliations
 	launched   int                  // tasks launched
 	executors  []mesos.ExecutorInfo // the executor of each task launched
+	messages   []string             // "executor id: data" of each MESSAGE
+	declined   []string             // the offer ids declined
 }
 
 func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response, error) {
@@ -43,6 +45,12 @@ func (a *ackRecorder) Call(_ context.Context, c *scheduler.Call) (mesos.Response
 					a.executors = append(a.executors, *ti.Executor)
 				}
 			}
+		}
+	case scheduler.Call_MESSAGE:
+		a.messages = append(a.messages, c.Message.ExecutorID.Value+": "+string(c.Message.Data))
+	case scheduler.Call_DECLINE:
+		for _, o := range c.Decline.OfferIDs {
+			a.declined = append(a.declined, o.Value)
 		}
 	case scheduler.Call_RECONCILE:
 		for _, t := range c.Reconcile.Tasks {

@@ -21,6 +21,9 @@ const (
 	// 5xx, a timeout): Mesos may not have taken it, and would keep the offers for the framework
 	// until its subscription ends; it ignores the DECLINE of offers it did take.
 	declineAcceptFailed = "accept_failed"
+	// declineExecutorStopping: the agent runs an idle executor of ours whose ExecutorInfo is
+	// unknown, told to stop (stopUnknown).
+	declineExecutorStopping = "executor_stopping"
 )
 
 // metrics are the instance's Prometheus metrics (SPEC §9), on a registry of its own: tests run
@@ -54,7 +57,7 @@ func newMetrics() *metrics {
 		offersAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "ejcloud_offers_accepted_total",
 			Help: "offers accepted to launch tasks"}),
 		offersDeclined: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_offers_declined_total",
-			Help: "offers declined, by reason: no_work, unused (nothing placed on the agent), write_ahead_failed, queues_unreadable, accept_failed (their ACCEPT failed: declined in case Mesos did not take it)"}, []string{"reason"}),
+			Help: "offers declined, by reason: no_work, unused (nothing placed on the agent), write_ahead_failed, queues_unreadable, accept_failed (their ACCEPT failed: declined in case Mesos did not take it), executor_stopping (an idle executor whose ExecutorInfo is unknown is told to stop there)"}, []string{"reason"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_status_updates_total",
 			Help: "status updates recorded, by state: each once (not again when Mesos sends it again), a reconciliation's answer only when it ends a task, and the scheduler's own TASK_LOST for a task unreachable past --unreachable-timeout"}, []string{"state"}),
 		unplaced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ejcloud_unplaced_shards_total",

@@ -36,6 +36,16 @@ func (ld *leader) cycle(ctx context.Context, offers []mesos.Offer) {
 		ld.log.WithField("offers", len(offers)).Debug("offers of an ended subscription dropped")
 		return
 	}
+	if held := ld.stopUnknown(ctx, offers); len(held) > 0 {
+		var drop []mesos.Offer
+		offers = slices.DeleteFunc(slices.Clone(offers), func(o mesos.Offer) bool {
+			if held[o.AgentID.Value] {
+				drop = append(drop, o)
+			}
+			return held[o.AgentID.Value]
+		})
+		ld.decline(ctx, drop, declineExecutorStopping)
+	}
 	w, err := ld.eligible(ctx)
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the queues; declining the offers")
