@@ -149,14 +149,15 @@ func (ld *leader) stopUnknown(ctx context.Context, offers []mesos.Offer) map[str
 		}
 	}
 	held := map[string]bool{}
+	var idle []string
 	for _, id := range slices.Sorted(maps.Keys(unknown)) {
-		ex := unknown[id]
-		if busy[id] || busyAgent[ex.AgentID] {
-			continue
+		if ex := unknown[id]; !busy[id] && !busyAgent[ex.AgentID] {
+			idle, held[ex.AgentID] = append(idle, id), true
 		}
-		ld.log.WithField("executor", id).Warn("an idle executor whose ExecutorInfo is unknown (its record was lost): telling it to stop, so that the app's next task there starts one from the app as it is")
-		ld.call(ctx, calls.Message(ex.AgentID, id, []byte(executor.StopMessage)))
-		held[ex.AgentID] = true
+	}
+	if len(idle) > 0 {
+		ld.log.WithField("executors", idle).Warn("idle executors whose ExecutorInfo is unknown (the record was lost): telling them to stop, so that the app's next task there starts one from the app as it is")
+		ld.stopExecutors(ctx, idle)
 	}
 	return held
 }
