@@ -23,8 +23,14 @@ import (
 // from today's app, a task would be refused (TASK_ERROR "ExecutorInfo is not compatible") for
 // as long as the old executor lives.
 
-// loadExecutors reads the ExecutorInfos that the leaders before this one recorded.
+// loadExecutors reads the ExecutorInfos that the leaders before this one recorded, and since
+// when the agents the master lists nowhere are so (pruneWith).
 func (ld *leader) loadExecutors(ctx context.Context) {
+	if since, err := ld.store.UnlistedAgents(ctx); err != nil {
+		ld.log.WithError(err).Warn("cannot read since when agents are unlisted: their executors' records are kept a day from now")
+	} else {
+		maps.Copy(ld.agentsUnlisted, since)
+	}
 	recorded, err := ld.store.Executors(ctx)
 	if err != nil {
 		ld.log.WithError(err).Warn("cannot read the recorded executors: tasks for a live executor are built from the app's config")
@@ -187,15 +193,16 @@ func (ld *leader) pruneExecutors(ctx context.Context) {
 //   - one the master no longer lists on an agent connected to it: its FAILURE event may have
 //     come while this leader was not subscribed, or before it led;
 //   - every one on an agent the master has listed nowhere (neither registered nor recovered
-//     from its registry) for agentGoneAfter, as seen by this leader until now. Agents come
-//     back from a partition under their id, with their executors, so a short absence keeps
-//     the records; but an agent whose host rebooted registers under a new id and the old one
-//     never returns, and without this its records would pile up in ZooKeeper for ever.
+//     from its registry) for agentGoneAfter until now, as the leaders have seen it (the time
+//     it was first found so is kept in ZooKeeper: state.Store.MarkUnlisted). Agents come back
+//     from a partition under their id, with their executors, so a short absence keeps the
+//     records; but an agent whose host rebooted registers under a new id and the old one never
+//     returns, and without this its records would pile up in ZooKeeper for ever.
 //
 // One on an agent registered but disconnected is kept: it may come back. So is one this
 // leader launched after settled, which doc may predate.
 func (ld *leader) pruneWith(ctx context.Context, doc masterState, settled, now time.Time) {
-	if len(ld.executors) == 0 || ld.sub == nil {
+	if ld.sub == nil || len(ld.executors) == 0 && len(ld.agentsUnlisted) == 0 {
 		return
 	}
 	live := doc.executorsOf(ld.sub.frameworkID)
@@ -209,6 +216,7 @@ func (ld *leader) pruneWith(ctx context.Context, doc masterState, settled, now t
 	}
 	var gone []string
 	recorded, agentsGone := map[string]bool{}, map[string]bool{} // agents with a record, and of those gone
+	marked := map[string]time.Time{}                             // agents found unlisted now
 	for _, id := range slices.Sorted(maps.Keys(ld.executors)) {
 		ex, err := taskid.ParseExecutor(id)
 		if err != nil || ld.startedAt[id].After(settled) {
@@ -220,21 +228,35 @@ func (ld *leader) pruneWith(ctx context.Context, doc masterState, settled, now t
 			gone = append(gone, id)
 		case listed[ex.AgentID]:
 		case !seen:
-			ld.agentsUnlisted[ex.AgentID] = now
+			ld.agentsUnlisted[ex.AgentID], marked[ex.AgentID] = now, now
 		case now.Sub(since) >= agentGoneAfter:
 			gone, agentsGone[ex.AgentID] = append(gone, id), true
 		}
 	}
-	for agent := range ld.agentsUnlisted {
+	var unmarked []string
+	for _, agent := range slices.Sorted(maps.Keys(ld.agentsUnlisted)) {
 		if listed[agent] || !recorded[agent] || agentsGone[agent] {
-			delete(ld.agentsUnlisted, agent)
+			unmarked = append(unmarked, agent)
 		}
+	}
+	if err := ld.store.MarkUnlisted(ctx, marked); err != nil {
+		ld.log.WithError(err).Warn("cannot record since when agents are unlisted: a new leader would count from its own start")
 	}
 	if len(gone) > 0 {
 		ld.log.WithFields(logrus.Fields{"executors": len(gone), "agents_gone": slices.Sorted(maps.Keys(agentsGone))}).
 			Info("forgetting the executors the master no longer lists")
 	}
 	ld.forgetExecutors(ctx, gone...)
+	if len(unmarked) > 0 {
+		// Kept until ZooKeeper has them gone: the next prune tries again.
+		if err := ld.store.UnmarkUnlisted(ctx, unmarked...); err != nil {
+			ld.log.WithError(err).Warn("cannot remove the unlisted marks of agents listed again or without records")
+			return
+		}
+		for _, agent := range unmarked {
+			delete(ld.agentsUnlisted, agent)
+		}
+	}
 }
 
 // agentGoneAfter is how long an agent the master lists nowhere keeps its executors' records

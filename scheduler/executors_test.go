@@ -161,28 +161,72 @@ func TestTheExecutorsOfAnAgentTheMasterListsNowhereAreForgottenADayOn(t *testing
 		listed bool
 		at     time.Time
 		kept   int
+		since  time.Time // the agent's mark in ZooKeeper; zero: none
 	}{
-		{"just launched", false, t0, 1},
-		{"first seen unlisted", false, t0.Add(time.Minute), 1},
-		{"unlisted a second short of the grace", false, t0.Add(time.Minute + agentGoneAfter - time.Second), 1},
-		{"listed as recovered at the grace", true, t0.Add(time.Minute + agentGoneAfter), 1},
-		{"unlisted again", false, t0.Add(2*time.Minute + agentGoneAfter), 1},
-		{"a second short of the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter - time.Second), 1},
-		{"the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter), 0},
+		{"just launched", false, t0, 1, time.Time{}},
+		{"first seen unlisted", false, t0.Add(time.Minute), 1, t0.Add(time.Minute)},
+		{"unlisted a second short of the grace", false, t0.Add(time.Minute + agentGoneAfter - time.Second), 1, t0.Add(time.Minute)},
+		{"listed as recovered at the grace", true, t0.Add(time.Minute + agentGoneAfter), 1, time.Time{}},
+		{"unlisted again", false, t0.Add(2*time.Minute + agentGoneAfter), 1, t0.Add(2*time.Minute + agentGoneAfter)},
+		{"a second short of the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter - time.Second), 1, t0.Add(2*time.Minute + agentGoneAfter)},
+		{"the grace since", false, t0.Add(2*time.Minute + 2*agentGoneAfter), 0, time.Time{}},
 	} {
 		listed.Store(step.listed)
-		doc, err := ld.masterState(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ld.pruneWith(ctx, doc, step.at.Add(-unlistedGrace), step.at) // as the sweep does
+		ld.pruneWith(ctx, w.masterDoc(t, ctx, ld), step.at.Add(-unlistedGrace), step.at) // as the sweep does
 		if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != step.kept || len(ld.executors) != step.kept {
 			t.Fatalf("%s: recorded executors %v (%v), known %d; want %d", step.name, slices.Collect(maps.Keys(recorded)), err, len(ld.executors), step.kept)
 		}
+		w.wantMark(t, ctx, step.name, step.since)
 	}
 	if len(ld.agentsUnlisted) != 0 {
 		t.Fatalf("agents still timed: %v", ld.agentsUnlisted)
 	}
+}
+
+// masterDoc reads the master's state as ld does.
+func (w executorWorld) masterDoc(t *testing.T, ctx context.Context, ld *leader) masterState {
+	t.Helper()
+	doc, err := ld.masterState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// wantMark fails unless ZooKeeper marks the world's agent unlisted since since (zero: no mark).
+func (w executorWorld) wantMark(t *testing.T, ctx context.Context, step string, since time.Time) {
+	t.Helper()
+	marks, err := w.base.UnlistedAgents(ctx)
+	if got, marked := marks[w.agent]; err != nil || len(marks) > 1 || marked != !since.IsZero() || marked && !got.Equal(since) {
+		t.Fatalf("%s: unlisted marks %v (%v); want %s since %v", step, marks, err, w.agent, since)
+	}
+}
+
+// A new leader goes on with the time the agent has been unlisted, not from its own start: leaders
+// that change more often than agentGoneAfter (a scheduler deployed daily) would never forget.
+func TestANewLeaderCountsAnAgentsUnlistedTimeFromWhenItWasFirstFound(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, first := newExecutorWorld(t, ctx)
+	nowhere := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(rw).Encode(map[string]any{"frameworks": []any{}, "slaves": []any{}})
+	}))
+	defer nowhere.Close()
+	first.master.Store(&nowhere.URL)
+	t0 := time.Now().Add(time.Minute)
+	first.pruneWith(ctx, w.masterDoc(t, ctx, first), t0, t0)
+	w.wantMark(t, ctx, "found by the first leader", t0)
+
+	next := w.leader(t, ctx)
+	next.loadExecutors(ctx)
+	next.master.Store(&nowhere.URL)
+	at := t0.Add(agentGoneAfter)
+	next.pruneWith(ctx, w.masterDoc(t, ctx, next), at, at)
+	if recorded, err := w.base.Executors(ctx); err != nil || len(recorded) != 0 {
+		t.Fatalf("recorded executors %v (%v) a day after the first leader found the agent unlisted; want none", slices.Collect(maps.Keys(recorded)), err)
+	}
+	w.wantMark(t, ctx, "forgotten by the next leader", time.Time{})
 }
 
 // An executor recorded for an agent whose offer does not list it is gone (its FAILURE lost, or

@@ -51,8 +51,8 @@ type leader struct {
 	suppressed  bool
 	executors   map[string]mesos.ExecutorInfo // by executor id: what we launched, for identical reuse
 	startedAt   map[string]time.Time          // by executor id: when this leader launched it (forgetUnlisted)
-	// agentsUnlisted: agent id → when this leader first found the master listing nowhere that
-	// agent, which has recorded executors (pruneWith).
+	// agentsUnlisted: agent id → when a leader first found the master listing nowhere that
+	// agent, which has recorded executors (pruneWith); kept in ZooKeeper too.
 	agentsUnlisted map[string]time.Time
 	unreachable    map[string]time.Time // task id → when Mesos reported it unreachable
 	// confirming holds the unreachable tasks past the timeout whose reconciliation is asked:

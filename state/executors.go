@@ -3,6 +3,9 @@ package state
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"time"
 )
 
 // Executors: /state/executors/{executorId} holds the ExecutorInfo (as the scheduler encodes it)
@@ -53,10 +56,69 @@ func (s *Store) SaveExecutors(ctx context.Context, infos map[string][]byte) erro
 
 // ForgetExecutors removes the records of executors that are gone, in one multi.
 func (s *Store) ForgetExecutors(ctx context.Context, ids ...string) error {
+	return s.deleteAll(ctx, executorsDir, ids, "executors")
+}
+
+// Unlisted agents: /state/unlisted/{agentId} holds, as RFC 3339 text, when a leader first found
+// the Mesos master listing that agent nowhere while it had executors recorded. Its executors'
+// records are forgotten after a while unlisted (a rebooted host comes back under a new agent
+// id), and the mark keeps the time across leaders: each new leader would start it over.
+
+// UnlistedAgents returns the marked agents and since when each is unlisted. A mark whose time
+// cannot be read is left out (a leader marks it again, from now).
+func (s *Store) UnlistedAgents(ctx context.Context) (map[string]time.Time, error) {
+	nodes, err := s.readDir(ctx, unlistedDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(nodes))
+	for _, n := range nodes {
+		if at, err := time.Parse(time.RFC3339Nano, string(n.data)); err == nil {
+			out[n.name] = at
+		}
+	}
+	return out, nil
+}
+
+// MarkUnlisted marks agents unlisted since the times given, in one multi; a mark already there
+// keeps its time.
+func (s *Store) MarkUnlisted(ctx context.Context, since map[string]time.Time) error {
+	if len(since) == 0 {
+		return nil
+	}
 	return retry(ctx, func() error {
 		var ops []any
-		for _, id := range ids {
-			p := s.path(executorsDir, id)
+		for _, agent := range slices.Sorted(maps.Keys(since)) {
+			p := s.path(unlistedDir, agent)
+			n, err := s.get(ctx, p)
+			if err != nil {
+				return err
+			}
+			if !n.exists {
+				ops = append(ops, s.createOp(p, []byte(since[agent].UTC().Format(time.RFC3339Nano))))
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		if err := s.multi(ctx, ops...); err != nil {
+			return fmt.Errorf("mark %d agents unlisted: %w", len(ops), conflictIfExists(err))
+		}
+		return nil
+	})
+}
+
+// UnmarkUnlisted removes the marks of agents, in one multi.
+func (s *Store) UnmarkUnlisted(ctx context.Context, agents ...string) error {
+	return s.deleteAll(ctx, unlistedDir, agents, "unlisted agents' marks")
+}
+
+// deleteAll deletes the nodes names of dir that exist, in one multi.
+func (s *Store) deleteAll(ctx context.Context, dir string, names []string, what string) error {
+	return retry(ctx, func() error {
+		var ops []any
+		for _, name := range names {
+			p := s.path(dir, name)
 			n, err := s.get(ctx, p)
 			if err != nil {
 				return err
@@ -69,7 +131,7 @@ func (s *Store) ForgetExecutors(ctx context.Context, ids ...string) error {
 			return nil
 		}
 		if err := s.multi(ctx, ops...); err != nil {
-			return fmt.Errorf("forget %d executors: %w", len(ops), err)
+			return fmt.Errorf("forget %d %s: %w", len(ops), what, err)
 		}
 		return nil
 	})

@@ -249,6 +249,7 @@ const (
 	firesDir       = "state/fires"
 	retryDir       = "state/retry"
 	executorsDir   = "state/executors"
+	unlistedDir    = "state/unlisted"
 	restartsDir    = "state/restarts"
 	frameworkIDKey = "ha/framework_id"
 	electionDir    = "ha/election"
@@ -258,7 +259,7 @@ func (s *Store) path(parts ...string) string { return s.root + "/" + strings.Joi
 
 func (s *Store) ensureLayout(ctx context.Context) error {
 	dirs := []string{"", "config", appsDir, jobsDir, "state", readyDir, runningDir, failoverDir,
-		"state/disable", disableAppDir, disableJobDir, stoppedDir, firesDir, retryDir, executorsDir, restartsDir, dependsGuardKey, "ha", electionDir}
+		"state/disable", disableAppDir, disableJobDir, stoppedDir, firesDir, retryDir, executorsDir, unlistedDir, restartsDir, dependsGuardKey, "ha", electionDir}
 	for _, d := range dirs {
 		p := strings.TrimSuffix(s.path(d), "/")
 		if err := s.ensure(ctx, p); err != nil {
