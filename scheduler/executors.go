@@ -142,13 +142,22 @@ func (ld *leader) stopUnknown(ctx context.Context, offers []mesos.Offer) map[str
 		ld.log.WithError(err).Warn("cannot read the running tasks: the executors whose ExecutorInfo is unknown are left alone this cycle")
 		return nil
 	}
+	names := map[string]bool{}
+	for _, r := range running {
+		names[r.Meta.JobName] = true
+	}
+	jobs, _, err := ld.store.JobsNamed(ctx, slices.Sorted(maps.Keys(names)))
+	if err != nil {
+		ld.log.WithError(err).Warn("cannot read the running tasks' jobs: the executors whose ExecutorInfo is unknown are left alone this cycle")
+		return nil
+	}
 	busy, busyAgent := map[string]bool{}, map[string]bool{} // executors running our tasks; agents running tasks of an unknown app
 	for _, r := range running {
 		id, err := taskid.Parse(r.TaskID)
 		if err != nil {
 			continue
 		}
-		if job, err := ld.store.Job(ctx, id.JobName); err == nil {
+		if job, ok := jobs[r.Meta.JobName]; ok {
 			busy[taskid.Executor{AppName: job.AppName, AgentID: id.AgentID}.String()] = true
 		} else {
 			busyAgent[id.AgentID] = true
